@@ -1,0 +1,1 @@
+"""Kafka broker: server, handlers, partition logs, replication, groups (next issues)."""

@@ -1,0 +1,1 @@
+"""Metadata records, the immutable cluster image, deltas and snapshots (next issues)."""

@@ -1,0 +1,1 @@
+"""PySpark data source reading committed records (later issue)."""
