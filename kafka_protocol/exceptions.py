@@ -59,6 +59,7 @@ class UnsupportedVersionError(RemoteProtocolError):
         super().__init__(message)
         self.api_key = api_key
         self.api_version = api_version
+        self.correlation_id: int | None = None  # set when the request header was readable
 
 
 class CorruptRecordError(RemoteProtocolError):

@@ -1,0 +1,171 @@
+"""Size-prefixed frames, request/response headers, and the header-version rules.
+
+A Kafka connection carries frames::
+
+    +----------------+-------------------+------------------------+
+    | size: int32 BE | header            | body                   |
+    +----------------+-------------------+------------------------+
+
+Request header v1: ``api_key int16, api_version int16, correlation_id int32, client_id`` (an
+int16-length nullable string even in flexible versions); v2 adds a tagged-field section; v0 (no
+client id) is used only by ControlledShutdown v0.  Response header v0 is the correlation id; v1
+adds tagged fields, except that the ApiVersions response always uses v0 (KIP-511) so that a
+client can read it before it knows what the broker supports.
+
+Nothing here touches a socket: :class:`FrameReader` takes bytes and hands back frames.
+"""
+
+from __future__ import annotations
+
+import importlib
+import struct
+from dataclasses import dataclass
+from functools import cache
+
+from kafka_protocol._codec import Buffer, Request, Response, Writer
+from kafka_protocol.exceptions import (
+    FrameTooLargeError,
+    InvalidFrameError,
+    UnsupportedVersionError,
+)
+from kafka_protocol.messages import APIS, RequestHeader, ResponseHeader
+
+API_VERSIONS_KEY = 18
+CONTROLLED_SHUTDOWN_KEY = 7
+DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024  # socket.request.max.bytes
+_SIZE = struct.Struct(">i")
+_HEADER_PREFIX = struct.Struct(">hhi")
+
+
+@cache
+def api_classes(api_key: int) -> tuple[type[Request], type[Response]]:
+    """The request and response classes of an api key (UnsupportedVersionError if unknown)."""
+    names = APIS.get(api_key)
+    if names is None:
+        raise UnsupportedVersionError(f"unknown api key {api_key}", api_key)
+    package = importlib.import_module("kafka_protocol.messages")
+    request, response = (getattr(package, n) for n in names)
+    return request, response
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    if api_key == CONTROLLED_SHUTDOWN_KEY and api_version == 0:
+        return 0
+    return 2 if api_classes(api_key)[0].is_flexible(api_version) else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    if api_key == API_VERSIONS_KEY:
+        return 0
+    return 1 if api_classes(api_key)[1].is_flexible(api_version) else 0
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPrefix:
+    """The three fields every request header starts with, readable before anything else."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+def peek_request(frame: Buffer) -> RequestPrefix:
+    if len(frame) < _HEADER_PREFIX.size:
+        raise InvalidFrameError(f"request of {len(frame)} bytes is shorter than a header")
+    return RequestPrefix(*_HEADER_PREFIX.unpack_from(frame, 0))
+
+
+def decode_request(frame: Buffer) -> tuple[RequestHeader, Request]:
+    """Decode one request frame (without its size prefix).
+
+    Raises :class:`UnsupportedVersionError` (carrying ``correlation_id``) for an api key or
+    version we have no codec for, so that the caller can still answer, and
+    :class:`InvalidFrameError` for malformed bytes.
+    """
+    prefix = peek_request(frame)
+    try:
+        request_cls, _ = api_classes(prefix.api_key)
+        request_cls._check_version(prefix.api_version)
+    except UnsupportedVersionError as exc:
+        exc.correlation_id = prefix.correlation_id
+        raise
+    buf = memoryview(frame)
+    header_version = request_header_version(prefix.api_key, prefix.api_version)
+    header, pos = RequestHeader.decode_from(buf, 0, header_version)
+    body, end = request_cls.decode_from(buf, pos, prefix.api_version)
+    if end != len(buf):
+        raise InvalidFrameError(
+            f"{len(buf) - end} trailing bytes after {request_cls.NAME} v{prefix.api_version}"
+        )
+    return header, body
+
+
+def _framed(w: Writer) -> list[Buffer]:
+    chunks = w.chunks()
+    return [_SIZE.pack(sum(len(c) for c in chunks)), *chunks]
+
+
+def encode_request(header: RequestHeader, body: Request) -> list[Buffer]:
+    """Size prefix, header and body as chunks (large records blobs are not copied)."""
+    assert header.request_api_key == body.API_KEY
+    w = Writer()
+    header.encode_into(
+        w, request_header_version(header.request_api_key, header.request_api_version)
+    )
+    body.encode_into(w, header.request_api_version)
+    return _framed(w)
+
+
+def encode_response(api_version: int, correlation_id: int, body: Response) -> list[Buffer]:
+    assert body.API_KEY is not None
+    w = Writer()
+    ResponseHeader(correlation_id=correlation_id).encode_into(
+        w, response_header_version(body.API_KEY, api_version)
+    )
+    body.encode_into(w, api_version)
+    return _framed(w)
+
+
+def decode_response(api_key: int, api_version: int, frame: Buffer) -> tuple[int, Response]:
+    """Decode a response frame (without size prefix); return (correlation id, body)."""
+    _, response_cls = api_classes(api_key)
+    buf = memoryview(frame)
+    header, pos = ResponseHeader.decode_from(buf, 0, response_header_version(api_key, api_version))
+    body = response_cls.decode_from(buf, pos, api_version)
+    if body[1] != len(buf):
+        raise InvalidFrameError(f"{len(buf) - body[1]} trailing bytes after {response_cls.NAME}")
+    return header.correlation_id, body[0]
+
+
+class FrameReader:
+    """Splits a byte stream into frames, refusing any frame above ``max_frame_bytes``.
+
+    Frames come out as immutable ``bytes`` so that zero-copy record slices stay valid.
+    """
+
+    __slots__ = ("_buf", "max_frame_bytes")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self._buf = bytearray()
+        self.max_frame_bytes = max_frame_bytes
+
+    def feed(self, data: Buffer) -> None:
+        self._buf += data
+
+    def pending_bytes(self) -> int:
+        return len(self._buf)
+
+    def next_frame(self) -> bytes | None:
+        """The next complete frame, or None if more bytes are needed."""
+        if len(self._buf) < 4:
+            return None
+        (size,) = _SIZE.unpack_from(self._buf, 0)
+        if size < 0:
+            raise InvalidFrameError(f"negative frame size {size}")
+        if size > self.max_frame_bytes:
+            raise FrameTooLargeError(size, self.max_frame_bytes)
+        if len(self._buf) < 4 + size:
+            return None
+        frame = bytes(self._buf[4 : 4 + size])
+        del self._buf[: 4 + size]
+        return frame
