@@ -29,6 +29,7 @@ the in-place patches; nothing there iterates records.
 
 from __future__ import annotations
 
+import enum
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -404,6 +405,29 @@ def build_batch(
     return bytes(header) + body
 
 
-def control_record(key_type: int, value: bytes) -> SimpleRecord:
-    """A control record (type 0 ABORT, 1 COMMIT) for a control batch."""
-    return SimpleRecord(value=value, key=_CONTROL_KEY.pack(0, key_type))
+class ControlRecordType(enum.IntEnum):
+    """The ``type`` in a control record's key (``version int16, type int16``)."""
+
+    ABORT = 0
+    COMMIT = 1
+    LEADER_CHANGE = 2
+    SNAPSHOT_HEADER = 3
+    SNAPSHOT_FOOTER = 4
+    KRAFT_VERSION = 5
+    KRAFT_VOTERS = 6
+
+
+def control_record(kind: ControlRecordType, value: bytes) -> SimpleRecord:
+    """A control record for a control batch (``build_batch(..., control=True)``)."""
+    return SimpleRecord(value=value, key=_CONTROL_KEY.pack(0, kind))
+
+
+def control_record_type(record: Record) -> ControlRecordType:
+    """The type of a record read from a control batch."""
+    if record.key is None or len(record.key) < _CONTROL_KEY.size:
+        raise CorruptRecordError("control record without a version and type key")
+    _, kind = _CONTROL_KEY.unpack_from(record.key)
+    try:
+        return ControlRecordType(kind)
+    except ValueError:
+        raise CorruptRecordError(f"unknown control record type {kind}") from None

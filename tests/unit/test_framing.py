@@ -82,10 +82,12 @@ def test_request_round_trip_with_header() -> None:
     chunks = encode_request(header, body)
     frame = _frame(chunks)
     assert int.from_bytes(frame[:4], "big") == len(frame) - 4
-    got_header, got_body = decode_request(frame[4:])
+    payload = frame[4:]
+    got_header, got_body = decode_request(payload)
     assert (got_header, got_body) == (header, body)
     records = got_body.topic_data[0].partition_data[0].records
     assert isinstance(records, memoryview), "records must be a zero-copy slice"
+    assert records.obj is payload, "the slice must share the frame's memory"
     assert any(c is body.topic_data[0].partition_data[0].records for c in chunks)
 
 

@@ -15,9 +15,13 @@ from kafka_protocol.compression import XERIAL_MAGIC, Compression, compress, deco
 from kafka_protocol.exceptions import CompressionError, CorruptRecordError
 from kafka_protocol.record_batch import (
     HEADER_BYTES,
+    ControlRecordType,
+    Record,
     RecordBatch,
     SimpleRecord,
     build_batch,
+    control_record,
+    control_record_type,
     iter_batches,
     set_base_offset,
     set_partition_leader_epoch,
@@ -137,3 +141,14 @@ def test_decompression_is_bounded() -> None:
     bomb = compress(Compression.SNAPPY, bytes(1_000_000))
     with pytest.raises(CompressionError):
         decompress(Compression.SNAPPY, bomb, max_bytes=1000)
+
+
+def test_control_batches() -> None:
+    marker = control_record(ControlRecordType.COMMIT, b"\x00\x00\x00\x00\x00\x07")
+    data = build_batch([marker], control=True, transactional=True, producer_id=9)
+    (batch,) = iter_batches(data)
+    assert batch.validate().is_control and batch.is_transactional
+    (record,) = batch.records()
+    assert control_record_type(record) is ControlRecordType.COMMIT
+    with pytest.raises(CorruptRecordError):
+        control_record_type(Record(offset=0, timestamp=0, key=b"\x00", value=None))
