@@ -231,17 +231,22 @@ def unpack_array(fmt: str, buf: memoryview, pos: int, n: int) -> tuple[list[Any]
 # --- writer -----------------------------------------------------------------------------------
 
 
+def varint_bytes(raw: int) -> bytes:
+    """Base-128 encoding of a non-negative integer (the caller bounds and zigzags it)."""
+    if raw < 0x80:
+        return bytes((raw,))
+    out = bytearray()
+    while raw >= 0x80:
+        out.append((raw & 0x7F) | 0x80)
+        raw >>= 7
+    out.append(raw)
+    return bytes(out)
+
+
 def _uvarint(value: int) -> bytes:
-    if 0 <= value < 0x80:
-        return bytes((value,))
     if value < 0 or value > 0xFFFFFFFF:
         raise LocalProtocolError(f"{value} does not fit an unsigned varint")
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return varint_bytes(value)
 
 
 class Writer:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from crc32c import crc32c
 
-from kafka_protocol._codec import Buffer
+from kafka_protocol._codec import Buffer, varint_bytes
 from kafka_protocol.compression import (
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     Compression,
@@ -315,13 +315,8 @@ def _read_record(buf: memoryview, pos: int, batch: RecordBatch) -> tuple[Record,
 
 
 def _varint(value: int) -> bytes:
-    raw = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while raw >= 0x80:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
-    return bytes(out)
+    """Zigzag varint/varlong of a signed 64-bit value."""
+    return varint_bytes((value << 1) ^ (value >> 63))
 
 
 def _blob(data: bytes | None) -> bytes:
