@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from protocol_strategies import all_specs, cases, message_class, message_strategy
 
 from kafka_protocol.exceptions import ProtocolError
-from kafka_protocol.framing import decode_request, encode_request
+from kafka_protocol.framing import decode_request, encode_request, request_header_version
 from kafka_protocol.messages import RequestHeader
 from kafka_protocol.record_batch import iter_batches
 
@@ -92,7 +92,10 @@ def test_mutated_request_frames(case: tuple[str, str, int], data: Any) -> None:
         request_api_key=body.API_KEY,
         request_api_version=version,
         correlation_id=data.draw(st.integers(0, 2**31 - 1)),
-        client_id=data.draw(st.none() | st.text(max_size=8)),
+        # Header v0 (ControlledShutdown v0 only) has no client id.
+        client_id=data.draw(st.none() | st.text(max_size=8))
+        if request_header_version(body.API_KEY, version) > 0
+        else None,
     )
     frame = bytearray(b"".join(bytes(c) for c in encode_request(header, body))[4:])
     for _ in range(data.draw(st.integers(0, 3))):
