@@ -124,3 +124,21 @@ def test_flexible_response_has_a_tag_section_after_the_correlation_id() -> None:
     frame = _frame(encode_response(9, 5, MetadataResponse()))[4:]
     assert frame[:5] == b"\x00\x00\x00\x05\x00"
     assert decode_response(3, 9, frame) == (5, MetadataResponse())
+
+
+def test_unknown_tagged_fields_are_skipped_and_known_ones_read() -> None:
+    plain = ApiVersionsResponse(error_code=0)
+    encoded = plain.encode(3)
+    assert encoded.endswith(b"\x00")  # empty top-level tag section
+    # tag 9 (unknown, 3 bytes), then tag 1 (FinalizedFeaturesEpoch, int64 = 7)
+    tagged = encoded[:-1] + b"\x02" + b"\x09\x03abc" + b"\x01\x08" + (7).to_bytes(8, "big")
+    decoded = ApiVersionsResponse.decode(tagged, 3)
+    assert decoded.finalized_features_epoch == 7
+    decoded.finalized_features_epoch = plain.finalized_features_epoch
+    assert decoded == plain
+
+
+def test_tagged_fields_are_written_only_when_not_default() -> None:
+    default = ApiVersionsResponse().encode(3)
+    with_epoch = ApiVersionsResponse(finalized_features_epoch=7).encode(3)
+    assert len(with_epoch) == len(default) + 10  # tag, size and an int64
