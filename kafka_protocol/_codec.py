@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar, Self, TypeAlias
 
 from kafka_protocol.exceptions import (
@@ -24,7 +25,26 @@ from kafka_protocol.exceptions import (
     UnsupportedVersionError,
 )
 
+
+@dataclass(frozen=True, slots=True)
+class FileRegion:
+    """Bytes of an open file that the caller sends itself (``os.sendfile``).
+
+    A records field may hold one; :meth:`Message.encode_chunks` passes it through as a chunk
+    and the codec never reads it, so Fetch responses are served from segment files without
+    copying through Python.  The fd belongs to whoever sends the chunks (they close it).
+    """
+
+    fd: int
+    offset: int
+    size: int
+
+    def __len__(self) -> int:
+        return self.size
+
+
 Buffer: TypeAlias = bytes | bytearray | memoryview
+Chunk: TypeAlias = bytes | bytearray | memoryview | FileRegion
 ZERO_COPY_MIN_BYTES = 4096
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -256,9 +276,9 @@ class Writer:
 
     def __init__(self) -> None:
         self.buf = bytearray()
-        self._chunks: list[Buffer] = []
+        self._chunks: list[Chunk] = []
 
-    def chunks(self) -> list[Buffer]:
+    def chunks(self) -> list[Chunk]:
         if self.buf:
             self._chunks.append(bytes(self.buf))
             self.buf.clear()
@@ -267,7 +287,10 @@ class Writer:
     def getvalue(self) -> bytes:
         if not self._chunks:
             return bytes(self.buf)
-        return b"".join(self.chunks())
+        chunks = self.chunks()
+        if any(isinstance(c, FileRegion) for c in chunks):
+            raise LocalProtocolError("a FileRegion can only be sent with encode_chunks()")
+        return b"".join(chunks)  # type: ignore[arg-type]
 
     def size(self) -> int:
         return len(self.buf) + sum(len(c) for c in self._chunks)
@@ -301,32 +324,32 @@ class Writer:
         else:
             self.compact_string(s)
 
-    def bytes_(self, b: Buffer | None) -> None:
+    def bytes_(self, b: Chunk | None) -> None:
         if b is None:
             raise LocalProtocolError("null bytes in a non-nullable field")
         self.buf += I32.pack(len(b))
         self._blob(b)
 
-    def nullable_bytes(self, b: Buffer | None) -> None:
+    def nullable_bytes(self, b: Chunk | None) -> None:
         if b is None:
             self.buf += b"\xff\xff\xff\xff"
         else:
             self.bytes_(b)
 
-    def compact_bytes(self, b: Buffer | None) -> None:
+    def compact_bytes(self, b: Chunk | None) -> None:
         if b is None:
             raise LocalProtocolError("null bytes in a non-nullable field")
         self.buf += _uvarint(len(b) + 1)
         self._blob(b)
 
-    def compact_nullable_bytes(self, b: Buffer | None) -> None:
+    def compact_nullable_bytes(self, b: Chunk | None) -> None:
         if b is None:
             self.buf += b"\x00"
         else:
             self.compact_bytes(b)
 
-    def _blob(self, b: Buffer) -> None:
-        if len(b) >= ZERO_COPY_MIN_BYTES:
+    def _blob(self, b: Chunk) -> None:
+        if isinstance(b, FileRegion) or len(b) >= ZERO_COPY_MIN_BYTES:
             self.chunks()
             self._chunks.append(b)
         else:
@@ -436,7 +459,7 @@ class Message:
         self.encode_into(w, version)
         return w.getvalue()
 
-    def encode_chunks(self, version: int) -> list[Buffer]:
+    def encode_chunks(self, version: int) -> list[Chunk]:
         """The encoding as a list of buffers; large records blobs are not copied."""
         w = Writer()
         self.encode_into(w, version)

@@ -22,7 +22,7 @@ import struct
 from dataclasses import dataclass
 from functools import cache
 
-from kafka_protocol._codec import Buffer, Request, Response, Writer
+from kafka_protocol._codec import Buffer, Chunk, Request, Response, Writer
 from kafka_protocol.exceptions import (
     FrameTooLargeError,
     InvalidFrameError,
@@ -100,12 +100,12 @@ def decode_request(frame: Buffer) -> tuple[RequestHeader, Request]:
     return header, body
 
 
-def _framed(w: Writer) -> list[Buffer]:
+def _framed(w: Writer) -> list[Chunk]:
     chunks = w.chunks()
     return [_SIZE.pack(sum(len(c) for c in chunks)), *chunks]
 
 
-def encode_request(header: RequestHeader, body: Request) -> list[Buffer]:
+def encode_request(header: RequestHeader, body: Request) -> list[Chunk]:
     """Size prefix, header and body as chunks (large records blobs are not copied)."""
     assert header.request_api_key == body.API_KEY
     w = Writer()
@@ -116,7 +116,7 @@ def encode_request(header: RequestHeader, body: Request) -> list[Buffer]:
     return _framed(w)
 
 
-def encode_response(api_version: int, correlation_id: int, body: Response) -> list[Buffer]:
+def encode_response(api_version: int, correlation_id: int, body: Response) -> list[Chunk]:
     assert body.API_KEY is not None
     w = Writer()
     ResponseHeader(correlation_id=correlation_id).encode_into(

@@ -52,7 +52,7 @@ PY_PRIM = {
     "float64": "float",
     "string": "str",
     "bytes": "bytes",
-    "records": "Buffer",
+    "records": "Chunk",
     "uuid": "uuid.UUID",
 }
 ENTITY = {
@@ -496,6 +496,7 @@ def render_module(msgs: list[Message]) -> str:
     codec_names = [
         "ZERO_UUID",
         "Buffer",
+        "Chunk",
         "Writer",
         "absent",
         "check_tag_end",

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from kafka_protocol._codec import (
     ZERO_UUID,
-    Buffer,
+    Chunk,
     Request,
     Response,
     Writer,
@@ -148,7 +148,7 @@ class FetchResponse(Response):
             default_factory=list
         )
         preferred_read_replica: BrokerId = BrokerId(-1)
-        records: Buffer | None = b""
+        records: Chunk | None = b""
 
     @dataclass(slots=True, kw_only=True)
     class EpochEndOffset:
@@ -1570,7 +1570,7 @@ def _decode_FetchResponse_PartitionData_v0(
     v_partition_index: int
     v_error_code: int
     v_high_watermark: int
-    v_records: Buffer | None
+    v_records: Chunk | None
     v_partition_index, v_error_code, v_high_watermark = _S_ihq.unpack_from(buf, pos)
     pos += _S_ihq.size
     v_records, pos = read_nullable_records(buf, pos)
@@ -1700,7 +1700,7 @@ def _decode_FetchResponse_PartitionData_v4(
     v_high_watermark: int
     v_last_stable_offset: int
     v_aborted_transactions: list[FetchResponse.AbortedTransaction] | None
-    v_records: Buffer | None
+    v_records: Chunk | None
     v_partition_index, v_error_code, v_high_watermark, v_last_stable_offset = _S_ihqq.unpack_from(
         buf, pos
     )
@@ -1806,7 +1806,7 @@ def _decode_FetchResponse_PartitionData_v5(
     v_last_stable_offset: int
     v_log_start_offset: int
     v_aborted_transactions: list[FetchResponse.AbortedTransaction] | None
-    v_records: Buffer | None
+    v_records: Chunk | None
     v_partition_index, v_error_code, v_high_watermark, v_last_stable_offset, v_log_start_offset = (
         _S_ihqqq.unpack_from(buf, pos)
     )
@@ -1949,7 +1949,7 @@ def _decode_FetchResponse_PartitionData_v11(
     v_log_start_offset: int
     v_aborted_transactions: list[FetchResponse.AbortedTransaction] | None
     v_preferred_read_replica: BrokerId
-    v_records: Buffer | None
+    v_records: Chunk | None
     v_partition_index, v_error_code, v_high_watermark, v_last_stable_offset, v_log_start_offset = (
         _S_ihqqq.unpack_from(buf, pos)
     )
@@ -2139,7 +2139,7 @@ def _decode_FetchResponse_PartitionData_v12(
     v_snapshot_id: FetchResponse.SnapshotId
     v_aborted_transactions: list[FetchResponse.AbortedTransaction] | None
     v_preferred_read_replica: BrokerId
-    v_records: Buffer | None
+    v_records: Chunk | None
     v_partition_index, v_error_code, v_high_watermark, v_last_stable_offset, v_log_start_offset = (
         _S_ihqqq.unpack_from(buf, pos)
     )

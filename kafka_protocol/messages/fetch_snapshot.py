@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from kafka_protocol._codec import (
     ZERO_UUID,
-    Buffer,
+    Chunk,
     Request,
     Response,
     Writer,
@@ -105,7 +105,7 @@ class FetchSnapshotResponse(Response):
         )
         size: int = 0
         position: int = 0
-        unaligned_records: Buffer = b""
+        unaligned_records: Chunk = b""
 
     @dataclass(slots=True, kw_only=True)
     class SnapshotId:
@@ -427,7 +427,7 @@ def _decode_FetchSnapshotResponse_PartitionSnapshot_v0(
     v_current_leader: FetchSnapshotResponse.LeaderIdAndEpoch
     v_size: int
     v_position: int
-    v_unaligned_records: Buffer
+    v_unaligned_records: Chunk
     v_index, v_error_code = _S_ih.unpack_from(buf, pos)
     pos += _S_ih.size
     v_snapshot_id, pos = _decode_FetchSnapshotResponse_SnapshotId_v0(buf, pos)

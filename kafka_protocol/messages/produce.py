@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from kafka_protocol._codec import (
     ZERO_UUID,
-    Buffer,
+    Chunk,
     Request,
     Response,
     Writer,
@@ -62,7 +62,7 @@ class ProduceRequest(Request):
     @dataclass(slots=True, kw_only=True)
     class PartitionProduceData:
         index: int = 0
-        records: Buffer | None = b""
+        records: Chunk | None = b""
 
     transactional_id: TransactionalId | None = None
     acks: int = 0
@@ -129,7 +129,7 @@ def _decode_ProduceRequest_PartitionProduceData_v0(
     buf: memoryview, pos: int
 ) -> tuple[ProduceRequest.PartitionProduceData, int]:
     v_index: int
-    v_records: Buffer | None
+    v_records: Chunk | None
     (v_index,) = _S_i.unpack_from(buf, pos)
     pos += _S_i.size
     v_records, pos = read_nullable_records(buf, pos)
@@ -234,7 +234,7 @@ def _decode_ProduceRequest_PartitionProduceData_v9(
     buf: memoryview, pos: int
 ) -> tuple[ProduceRequest.PartitionProduceData, int]:
     v_index: int
-    v_records: Buffer | None
+    v_records: Chunk | None
     (v_index,) = _S_i.unpack_from(buf, pos)
     pos += _S_i.size
     v_records, pos = read_compact_nullable_records(buf, pos)

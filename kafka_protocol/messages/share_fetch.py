@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from kafka_protocol._codec import (
     ZERO_UUID,
-    Buffer,
+    Chunk,
     Request,
     Response,
     Writer,
@@ -108,7 +108,7 @@ class ShareFetchResponse(Response):
         current_leader: ShareFetchResponse.LeaderIdAndEpoch = field(
             default_factory=lambda: ShareFetchResponse.LeaderIdAndEpoch()
         )
-        records: Buffer | None = b""
+        records: Chunk | None = b""
         acquired_records: list[ShareFetchResponse.AcquiredRecords] = field(default_factory=list)
 
     @dataclass(slots=True, kw_only=True)
@@ -365,7 +365,7 @@ def _decode_ShareFetchResponse_PartitionData_v0(
     v_acknowledge_error_code: int
     v_acknowledge_error_message: str | None
     v_current_leader: ShareFetchResponse.LeaderIdAndEpoch
-    v_records: Buffer | None
+    v_records: Chunk | None
     v_acquired_records: list[ShareFetchResponse.AcquiredRecords]
     v_partition_index, v_error_code = _S_ih.unpack_from(buf, pos)
     pos += _S_ih.size
