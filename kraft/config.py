@@ -1,0 +1,219 @@
+"""Node configuration: Kafka's key names from a properties file, the environment and overrides.
+
+Precedence, highest first: ``--override key=value`` > ``KRAFT_<KEY>`` environment variables
+(the key upper-cased, dots as underscores: ``KRAFT_NODE_ID``) > the properties file > defaults.
+Every value is validated when the node starts, and an error names the key, the value and
+where it came from, so that a container that will not start says why.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ENV_PREFIX = "KRAFT_"
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    name: str  # PLAINTEXT, CONTROLLER, ...
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java ``.properties``: ``key=value`` / ``key: value`` / ``key value``, ``#``/``!``
+    comments, backslash line continuations and escapes."""
+    out: dict[str, str] = {}
+    logical: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = pending + raw.lstrip() if pending else raw.strip()
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            pending = line[:-1]
+            continue
+        pending = ""
+        logical.append(line)
+    if pending:
+        logical.append(pending)
+    for line in logical:
+        m = re.match(r"((?:\\.|[^=:\s\\])+)\s*[=:\s]?\s*(.*)$", line)
+        if m is None:
+            continue
+        out[_unescape(m.group(1))] = _unescape(m.group(2))
+    return out
+
+
+def _unescape(s: str) -> str:
+    escapes = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+    return re.sub(r"\\(.)", lambda m: escapes.get(m.group(1), m.group(1)), s)
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
+    return {
+        k[len(ENV_PREFIX) :].lower().replace("_", "."): v
+        for k, v in environ.items()
+        if k.startswith(ENV_PREFIX) and len(k) > len(ENV_PREFIX)
+    }
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--override {item!r}: expected key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def parse_listeners(value: str, key: str) -> list[Listener]:
+    listeners = []
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:]*):(\d+)", part)
+        if m is None:
+            raise ConfigError(f"{key}: {part!r} is not NAME://host:port")
+        host = m.group(2).strip("[]")
+        listeners.append(Listener(m.group(1).upper(), host, _port(int(m.group(3)), key)))
+    return listeners
+
+
+def _port(port: int, key: str) -> int:
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"{key}: port {port} is outside 0-65535")
+    return port
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """The validated settings one node runs with; ``values`` keeps every key as given."""
+
+    node_id: int
+    process_roles: frozenset[str]
+    listeners: tuple[Listener, ...]
+    advertised_listeners: tuple[Listener, ...]
+    admin_listener: tuple[str, int] | None
+    log_dirs: tuple[Path, ...]
+    metadata_log_dir: Path
+    values: Mapping[str, str] = field(default_factory=dict)
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.values.get(key, default)
+
+    def get_int(self, key: str, default: int) -> int:
+        raw = self.values.get(key)
+        if raw is None:
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(self._bad(key, raw, "an integer")) from None
+
+    def get_bool(self, key: str, default: bool) -> bool:
+        raw = self.values.get(key)
+        if raw is None:
+            return default
+        if raw.lower() not in ("true", "false"):
+            raise ConfigError(self._bad(key, raw, "true or false"))
+        return raw.lower() == "true"
+
+    def _bad(self, key: str, raw: str, want: str) -> str:
+        return f"{key}={raw!r} (from {self.sources.get(key, 'default')}) must be {want}"
+
+    def listener(self, name: str) -> Listener | None:
+        return next((x for x in self.listeners if x.name == name), None)
+
+    def advertised(self, name: str) -> Listener | None:
+        return next((x for x in self.advertised_listeners if x.name == name), None)
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.process_roles
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.process_roles
+
+
+def load_config(
+    file: Path | None = None,
+    overrides: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    defaults: Mapping[str, str] | None = None,
+) -> NodeConfig:
+    layers: list[tuple[str, Mapping[str, str]]] = [("default", defaults or {})]
+    if file is not None:
+        try:
+            layers.append((str(file), parse_properties(file.read_text())))
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {file}: {exc.strerror}") from None
+    layers.append(("environment", env_overrides(os.environ if environ is None else environ)))
+    layers.append(("--override", overrides or {}))
+    values: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for source, layer in layers:
+        for k, v in layer.items():
+            values[k] = v
+            sources[k] = source
+    return _validate(values, sources)
+
+
+def _validate(values: dict[str, str], sources: dict[str, str]) -> NodeConfig:
+    def need(key: str) -> str:
+        if key not in values or not values[key].strip():
+            raise ConfigError(f"{key} is required")
+        return values[key].strip()
+
+    try:
+        node_id = int(need("node.id"))
+    except ValueError:
+        raise ConfigError(f"node.id={values['node.id']!r} must be an integer") from None
+    roles = frozenset(r.strip() for r in need("process.roles").split(",") if r.strip())
+    if not roles or not roles <= {"broker", "controller"}:
+        raise ConfigError(
+            f"process.roles={values['process.roles']!r}: use broker and/or controller"
+        )
+    listeners = parse_listeners(values.get("listeners", ""), "listeners")
+    advertised = parse_listeners(values.get("advertised.listeners", ""), "advertised.listeners")
+    by_name = {x.name: x for x in advertised}
+    for x in listeners:  # advertised defaults to listeners, 0.0.0.0 becomes loopback
+        if x.name not in by_name:
+            host = "127.0.0.1" if x.host in ("", "0.0.0.0", "::") else x.host
+            by_name[x.name] = Listener(x.name, host, x.port)
+    admin = None
+    if raw := values.get("admin.listener", "").strip():
+        m = re.fullmatch(r"https?://(\[[^\]]*\]|[^:/]*):(\d+)/?", raw)
+        if m is None:
+            raise ConfigError(f"admin.listener={raw!r} is not http://host:port")
+        admin = (m.group(1).strip("[]"), _port(int(m.group(2)), "admin.listener"))
+    log_dirs = tuple(
+        Path(p.strip())
+        for p in values.get("log.dirs", values.get("log.dir", "./kraft-data")).split(",")
+        if p.strip()
+    )
+    metadata_dir = Path(values.get("metadata.log.dir", str(log_dirs[0])))
+    return NodeConfig(
+        node_id=node_id,
+        process_roles=roles,
+        listeners=tuple(listeners),
+        advertised_listeners=tuple(by_name.values()),
+        admin_listener=admin,
+        log_dirs=log_dirs,
+        metadata_log_dir=metadata_dir,
+        values=dict(values),
+        sources=dict(sources),
+    )
