@@ -1,14 +1,38 @@
-# One image for every role; the role comes from KRAFT_* environment variables.
+# One image for every role: `kraft server`, configured by KRAFT_* environment variables
+# (KRAFT_NODE_ID, KRAFT_PROCESS_ROLES, KRAFT_LISTENERS, ...; see INTERFACE.md).
 FROM python:3.11-slim
-RUN useradd --create-home --uid 1000 kraft
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin kraft \
+    && mkdir -p /var/lib/kraft \
+    && chown kraft:kraft /var/lib/kraft
+
 WORKDIR /opt/kraft
 COPY pyproject.toml README.md ./
 COPY kafka_protocol ./kafka_protocol
+COPY metadata_log ./metadata_log
 COPY kraft ./kraft
 COPY broker ./broker
-COPY metadata_log ./metadata_log
 COPY spark_source ./spark_source
-RUN pip install --no-cache-dir '.[fast]'
+RUN pip install '.[fast]'
+
+# A single combined node by default; compose files override these per container.
+ENV KRAFT_NODE_ID=1 \
+    KRAFT_PROCESS_ROLES=broker,controller \
+    KRAFT_LISTENERS=PLAINTEXT://0.0.0.0:9092,CONTROLLER://0.0.0.0:9093 \
+    KRAFT_ADVERTISED_LISTENERS=PLAINTEXT://localhost:9092 \
+    KRAFT_ADMIN_LISTENER=http://0.0.0.0:8080 \
+    KRAFT_LOG_DIRS=/var/lib/kraft/data \
+    KRAFT_METADATA_LOG_DIR=/var/lib/kraft/metadata
+
 USER kraft
-ENTRYPOINT ["kraft"]
-CMD ["--version"]
+VOLUME ["/var/lib/kraft"]
+EXPOSE 9092 9093 8080
+HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
+    CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8080/v1/health', timeout=2).status == 200 else 1)"
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["kraft", "server"]

@@ -48,12 +48,6 @@ class BrokerMetrics:
         self.bytes_in = Counter("kafka_bytes_in", "Record bytes appended", ["topic"], registry=r)
         self.bytes_out = Counter("kafka_bytes_out", "Record bytes fetched", ["topic"], registry=r)
         self.messages_in = Counter("kafka_messages_in", "Records appended", ["topic"], registry=r)
-        self.messages_out = Counter(
-            "kafka_messages_out",
-            "Records fetched (offset span of returned batches)",
-            ["topic"],
-            registry=r,
-        )
         self.produce_latency = Histogram(
             "kafka_produce_latency_seconds",
             "Produce request latency",
@@ -76,12 +70,12 @@ class BrokerMetrics:
         return self.partition_errors.labels(api, ErrorCode.from_code(error).name)
 
     @cache  # noqa: B019
-    def topic_counters(self, topic: str) -> tuple[Counter, Counter, Counter, Counter]:
+    def topic_counters(self, topic: str) -> tuple[Counter, Counter, Counter]:
+        """(bytes in, messages in, bytes out) of a topic, as Kafka's BrokerTopicMetrics."""
         return (
             self.bytes_in.labels(topic),
             self.messages_in.labels(topic),
             self.bytes_out.labels(topic),
-            self.messages_out.labels(topic),
         )
 
     def add_state(self, read: Callable[[], Iterable[Metric]]) -> None:

@@ -1,10 +1,76 @@
-"""The ``kraft`` command line.  More subcommands arrive with the broker and the controller."""
+"""The ``kraft`` command line.
+
+    kraft dev [--data-dir DIR] [--port N] [--admin-port N]    one combined node, for development
+    kraft server [--config FILE] [--override key=value ...]   one node, exactly as a container runs
+    kraft topics|produce|consume ...                          admin commands over the REST API
+
+Errors in configuration exit with status 2 and one line that names the key and its source.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import sys
+from pathlib import Path
 
 from kraft import __version__
+from kraft.config import ConfigError, NodeConfig, load_config, parse_overrides
+
+
+def _setup_logging() -> None:
+    level = os.environ.get("KRAFT_LOG_LEVEL", "WARNING").upper()
+    logging.basicConfig(
+        level=getattr(logging, level, logging.WARNING),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def dev_config(args: argparse.Namespace) -> NodeConfig:
+    port = args.port
+    admin_port = args.admin_port
+    if admin_port is None:  # derived: 9092 -> 8080, N -> N - 1012; any free port for --port 0
+        admin_port = port - 1012 if port > 1012 else 0
+    data = Path(args.data_dir)
+    return load_config(
+        overrides={
+            "node.id": "1",
+            "process.roles": "broker,controller",
+            "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "admin.listener": f"http://127.0.0.1:{admin_port}",
+            "log.dirs": str(data / "logs"),
+            "metadata.log.dir": str(data / "metadata"),
+            **parse_overrides(args.override or []),
+        },
+        environ={},
+    )
+
+
+def _announce(line: str) -> None:
+    print(line, flush=True)
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from kraft.node import run, serve
+
+    if args.controllers != 1 or args.brokers != 1:
+        print("kraft dev: multi-node clusters arrive with the controller quorum", file=sys.stderr)
+        return 2
+    cfg = dev_config(args)
+    run(lambda: serve(cfg, _announce))
+    return 0
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    from kraft.node import run, serve
+
+    cfg = load_config(
+        Path(args.config) if args.config else None, parse_overrides(args.override or [])
+    )
+    run(lambda: serve(cfg, _announce))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -12,7 +78,25 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kraft", description="A Kafka-compatible streaming platform in Python."
     )
     parser.add_argument("--version", action="version", version=f"kraft {__version__}")
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    dev = sub.add_parser("dev", help="run one combined node for development")
+    dev.add_argument("--data-dir", default="./kraft-data")
+    dev.add_argument("--port", type=int, default=9092, help="Kafka port (0: any free port)")
+    dev.add_argument("--admin-port", type=int, default=None, help="REST port (default 8080)")
+    dev.add_argument("--controllers", type=int, default=1)
+    dev.add_argument("--brokers", type=int, default=1)
+    dev.add_argument("--override", action="append", metavar="KEY=VALUE")
+    dev.set_defaults(func=cmd_dev)
+
+    server = sub.add_parser("server", help="run one node from a properties file and KRAFT_* env")
+    server.add_argument("--config", help="Java-properties file with Kafka's key names")
+    server.add_argument("--override", action="append", metavar="KEY=VALUE")
+    server.set_defaults(func=cmd_server)
+
+    from kraft.admin_cli import add_admin_commands
+
+    add_admin_commands(sub)
     return parser
 
 
@@ -22,7 +106,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    return 0
+    _setup_logging()
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"kraft: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,0 +1,44 @@
+"""What a broker asks of the active controller.
+
+On a combined single node this is an in-process call into the local controller; once the
+quorum lands, the same interface is served over the controller listener (Kafka forwards admin
+requests to the active controller the same way).  Every method returns Kafka's response
+dataclass with per-item error codes; transport failures raise.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from kafka_protocol.messages import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+
+
+class ControllerChannel(Protocol):
+    async def create_topics(
+        self, request: CreateTopicsRequest, version: int
+    ) -> CreateTopicsResponse: ...
+
+    async def delete_topics(
+        self, request: DeleteTopicsRequest, version: int
+    ) -> DeleteTopicsResponse: ...
+
+    async def create_partitions(
+        self, request: CreatePartitionsRequest, version: int
+    ) -> CreatePartitionsResponse: ...
+
+    async def incremental_alter_configs(
+        self, request: IncrementalAlterConfigsRequest, version: int
+    ) -> IncrementalAlterConfigsResponse: ...
+
+    async def allocate_producer_ids(self, broker_id: int, count: int) -> tuple[int, int]:
+        """A block of ``count`` producer ids never handed out before: (first id, count)."""
+        ...

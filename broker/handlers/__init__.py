@@ -1,0 +1,34 @@
+"""One module per Kafka API family; each declares its version range next to its code."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from broker.dispatcher import ApiHandler
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+
+def build_handlers(broker: Broker) -> list[ApiHandler]:
+    from broker.handlers.admin import AdminHandlers
+    from broker.handlers.basics import (
+        ApiVersionsHandler,
+        FindCoordinatorHandler,
+        InitProducerIdHandler,
+    )
+    from broker.handlers.fetch import FetchHandler
+    from broker.handlers.list_offsets import ListOffsetsHandler
+    from broker.handlers.metadata import MetadataHandler
+    from broker.handlers.produce import ProduceHandler
+
+    return [
+        ProduceHandler(broker).spec(),
+        FetchHandler(broker).spec(),
+        ListOffsetsHandler(broker).spec(),
+        MetadataHandler(broker).spec(),
+        FindCoordinatorHandler(broker).spec(),
+        ApiVersionsHandler(broker).spec(),
+        InitProducerIdHandler(broker).spec(),
+        *AdminHandlers(broker).specs(),
+    ]

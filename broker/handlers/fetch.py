@@ -1,0 +1,158 @@
+"""Fetch 4-12 (sessionless): whole batches up to the high watermark, served with sendfile.
+
+Reading plans slices first (positions in segment files, no bytes touched) and materializes
+them as :class:`FileRegion` chunks (a dup'd fd the connection sends with ``os.sendfile`` and
+closes) only for the response actually sent.  If fewer than ``min_bytes`` are available the
+request long-polls: it waits on every requested partition's append wake-up, or
+``max_wait_ms``, then plans again.
+
+Limits (KIP-74): ``partition_max_bytes`` per partition and ``max_bytes`` per response, except
+that the first batch of the first non-empty partition is returned whole even if larger, so a
+consumer can always make progress.  A fetch from inside a batch returns that whole batch; the
+client drops the records before its offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from broker.dispatcher import ApiHandler, RequestContext
+from broker.log.errors import LogError, OffsetOutOfRangeError
+from broker.log.log import FetchSlice
+from broker.replica_manager import Partition
+from kafka_protocol._codec import Chunk, FileRegion
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.messages import FetchRequest, FetchResponse
+from kafka_protocol.types import TopicName
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+
+@dataclass(slots=True)
+class _Planned:
+    topic: str
+    index: int
+    error: ErrorCode
+    part: Partition | None = None
+    slice: FetchSlice | None = None
+
+
+def check_leader_epoch(part: Partition, requested: int) -> ErrorCode:
+    """KIP-320: a client's view of the leader epoch must match ours (-1 skips the check)."""
+    if requested < 0 or requested == part.leader_epoch:
+        return ErrorCode.NONE
+    if requested < part.leader_epoch:
+        return ErrorCode.FENCED_LEADER_EPOCH
+    return ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+class FetchHandler:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def spec(self) -> ApiHandler:
+        return ApiHandler(1, 4, 12, self.handle, "Fetch")
+
+    def handle(
+        self, ctx: RequestContext, req: FetchRequest
+    ) -> FetchResponse | asyncio.Future[FetchResponse | None]:
+        plan, available = self._plan(req)
+        errors = any(p.error is not ErrorCode.NONE for p in plan)
+        if available >= req.min_bytes or req.max_wait_ms <= 0 or errors or not plan:
+            return self._respond(ctx, plan)
+        return asyncio.ensure_future(self._long_poll(ctx, req, plan))
+
+    async def _long_poll(
+        self, ctx: RequestContext, req: FetchRequest, plan: list[_Planned]
+    ) -> FetchResponse:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + req.max_wait_ms / 1000
+        while True:
+            wake: asyncio.Future[None] = loop.create_future()
+            for p in plan:
+                if p.part is not None:
+                    p.part.waiters.append(wake)
+            remaining = deadline - loop.time()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, remaining)):
+                    await wake
+            plan, available = self._plan(req)
+            if available >= req.min_bytes or loop.time() >= deadline:
+                return self._respond(ctx, plan)
+
+    def _plan(self, req: FetchRequest) -> tuple[list[_Planned], int]:
+        budget = req.max_bytes
+        total = 0
+        plan = []
+        for topic in req.topics:
+            for fp in topic.partitions:
+                p = self._plan_one(topic.topic, fp, min(fp.partition_max_bytes, budget), total == 0)
+                if p.slice is not None:
+                    total += p.slice.size_bytes
+                    budget = max(0, budget - p.slice.size_bytes)
+                plan.append(p)
+        return plan, total
+
+    def _plan_one(
+        self, topic: str, fp: FetchRequest.FetchPartition, max_bytes: int, first: bool
+    ) -> _Planned:
+        part = self.broker.replicas.get(topic, fp.partition)
+        if part is None:
+            return _Planned(topic, fp.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        error = check_leader_epoch(part, fp.current_leader_epoch)
+        if error is not ErrorCode.NONE:
+            return _Planned(topic, fp.partition, error, part)
+        if fp.fetch_offset > part.log_end_offset or fp.fetch_offset < part.log_start_offset:
+            return _Planned(topic, fp.partition, ErrorCode.OFFSET_OUT_OF_RANGE, part)
+        if fp.fetch_offset >= part.high_watermark or (max_bytes <= 0 and not first):
+            return _Planned(topic, fp.partition, ErrorCode.NONE, part)
+        try:
+            chunk = part.log.read(
+                fp.fetch_offset, max_bytes, max_offset=part.high_watermark, min_one_batch=first
+            )
+        except OffsetOutOfRangeError:
+            return _Planned(topic, fp.partition, ErrorCode.OFFSET_OUT_OF_RANGE, part)
+        except LogError as exc:
+            return _Planned(topic, fp.partition, exc.error_code, part)
+        return _Planned(topic, fp.partition, ErrorCode.NONE, part, chunk)
+
+    def _records(self, p: _Planned) -> Chunk:
+        if p.slice is None or p.slice.size_bytes == 0 or p.part is None:
+            return b""
+        fd = p.slice.fileno
+        if fd is None:  # in-memory storage (tests)
+            return p.part.log.read_bytes(p.slice)
+        return FileRegion(os.dup(fd), p.slice.position, p.slice.size_bytes)
+
+    def _respond(self, ctx: RequestContext, plan: list[_Planned]) -> FetchResponse:
+        metrics = self.broker.metrics
+        by_topic: dict[str, list[FetchResponse.PartitionData]] = {}
+        for p in plan:
+            part = p.part
+            if p.error is not ErrorCode.NONE:
+                metrics.partition_error_counter("Fetch", p.error).inc()
+            data = FetchResponse.PartitionData(
+                partition_index=p.index,
+                error_code=p.error,
+                high_watermark=part.high_watermark if part else -1,
+                last_stable_offset=part.high_watermark if part else -1,
+                log_start_offset=part.log_start_offset if part else -1,
+                aborted_transactions=[],
+                records=self._records(p),
+            )
+            if p.slice is not None and p.slice.size_bytes:
+                metrics.topic_counters(p.topic)[2].inc(p.slice.size_bytes)
+            by_topic.setdefault(p.topic, []).append(data)
+        metrics.fetch_latency.observe(time.perf_counter() - ctx.received_s)
+        return FetchResponse(
+            responses=[
+                FetchResponse.FetchableTopicResponse(topic=TopicName(t), partitions=parts)
+                for t, parts in by_topic.items()
+            ]
+        )

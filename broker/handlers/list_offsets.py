@@ -1,0 +1,77 @@
+"""ListOffsets 1-7: earliest (-2), latest (-1), max timestamp (-3, v7) or by timestamp.
+
+"Latest" is the high watermark (read_uncommitted) or the last stable offset (read_committed);
+without transactions both are the high watermark.  A timestamp with no record at or after it
+answers offset -1 and timestamp -1, as Kafka does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from broker.dispatcher import ApiHandler, RequestContext
+from broker.handlers.fetch import check_leader_epoch
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.messages import ListOffsetsRequest, ListOffsetsResponse
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+
+Answer = ListOffsetsResponse.ListOffsetsPartitionResponse
+
+
+class ListOffsetsHandler:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def spec(self) -> ApiHandler:
+        return ApiHandler(2, 1, 7, self.handle, "ListOffsets")
+
+    def handle(self, ctx: RequestContext, req: ListOffsetsRequest) -> ListOffsetsResponse:
+        return ListOffsetsResponse(
+            topics=[
+                ListOffsetsResponse.ListOffsetsTopicResponse(
+                    name=topic.name,
+                    partitions=[self._one(topic.name, p) for p in topic.partitions],
+                )
+                for topic in req.topics
+            ]
+        )
+
+    def _one(self, topic: str, p: ListOffsetsRequest.ListOffsetsPartition) -> Answer:
+        part = self.broker.replicas.get(topic, p.partition_index)
+        if part is None:
+            return Answer(
+                partition_index=p.partition_index, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            )
+        error = check_leader_epoch(part, p.current_leader_epoch)
+        if error is not ErrorCode.NONE:
+            return Answer(partition_index=p.partition_index, error_code=error)
+        epoch = part.leader_epoch
+        if p.timestamp == LATEST:
+            offset, ts = part.high_watermark, -1
+        elif p.timestamp == EARLIEST:
+            offset, ts = part.log_start_offset, -1
+        elif p.timestamp == MAX_TIMESTAMP:
+            found = part.log.offset_for_timestamp(MAX_TIMESTAMP)
+            offset, ts = found if found is not None else (-1, -1)
+        elif p.timestamp < 0:
+            return Answer(partition_index=p.partition_index, error_code=ErrorCode.INVALID_REQUEST)
+        else:
+            found = part.log.offset_for_timestamp(p.timestamp)
+            if found is None or found[0] >= part.high_watermark:
+                offset, ts = -1, -1
+            else:
+                offset, ts = found
+        return Answer(
+            partition_index=p.partition_index,
+            error_code=ErrorCode.NONE,
+            timestamp=ts,
+            offset=offset,
+            leader_epoch=epoch,
+            old_style_offsets=[],
+        )

@@ -1,0 +1,130 @@
+"""Metadata 0-12 from the broker's image, with topic auto-creation.
+
+``controller_id`` is this broker (clients need a listed broker there, and controllers are not
+client-reachable).  A request for unknown topics creates them when the request allows it (v4+,
+always before v4) and ``auto.create.topics.enable`` is on, with the broker's
+``num.partitions`` and ``default.replication.factor``.  Topic ids are reported from v10.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import TYPE_CHECKING
+
+from broker.dispatcher import ApiHandler, RequestContext
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.messages import CreateTopicsRequest, MetadataRequest, MetadataResponse
+from kafka_protocol.types import BrokerId, TopicName
+from metadata_log.image import TopicImage
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+Topic = MetadataResponse.MetadataResponseTopic
+
+
+class MetadataHandler:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def spec(self) -> ApiHandler:
+        return ApiHandler(3, 0, 12, self.handle, "Metadata")
+
+    def handle(
+        self, ctx: RequestContext, req: MetadataRequest
+    ) -> MetadataResponse | asyncio.Future[MetadataResponse | None]:
+        names = self._requested(ctx, req)
+        missing = [n for n in names or () if self.broker.image.topics.get(n) is None]
+        allow = ctx.api_version < 4 or req.allow_auto_topic_creation
+        if missing and allow and self.broker.config.auto_create_topics:
+            return asyncio.ensure_future(self._create_then_answer(ctx, req, names, missing))
+        return self._answer(ctx, names, {})
+
+    def _requested(self, ctx: RequestContext, req: MetadataRequest) -> list[str] | None:
+        """Topic names asked for, or None for every topic."""
+        if req.topics is None or (ctx.api_version == 0 and not req.topics):
+            return None
+        names: list[str] = []
+        for t in req.topics:
+            if t.name is not None:
+                names.append(t.name)
+            elif (topic := self.broker.image.topics.by_id.get(t.topic_id)) is not None:
+                names.append(topic.name)
+        return names
+
+    async def _create_then_answer(
+        self, ctx: RequestContext, req: MetadataRequest, names: list[str] | None, missing: list[str]
+    ) -> MetadataResponse:
+        cfg = self.broker.config
+        create = CreateTopicsRequest(
+            topics=[
+                CreateTopicsRequest.CreatableTopic(
+                    name=TopicName(n),
+                    num_partitions=cfg.num_partitions,
+                    replication_factor=cfg.default_replication_factor,
+                )
+                for n in missing
+            ],
+            timeout_ms=30_000,
+        )
+        result = await self.broker.controller.create_topics(create, 7)
+        errors: dict[str, ErrorCode] = {
+            t.name: ErrorCode(t.error_code)
+            for t in result.topics
+            if t.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS)
+        }
+        return self._answer(ctx, names, errors)
+
+    def _answer(
+        self, ctx: RequestContext, names: list[str] | None, errors: dict[str, ErrorCode]
+    ) -> MetadataResponse:
+        image = self.broker.image
+        host, port = self.broker.advertised
+        topics: list[Topic] = []
+        if names is None:
+            topics = [self._topic(t) for t in image.topics.by_name.values()]
+        else:
+            for name in names:
+                topic = image.topics.get(name)
+                if topic is not None:
+                    topics.append(self._topic(topic))
+                else:
+                    error = errors.get(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    topics.append(Topic(error_code=error, name=TopicName(name)))
+        return MetadataResponse(
+            brokers=[
+                MetadataResponse.MetadataResponseBroker(
+                    node_id=BrokerId(self.broker.node_id),
+                    host=host,
+                    port=port,
+                    rack=self.broker.config.rack,
+                )
+            ],
+            cluster_id=self.broker.cluster_id,
+            controller_id=BrokerId(self.broker.node_id),
+            topics=topics,
+        )
+
+    def _topic(self, topic: TopicImage) -> Topic:
+        partitions = []
+        for index in sorted(topic.partitions):
+            p = topic.partitions[index]
+            partitions.append(
+                MetadataResponse.MetadataResponsePartition(
+                    error_code=ErrorCode.NONE if p.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+                    partition_index=index,
+                    leader_id=BrokerId(p.leader),
+                    leader_epoch=p.leader_epoch,
+                    replica_nodes=[BrokerId(r) for r in p.replicas],
+                    isr_nodes=[BrokerId(r) for r in p.isr],
+                    offline_replicas=[],
+                )
+            )
+        return Topic(
+            name=TopicName(topic.name),
+            topic_id=topic.topic_id if isinstance(topic.topic_id, uuid.UUID) else uuid.UUID(int=0),
+            is_internal=topic.name in INTERNAL_TOPICS,
+            partitions=partitions,
+        )

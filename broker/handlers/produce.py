@@ -1,0 +1,139 @@
+"""Produce 0-9: validate each partition's batch from its header alone, append, answer.
+
+The records are never parsed: magic, size, CRC32C, record count and producer fields all come
+from the 61-byte header.  Nothing of a rejected batch is appended, and one partition's error
+does not affect the others.  acks=0 appends and answers nothing; acks=1 and acks=all answer
+once the batch is written (one replica: the ISR is this broker).  Versions 0-2 (message format
+v0/v1) are advertised because librdkafka enables compression only when Produce v0 is inside
+the range (as Kafka 4 does, KAFKA-18659), and refused per partition with a clear message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from broker.dispatcher import ApiHandler, RequestContext
+from broker.replica_manager import AppendOutcome, Partition
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.exceptions import CorruptRecordError
+from kafka_protocol.messages import ProduceRequest, ProduceResponse
+from kafka_protocol.record_batch import HEADER_BYTES, MAGIC, RecordBatch
+from kafka_protocol.types import TopicName
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+MIN_RECORD_BATCH_VERSION = 3
+Outcome = AppendOutcome | asyncio.Future[AppendOutcome]
+
+
+def _refuse(error: ErrorCode, message: str) -> AppendOutcome:
+    return AppendOutcome(error, message=message)
+
+
+def validate_batch(part: Partition, records: object) -> RecordBatch | AppendOutcome:
+    """The one batch of a partition's records, or why it is refused."""
+    if not isinstance(records, memoryview) or len(records) == 0:
+        return _refuse(ErrorCode.INVALID_RECORD, "the partition's records are empty")
+    if len(records) > part.max_message_bytes:
+        return _refuse(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"batch of {len(records)} bytes exceeds max.message.bytes={part.max_message_bytes}",
+        )
+    if len(records) > 16 and records[16] != MAGIC:
+        return _refuse(
+            ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+            f"record batch magic {records[16]} is not supported; use magic 2 (Kafka >= 0.11)",
+        )
+    try:
+        batch = RecordBatch(records).validate()
+    except CorruptRecordError as exc:
+        return _refuse(ErrorCode.CORRUPT_MESSAGE, str(exc))
+    if batch.size_bytes != len(records):
+        return _refuse(ErrorCode.INVALID_RECORD, "produce requests carry exactly one batch")
+    if batch.size_bytes < HEADER_BYTES or batch.records_count != batch.last_offset_delta + 1:
+        return _refuse(ErrorCode.INVALID_RECORD, "record count disagrees with the offset delta")
+    if batch.is_control:
+        return _refuse(ErrorCode.INVALID_RECORD, "clients may not write control batches")
+    if batch.is_transactional:
+        return _refuse(ErrorCode.INVALID_TXN_STATE, "transactions are not supported yet")
+    return batch
+
+
+class ProduceHandler:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def spec(self) -> ApiHandler:
+        return ApiHandler(0, 0, 9, self.handle, "Produce")
+
+    def handle(
+        self, ctx: RequestContext, req: ProduceRequest
+    ) -> ProduceResponse | asyncio.Future[ProduceResponse | None] | None:
+        slots: list[tuple[str, int, Outcome]] = []
+        for topic in req.topic_data:
+            for pd in topic.partition_data:
+                slots.append((topic.name, pd.index, self._append(ctx, topic.name, pd)))
+        if req.acks == 0:
+            return None
+        futures = [o for _, _, o in slots if isinstance(o, asyncio.Future)]
+        if not futures:
+            return self._respond(ctx, slots)
+        reply: asyncio.Future[ProduceResponse | None] = asyncio.get_running_loop().create_future()
+        remaining = len(futures)
+
+        def one_done(_: asyncio.Future[AppendOutcome]) -> None:
+            nonlocal remaining
+            remaining -= 1
+            if remaining == 0 and not reply.done():
+                reply.set_result(self._respond(ctx, slots))
+
+        for f in futures:
+            f.add_done_callback(one_done)
+        return reply
+
+    def _append(
+        self, ctx: RequestContext, topic: str, pd: ProduceRequest.PartitionProduceData
+    ) -> Outcome:
+        if ctx.api_version < MIN_RECORD_BATCH_VERSION:
+            return _refuse(
+                ErrorCode.UNSUPPORTED_VERSION,
+                "Produce v0-2 (message format v0/v1) is not supported; use Produce v3 or later",
+            )
+        part = self.broker.replicas.get(topic, pd.index)
+        if part is None:
+            return _refuse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{pd.index} is unknown")
+        batch = validate_batch(part, pd.records)
+        if isinstance(batch, AppendOutcome):
+            return batch
+        return self.broker.replicas.append_nowait(part, batch)
+
+    def _respond(
+        self, ctx: RequestContext, slots: list[tuple[str, int, Outcome]]
+    ) -> ProduceResponse:
+        by_topic: dict[str, list[ProduceResponse.PartitionProduceResponse]] = {}
+        metrics = self.broker.metrics
+        for topic, index, o in slots:
+            out = o.result() if isinstance(o, asyncio.Future) else o
+            if out.error is not ErrorCode.NONE:
+                metrics.partition_error_counter("Produce", out.error).inc()
+            part = self.broker.replicas.get(topic, index)
+            by_topic.setdefault(topic, []).append(
+                ProduceResponse.PartitionProduceResponse(
+                    index=index,
+                    error_code=out.error,
+                    base_offset=out.base_offset,
+                    log_append_time_ms=out.log_append_time_ms,
+                    log_start_offset=part.log_start_offset if part is not None else -1,
+                    error_message=out.message,
+                )
+            )
+        metrics.produce_latency.observe(time.perf_counter() - ctx.received_s)
+        return ProduceResponse(
+            responses=[
+                ProduceResponse.TopicProduceResponse(name=TopicName(t), partition_responses=p)
+                for t, p in by_topic.items()
+            ]
+        )

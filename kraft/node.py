@@ -1,0 +1,172 @@
+"""Run one node: controller, broker or both, until SIGTERM / Ctrl-C.
+
+Start-up order: configuration (already validated) -> ``meta.properties`` (cluster id, node
+id; refuse a data directory that belongs to another node) -> metadata log and controller ->
+broker registration -> broker (replays the image, opens its partitions, recovers their logs)
+-> Kafka listener -> REST admin API -> one ``READY`` line on stdout.  Shutdown reverses it:
+stop accepting, finish what is in flight, flush and close the logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import signal
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from broker.broker import Broker, BrokerConfig
+from broker.storage import FileStorage
+from kraft.config import ConfigError, NodeConfig
+from kraft.local_controller import LocalControllerChannel
+
+log = logging.getLogger("kraft.node")
+
+# Broker keys that are defaults of topic configs (log.segment.bytes -> segment.bytes, ...).
+BROKER_KEYS_WITH_TOPIC_SYNONYMS = (
+    "log.",
+    "message.max.bytes",
+    "min.insync.replicas",
+    "compression.type",
+    "unclean.leader.election.enable",
+)
+
+
+def ensure_meta_properties(cfg: NodeConfig) -> str:
+    """Kafka's ``meta.properties``: the cluster id this data belongs to, and the node id."""
+    path = cfg.metadata_log_dir / "meta.properties"
+    if path.exists():
+        props = dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+        if props.get("node.id") != str(cfg.node_id):
+            raise ConfigError(
+                f"{path} belongs to node {props.get('node.id')}, not node.id={cfg.node_id};"
+                " use another data directory"
+            )
+        return props["cluster.id"]
+    cluster_id = cfg.get("cluster.id") or _new_cluster_id()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={cfg.node_id}\n")
+    tmp.replace(path)
+    return cluster_id
+
+
+def _new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def broker_config(cfg: NodeConfig) -> BrokerConfig:
+    plain = cfg.listener("PLAINTEXT")
+    if plain is None:
+        raise ConfigError("listeners: a broker needs a PLAINTEXT listener")
+    advertised = cfg.advertised("PLAINTEXT") or plain
+    return BrokerConfig(
+        node_id=cfg.node_id,
+        host=plain.host,
+        port=plain.port,
+        advertised_host=advertised.host,
+        advertised_port=advertised.port,
+        log_dir=cfg.log_dirs[0],
+        rack=cfg.get("broker.rack"),
+        auto_create_topics=cfg.get_bool("auto.create.topics.enable", True),
+        num_partitions=cfg.get_int("num.partitions", 1),
+        default_replication_factor=cfg.get_int("default.replication.factor", 1),
+        socket_request_max_bytes=cfg.get_int("socket.request.max.bytes", 100 * 1024 * 1024),
+        retention_check_interval_ms=cfg.get_int("log.retention.check.interval.ms", 300_000),
+        broker_defaults={
+            k: v
+            for k, v in cfg.values.items()
+            if any(k.startswith(p) for p in BROKER_KEYS_WITH_TOPIC_SYNONYMS)
+        },
+    )
+
+
+@dataclass
+class Node:
+    config: NodeConfig
+    broker: Broker | None = None
+    channel: LocalControllerChannel | None = None
+    admin_port: int | None = None
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    _cleanups: list[Callable[[], object]] = field(default_factory=list)
+
+    @property
+    def ready(self) -> bool:
+        return self.broker is not None and self.broker.listener is not None
+
+    async def start(self) -> None:
+        cfg = self.config
+        if not (cfg.is_broker and cfg.is_controller):
+            raise ConfigError(
+                "process.roles: only the combined broker,controller node runs until the"
+                " controller quorum lands"
+            )
+        cluster_id = ensure_meta_properties(cfg)
+        self.channel = LocalControllerChannel.open(cfg.metadata_log_dir, cfg.node_id, cluster_id)
+        bcfg = broker_config(cfg)
+        await self.channel.register_broker(bcfg.advertised_host, bcfg.advertised_port, bcfg.rack)
+        self.broker = Broker(bcfg, FileStorage(), self.channel, self.channel.image, cluster_id)
+        self.channel.subscribe(self.broker.on_metadata)
+        await self.broker.start()
+        if cfg.admin_listener is not None:
+            from kraft.rest import start_admin_api
+
+            host, port = cfg.admin_listener
+            runner, self.admin_port = await start_admin_api(self, host, port)
+            self._cleanups.append(runner.cleanup)
+
+    async def stop(self) -> None:
+        for cleanup in reversed(self._cleanups):
+            result = cleanup()
+            if asyncio.iscoroutine(result):
+                await result
+        if self.broker is not None:
+            await self.broker.stop()
+        if self.channel is not None:
+            self.channel.close()
+
+    def ready_line(self) -> str:
+        assert self.broker is not None and self.broker.listener is not None
+        host, port = self.broker.advertised
+        admin = ""
+        if self.config.admin_listener is not None:
+            admin_host = self.config.admin_listener[0]
+            admin_host = "127.0.0.1" if admin_host in ("0.0.0.0", "") else admin_host
+            admin = f" admin=http://{admin_host}:{self.admin_port}"
+        return f"READY bootstrap={host}:{port}{admin}"
+
+
+async def serve(cfg: NodeConfig, announce: Callable[[str], None]) -> None:
+    """Run a node until SIGTERM/SIGINT; announce the READY line once serving."""
+    node = Node(cfg)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, node.stopping.set)
+    try:
+        await node.start()
+        announce(node.ready_line())
+        await node.stopping.wait()
+        log.info("stopping node %d", cfg.node_id)
+    finally:
+        await node.stop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+
+
+def run(main: Callable[[], object]) -> None:
+    """Run a coroutine function on uvloop when installed, else asyncio."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main())  # type: ignore[arg-type]
+    else:
+        uvloop.run(main())  # type: ignore[arg-type]
+
+
+def data_path(value: str) -> Path:
+    return Path(value).expanduser()
