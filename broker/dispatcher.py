@@ -24,7 +24,7 @@ from broker.metrics import BrokerMetrics
 from broker.server import CloseConnection, Reply
 from kafka_protocol._codec import Chunk, Request, Response
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.exceptions import ProtocolError, UnsupportedVersionError
+from kafka_protocol.exceptions import LocalProtocolError, ProtocolError, UnsupportedVersionError
 from kafka_protocol.framing import API_VERSIONS_KEY, decode_request, encode_response
 from kafka_protocol.messages import ApiVersionsResponse, RequestHeader
 
@@ -116,9 +116,13 @@ class RequestDispatcher:
                 log.error("handler %s failed", handler.name, exc_info=exc)
                 self.metrics.request_counter(handler.name, ErrorCode.UNKNOWN_SERVER_ERROR).inc()
                 reply.set_exception(exc)
+            elif (response := fut.result()) is None:
+                reply.set_result(None)
             else:
-                response = fut.result()
-                reply.set_result(None if response is None else self._encode(handler, ctx, response))
+                try:
+                    reply.set_result(self._encode(handler, ctx, response))
+                except CloseConnection as close:
+                    reply.set_exception(close)
 
         assert isinstance(result, asyncio.Future)
         result.add_done_callback(done)
@@ -126,7 +130,13 @@ class RequestDispatcher:
 
     def _encode(self, handler: ApiHandler, ctx: RequestContext, response: Response) -> list[Chunk]:
         self.metrics.request_counter(handler.name, getattr(response, "error_code", 0)).inc()
-        return encode_response(ctx.api_version, ctx.header.correlation_id, response)
+        try:
+            return encode_response(ctx.api_version, ctx.header.correlation_id, response)
+        except LocalProtocolError:
+            # Our bug: a response field this version cannot carry. Say so loudly; the
+            # connection is closed because the client would otherwise wait forever.
+            log.exception("cannot encode %s v%d response", handler.name, ctx.api_version)
+            raise CloseConnection from None
 
     def _unsupported(self, exc: UnsupportedVersionError, peer: str) -> Reply:
         if exc.api_key == API_VERSIONS_KEY and exc.correlation_id is not None:

@@ -165,7 +165,8 @@ class Connection:
         if fut.cancelled():
             slot.close_after = True
         elif (exc := fut.exception()) is not None:
-            log.error("request failed peer=%s", self.peer, exc_info=exc)
+            if not isinstance(exc, CloseConnection):
+                log.error("request failed peer=%s", self.peer, exc_info=exc)
             slot.close_after = True
         else:
             slot.chunks = fut.result()

@@ -22,6 +22,7 @@ from pathlib import Path
 from broker.broker import Broker, BrokerConfig
 from broker.storage import FileStorage
 from kraft.config import ConfigError, NodeConfig
+from kraft.controller.result import ControllerConfig
 from kraft.local_controller import LocalControllerChannel
 
 log = logging.getLogger("kraft.node")
@@ -106,7 +107,10 @@ class Node:
                 " controller quorum lands"
             )
         cluster_id = ensure_meta_properties(cfg)
-        self.channel = LocalControllerChannel.open(cfg.metadata_log_dir, cfg.node_id, cluster_id)
+        controller_config = ControllerConfig.from_properties(cfg.values, cluster_id=cluster_id)
+        self.channel = LocalControllerChannel.open(
+            cfg.metadata_log_dir, cfg.node_id, cluster_id, controller_config
+        )
         bcfg = broker_config(cfg)
         await self.channel.register_broker(bcfg.advertised_host, bcfg.advertised_port, bcfg.rack)
         self.broker = Broker(bcfg, FileStorage(), self.channel, self.channel.image, cluster_id)

@@ -82,6 +82,10 @@ class FetchHandler:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(0.0, remaining)):
                     await wake
+            for p in plan:  # an idle partition must not accumulate dead waiters
+                if p.part is not None:
+                    with contextlib.suppress(ValueError):
+                        p.part.waiters.remove(wake)
             plan, available = self._plan(req)
             if available >= req.min_bytes or loop.time() >= deadline:
                 return self._respond(ctx, plan)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
+LEADER_EPOCH_VERSION = 4  # ListOffsets v4 added the leader epoch (KIP-320)
 
 Answer = ListOffsetsResponse.ListOffsetsPartitionResponse
 
@@ -36,13 +37,15 @@ class ListOffsetsHandler:
             topics=[
                 ListOffsetsResponse.ListOffsetsTopicResponse(
                     name=topic.name,
-                    partitions=[self._one(topic.name, p) for p in topic.partitions],
+                    partitions=[
+                        self._one(topic.name, p, ctx.api_version) for p in topic.partitions
+                    ],
                 )
                 for topic in req.topics
             ]
         )
 
-    def _one(self, topic: str, p: ListOffsetsRequest.ListOffsetsPartition) -> Answer:
+    def _one(self, topic: str, p: ListOffsetsRequest.ListOffsetsPartition, version: int) -> Answer:
         part = self.broker.replicas.get(topic, p.partition_index)
         if part is None:
             return Answer(
@@ -51,7 +54,7 @@ class ListOffsetsHandler:
         error = check_leader_epoch(part, p.current_leader_epoch)
         if error is not ErrorCode.NONE:
             return Answer(partition_index=p.partition_index, error_code=error)
-        epoch = part.leader_epoch
+        epoch = part.leader_epoch if version >= LEADER_EPOCH_VERSION else -1
         if p.timestamp == LATEST:
             offset, ts = part.high_watermark, -1
         elif p.timestamp == EARLIEST:

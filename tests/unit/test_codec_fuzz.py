@@ -92,10 +92,10 @@ def test_mutated_request_frames(case: tuple[str, str, int], data: Any) -> None:
         request_api_key=body.API_KEY,
         request_api_version=version,
         correlation_id=data.draw(st.integers(0, 2**31 - 1)),
-        # Header v0 (ControlledShutdown v0 only) has no client id.
+        # Header v0 (ControlledShutdown v0 only) has no client id: keep its default.
         client_id=data.draw(st.none() | st.text(max_size=8))
         if request_header_version(body.API_KEY, version) > 0
-        else None,
+        else "",
     )
     frame = bytearray(b"".join(bytes(c) for c in encode_request(header, body))[4:])
     for _ in range(data.draw(st.integers(0, 3))):

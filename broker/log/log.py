@@ -1,0 +1,590 @@
+"""``PartitionLog``: one partition's log on disk, Kafka's layout and semantics.
+
+Directory ``<log.dir>/<topic>-<partition>/``::
+
+    00000000000000000000.log  .index  .timeindex     segment with base offset 0
+    00000000000000172806.log  .index  .timeindex     ... the last segment is the active one
+    log-start-offset                                 checkpoint (checkpoint.py)
+    recovery-point                                   checkpoint
+    clean-shutdown                                   only between close() and the next open()
+
+Offsets, as Kafka names them::
+
+    log_start_offset  <=  high watermark (the caller's)  <=  log_end_offset
+    recovery_point:   everything below it is fsynced (last_flushed_offset = recovery_point - 1)
+
+Theory of operation.
+
+* ``append`` numbers the batches from ``log_end_offset`` (validator.py: a new 17-byte prefix per
+  batch, bodies not copied), rolls to a new segment first if the active one is full or old, and
+  writes the whole call with ONE storage append (one ``writev``).  Then the flush policy
+  (``flush.messages``, ``flush.ms``) may fsync.  The caller must keep one call within a segment
+  (``max_append_bytes``), as Kafka refuses an append larger than ``segment.bytes``.
+* ``read`` finds the segment by bisecting base offsets, the batch holding the fetch offset by the
+  offset index and a short walk of batch headers, the end by the high watermark (``max_offset``)
+  and ``max_bytes`` the same way, and returns a ``FetchSlice``: a file region of whole batches
+  for ``sendfile``.  Nothing on the append or read path parses records.
+* Retention (retention.py) deletes whole segments from the front, never the active one, and moves
+  ``log_start_offset`` (checkpointed at once, so it survives a restart).  A deleted segment's
+  files are unlinked at once but stay open for ``file.delete.delay.ms``, so a ``sendfile``
+  already given its descriptor still reads valid bytes.
+* Any ``OSError`` takes the log offline (``KafkaStorageError`` from then on); reopening it runs
+  recovery (loader.py), which is also what ``open`` does after a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+from bisect import bisect_right
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from broker.log.checkpoint import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_OFFSET_FILE,
+    RECOVERY_POINT_FILE,
+    OffsetCheckpoint,
+    write_atomically,
+)
+from broker.log.config import LogConfig
+from broker.log.errors import KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError
+from broker.log.loader import LoadedLog, LogLoader, RecoveryReport
+from broker.log.retention import segments_to_delete
+from broker.log.segment import LOG_SUFFIX, LogSegment
+from broker.log.validator import PreparedAppend, assign_offsets
+from broker.storage import Storage, StorageHandle, join
+from kafka_protocol.record_batch import NO_TIMESTAMP
+
+logger = logging.getLogger("broker.log")
+
+# ListOffsets sentinels (Kafka's ListOffsetsRequest)
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+
+
+class AppendResult(NamedTuple):
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int  # -1 unless the log stamped the batches (LogAppendTime)
+    max_timestamp: int
+
+
+class FetchSlice(NamedTuple):
+    """Whole batches ``[position, position + size_bytes)`` of one segment file."""
+
+    handle: StorageHandle
+    file_path: str
+    position: int
+    size_bytes: int
+    first_offset: int  # base offset of the first batch (the fetch offset when empty)
+    segment_base_offset: int
+
+    @property
+    def fileno(self) -> int | None:
+        """For ``sendfile``; None for in-memory storage (use ``PartitionLog.read_bytes``)."""
+        return self.handle.fileno()
+
+
+class _IoGuard:
+    """The context manager of ``PartitionLog._io`` (a class: this is on every append)."""
+
+    __slots__ = ("_action", "_log")
+
+    def __init__(self, log: PartitionLog, action: str) -> None:
+        self._log = log
+        self._action = action
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: object
+    ) -> None:
+        if isinstance(error, OSError):
+            raise self._log._go_offline(self._action, error) from error
+
+
+class PartitionLog:
+    def __init__(
+        self, storage: Storage, directory: str, config: LogConfig, loaded: LoadedLog, now_ms: int
+    ) -> None:
+        """Use ``PartitionLog.open``."""
+        self._storage = storage
+        self.directory = directory
+        self._config = config
+        self._segments = loaded.segments
+        self._bases = [s.base_offset for s in self._segments]
+        self._log_start_offset = loaded.log_start_offset
+        self._recovery_point = loaded.recovery_point
+        self._checkpointed_recovery_point = loaded.recovery_point
+        self.recovery_report: RecoveryReport = loaded.report
+        self._log_start_checkpoint = OffsetCheckpoint(storage, directory, LOG_START_OFFSET_FILE)
+        self._recovery_checkpoint = OffsetCheckpoint(storage, directory, RECOVERY_POINT_FILE)
+        self._now_ms = now_ms  # the latest time the caller told us
+        self._last_flush_ms = now_ms
+        self._last_checkpoint_ms = now_ms
+        self._graveyard: list[tuple[int, LogSegment]] = []  # (close at ms, deleted segment)
+        self._dir_dirty = False  # files created or removed since the last directory sync
+        # Segments written since their last fsync, by base offset (an old segment too: its
+        # indexes are written when it rolls, possibly after the flush that covered its data).
+        self._unflushed: dict[int, LogSegment] = {}
+        self._offline: str | None = None
+        self._closed = False
+
+    @classmethod
+    def open(cls, storage: Storage, directory: str, config: LogConfig, now_ms: int) -> PartitionLog:
+        """Open (creating if needed) and recover the log in ``directory``."""
+        try:
+            loaded = LogLoader(storage, directory, config, now_ms).load()
+        except OSError as error:
+            raise KafkaStorageError(f"{directory}: cannot open the log: {error}") from error
+        return cls(storage, directory, config, loaded, now_ms)
+
+    # --- state --------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """Everything below this offset has been flushed."""
+        return self._recovery_point
+
+    @property
+    def last_flushed_offset(self) -> int:
+        """The last offset flushed (``recovery_point - 1``; below the log start if none)."""
+        return self._recovery_point - 1
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size_bytes for s in self._segments)
+
+    @property
+    def segments(self) -> int:
+        return len(self._segments)
+
+    @property
+    def max_append_bytes(self) -> int:
+        """The most one ``append`` call may carry (one call never spans segments)."""
+        return self._config.segment_bytes
+
+    @property
+    def offline(self) -> bool:
+        return self._offline is not None
+
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._bases)
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply changed topic configs (new index sizes apply to new segments)."""
+        self._config = config
+        for segment in self._segments:
+            segment.config = config
+
+    @property
+    def _active(self) -> LogSegment:
+        return self._segments[-1]
+
+    def _io(self, action: str) -> _IoGuard:
+        """``with self._io(action):`` turns an ``OSError`` into ``KafkaStorageError`` and takes
+        the log offline."""
+        assert not self._closed, f"{self.directory}: {action} on a closed log"
+        if self._offline is not None:
+            raise KafkaStorageError(f"{self.directory} is offline: {self._offline}")
+        return _IoGuard(self, action)
+
+    def _go_offline(self, action: str, error: OSError) -> KafkaStorageError:
+        self._offline = f"{action} failed: {error}"
+        logger.error("partition log offline dir=%s error=%s", self.directory, self._offline)
+        return KafkaStorageError(f"{self.directory}: {self._offline}")
+
+    def _check_invariants(self) -> None:
+        end = self.log_end_offset
+        assert self._log_start_offset <= end, (self._log_start_offset, end)
+        assert self._recovery_point <= end, (self._recovery_point, end)
+        assert self._bases[0] <= self._log_start_offset, (self._bases, self._log_start_offset)
+
+    # --- append -------------------------------------------------------------------------------
+
+    def append(
+        self,
+        batches: Sequence[memoryview],
+        *,
+        leader_epoch: int,
+        now_ms: int,
+        log_append_time: bool = False,
+    ) -> AppendResult:
+        """Append validated batches (one RecordBatch per element) with one storage write."""
+        assert leader_epoch >= -1
+        with self._io("append"):
+            self._now_ms = now_ms
+            prepared = assign_offsets(
+                batches,
+                base_offset=self.log_end_offset,
+                leader_epoch=leader_epoch,
+                log_append_time_ms=now_ms if log_append_time else None,
+            )
+            if prepared.size_bytes > self._config.segment_bytes:
+                raise RecordBatchTooLargeError(prepared.size_bytes, self._config.segment_bytes)
+            segment = self._maybe_roll(prepared, now_ms)
+            size_before = segment.size_bytes
+            try:
+                self._unflushed[segment.base_offset] = segment
+                segment.append(prepared.buffers, prepared.batches, prepared.size_bytes, now_ms)
+            except OSError:
+                self._undo_partial_append(segment, size_before)
+                raise
+            self._maybe_flush(now_ms)
+        self._check_invariants()
+        return AppendResult(
+            prepared.base_offset,
+            prepared.last_offset,
+            now_ms if log_append_time else NO_TIMESTAMP,
+            prepared.max_timestamp,
+        )
+
+    def _undo_partial_append(self, segment: LogSegment, size_bytes: int) -> None:
+        """Best effort: cut what a failed write left, so that an unacknowledged batch does not
+        reappear if the log is reopened without a crash (recovery cuts a torn one anyway)."""
+        try:
+            segment.records.handle.truncate(size_bytes)
+        except OSError as error:
+            logger.error("cannot undo a failed append dir=%s error=%s", self.directory, error)
+
+    def _maybe_roll(self, prepared: PreparedAppend, now_ms: int) -> LogSegment:
+        active = self._active
+        if active.size_bytes == 0:
+            return active
+        reason = active.roll_reason(
+            size_bytes=prepared.size_bytes,
+            batches=len(prepared.batches),
+            last_offset=prepared.last_offset,
+            now_ms=now_ms,
+        )
+        return self._roll(reason) if reason else active
+
+    def _roll(self, reason: str) -> LogSegment:
+        old = self._active
+        old.on_become_inactive()
+        self._unflushed[old.base_offset] = old
+        new = LogSegment.create(self._storage, self.directory, old.next_offset, self._config)
+        self._segments.append(new)
+        self._bases.append(new.base_offset)
+        self._dir_dirty = True
+        logger.info(
+            "rolled segment dir=%s old_segment=%d new_segment=%d reason=%s",
+            self.directory,
+            old.base_offset,
+            new.base_offset,
+            reason,
+        )
+        return new
+
+    # --- flush --------------------------------------------------------------------------------
+
+    def _maybe_flush(self, now_ms: int) -> None:
+        unflushed = self.log_end_offset - self._recovery_point
+        if (
+            unflushed >= self._config.flush_interval_messages
+            or now_ms - self._last_flush_ms >= self._config.flush_interval_ms
+        ):
+            self._flush(now_ms)
+
+    def _flush(self, now_ms: int) -> None:
+        for segment in self._unflushed.values():
+            segment.flush()
+        self._unflushed.clear()
+        if self._dir_dirty:
+            self._storage.sync_dir(self.directory)
+            self._dir_dirty = False
+        self._recovery_point = self.log_end_offset
+        self._last_flush_ms = now_ms
+
+    def flush(self) -> None:
+        """Fsync everything appended so far."""
+        with self._io("flush"):
+            self._flush(self._now_ms)
+
+    def flush_if_due(self, now_ms: int) -> bool:
+        """For a periodic task: apply ``flush.ms`` and checkpoint the recovery point now and
+        then.  Returns whether it flushed."""
+        with self._io("flush"):
+            self._now_ms = now_ms
+            before = self._recovery_point
+            self._maybe_flush(now_ms)
+            interval = self._config.recovery_point_checkpoint_interval_ms
+            if now_ms - self._last_checkpoint_ms >= interval:
+                self._checkpoint_recovery_point(now_ms)
+            return self._recovery_point != before
+
+    def _checkpoint_recovery_point(self, now_ms: int) -> None:
+        if self._recovery_point != self._checkpointed_recovery_point:
+            self._recovery_checkpoint.write(self._recovery_point)
+            self._checkpointed_recovery_point = self._recovery_point
+        self._last_checkpoint_ms = now_ms
+
+    # --- read ---------------------------------------------------------------------------------
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FetchSlice:
+        """Whole batches from the one holding ``offset``: at most ``max_bytes`` (but the first
+        batch whole if ``min_one_batch``, KIP-74), none whose last offset reaches
+        ``max_offset`` (the high watermark), never past the end of a segment (fetch again)."""
+        end = self.log_end_offset
+        if not self._log_start_offset <= offset <= end:
+            raise OffsetOutOfRangeError(offset, self._log_start_offset, end)
+        limit = end if max_offset is None else max_offset
+        assert limit <= end, f"high watermark {limit} above the log end {end}"
+        assert max_bytes >= 0
+        with self._io("read"):
+            if offset < limit:
+                first = bisect_right(self._bases, offset) - 1
+                for segment in self._segments[first:]:
+                    found = self._slice(segment, offset, max_bytes, limit, min_one_batch)
+                    if found is not None:
+                        return found
+            return self._empty_slice(offset)
+
+    def _slice(
+        self, segment: LogSegment, offset: int, max_bytes: int, limit: int, min_one: bool
+    ) -> FetchSlice | None:
+        """The slice from ``segment``; None if no batch of it holds ``offset`` or later."""
+        found = segment.find_batch(offset)
+        if found is None:
+            return None
+        start, header = found
+        end = start
+        if header.last_offset < limit:
+            end = segment.position_of(limit) if limit < segment.next_offset else segment.size_bytes
+            if end - start > max_bytes:
+                end = segment.last_boundary_at_or_before(start + max_bytes, start)
+                if end == start and min_one:
+                    end = start + header.size_bytes
+        path = segment.path(LOG_SUFFIX)
+        handle = segment.records.handle
+        return FetchSlice(handle, path, start, end - start, header.base_offset, segment.base_offset)
+
+    def _empty_slice(self, offset: int) -> FetchSlice:
+        active = self._active
+        return FetchSlice(
+            active.records.handle,
+            active.path(LOG_SUFFIX),
+            active.size_bytes,
+            0,
+            offset,
+            active.base_offset,
+        )
+
+    def read_bytes(self, fetched: FetchSlice) -> bytes:
+        """The bytes of a slice (for in-memory storage and tests; servers use ``sendfile``)."""
+        with self._io("read"):
+            data = fetched.handle.read(fetched.position, fetched.size_bytes)
+        assert len(data) == fetched.size_bytes, "slice beyond the end of its file"
+        return data
+
+    # --- timestamps ---------------------------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` for ListOffsets: the first record (at or after the log start)
+        whose timestamp is at least ``timestamp_ms``, exact to the record; or a sentinel:
+        ``LATEST_TIMESTAMP`` (log end, -1), ``EARLIEST_TIMESTAMP`` and
+        ``EARLIEST_LOCAL_TIMESTAMP`` (log start, -1), ``MAX_TIMESTAMP`` (the first record with
+        the largest timestamp).  None when no record qualifies.  The caller caps offsets at
+        the high watermark."""
+        if timestamp_ms == LATEST_TIMESTAMP:
+            return self.log_end_offset, NO_TIMESTAMP
+        if timestamp_ms in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return self._log_start_offset, NO_TIMESTAMP
+        with self._io("timestamp lookup"):
+            if timestamp_ms == MAX_TIMESTAMP:
+                return self._offset_of_max_timestamp()
+            if timestamp_ms < 0:
+                raise ValueError(f"unknown ListOffsets timestamp {timestamp_ms}")
+            for segment in self._segments:
+                if segment.next_offset <= self._log_start_offset:
+                    continue
+                if segment.max_timestamp >= timestamp_ms:
+                    found = segment.find_offset_by_timestamp(timestamp_ms, self._log_start_offset)
+                    if found is not None:
+                        return found
+        return None
+
+    def _offset_of_max_timestamp(self) -> tuple[int, int] | None:
+        """The first record (at or after the log start) with the largest timestamp."""
+        start = self._log_start_offset
+        best: tuple[int, int, LogSegment] | None = None  # (timestamp, batch offset, segment)
+        for segment in self._segments:
+            if segment.next_offset <= start:
+                continue
+            found = segment.max_timestamp_from(start)
+            if found is not None and (best is None or found[0] > best[0]):
+                best = (*found, segment)
+        if best is None:
+            return None
+        _, batch_offset, segment = best
+        batch = segment.find_batch(max(batch_offset, start))
+        assert batch is not None, f"{segment}: batch of the max timestamp not found"
+        records = [r for r in segment.read_batch(*batch).iter_records() if r.offset >= start]
+        top = max(r.timestamp for r in records)
+        return next((r.offset, r.timestamp) for r in records if r.timestamp == top)
+
+    # --- retention and truncation -------------------------------------------------------------
+
+    def apply_retention(self, now_ms: int) -> list[int]:
+        """Delete old segments by ``retention.ms``, ``retention.bytes`` and the log start
+        offset, never the active one; return their base offsets."""
+        with self._io("retention"):
+            self._now_ms = now_ms
+            self._close_graveyard(now_ms)
+            count = segments_to_delete(self._segments, self._config, self._log_start_offset, now_ms)
+            deleted = [s.base_offset for s in self._segments[:count]]
+            if count:
+                self._delete_front(count, "retention")
+        self._check_invariants()
+        return deleted
+
+    def _delete_front(self, count: int, reason: str) -> None:
+        doomed = self._segments[:count]
+        del self._segments[:count]
+        del self._bases[:count]
+        self._recovery_point = max(self._recovery_point, self._bases[0])
+        self._advance_log_start_offset(self._bases[0])
+        self._bury(doomed)
+        logger.info(
+            "deleted segments dir=%s segments=%s reason=%s log_start_offset=%d",
+            self.directory,
+            [s.base_offset for s in doomed],
+            reason,
+            self._log_start_offset,
+        )
+
+    def _advance_log_start_offset(self, offset: int) -> None:
+        if offset > self._log_start_offset:
+            self._log_start_offset = offset
+            self._log_start_checkpoint.write(offset)
+
+    def _bury(self, segments: list[LogSegment]) -> None:
+        """Unlink now; close after ``file.delete.delay.ms`` (an in-flight sendfile may hold
+        the descriptor)."""
+        close_at = self._now_ms + self._config.file_delete_delay_ms
+        for segment in segments:
+            segment.remove_files()
+            self._unflushed.pop(segment.base_offset, None)
+            self._graveyard.append((close_at, segment))
+        self._dir_dirty = True
+
+    def _close_graveyard(self, now_ms: int) -> None:
+        keep = []
+        for close_at, segment in self._graveyard:
+            if close_at <= now_ms:
+                segment.close()
+            else:
+                keep.append((close_at, segment))
+        self._graveyard = keep
+
+    def delete_records_before(self, offset: int) -> int:
+        """Move the log start offset up to ``offset`` (DeleteRecords; the caller checks it is
+        not above the high watermark); segments below it go at the next ``apply_retention``.
+        Returns the log start offset."""
+        end = self.log_end_offset
+        if not 0 <= offset <= end:
+            raise OffsetOutOfRangeError(offset, self._log_start_offset, end)
+        with self._io("delete records"):
+            self._advance_log_start_offset(offset)
+        return self._log_start_offset
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every offset at or above ``offset`` (a follower diverging from its leader).  A
+        batch holding ``offset`` goes whole, so the log end may end up below ``offset``."""
+        if offset >= self.log_end_offset:
+            return
+        if offset < self._log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return
+        with self._io("truncate"):
+            keep = max(bisect_right(self._bases, offset - 1), 1)  # segments below offset
+            if keep < len(self._segments):
+                doomed = self._segments[keep:]
+                del self._segments[keep:]
+                del self._bases[keep:]
+                self._bury(doomed)
+            removed = self._active.truncate_to(offset)
+            self._unflushed[self._active.base_offset] = self._active
+            if self.log_end_offset < self._log_start_offset:
+                # The batch holding the log start offset went too: nothing visible is left.
+                self._log_start_offset = self.log_end_offset
+                self._log_start_checkpoint.write(self._log_start_offset)
+            self._recovery_point = min(self._recovery_point, self.log_end_offset)
+            self._checkpoint_recovery_point(self._now_ms)
+        logger.info(
+            "truncated dir=%s offset=%d log_end_offset=%d bytes_removed_from_active=%d",
+            self.directory,
+            offset,
+            self.log_end_offset,
+            removed,
+        )
+        self._check_invariants()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete everything and restart the log, empty, at ``offset``."""
+        assert offset >= 0
+        with self._io("truncate"):
+            self._bury(self._segments)  # unlinked first: the new segment may reuse a name
+            fresh = LogSegment.create(self._storage, self.directory, offset, self._config)
+            self._segments, self._bases = [fresh], [offset]
+            self._log_start_offset = offset
+            self._log_start_checkpoint.write(offset)
+            self._recovery_point = offset
+            self._checkpoint_recovery_point(self._now_ms)
+        self._check_invariants()
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush, checkpoint, mark the shutdown clean, and close every file."""
+        if self._closed:
+            return
+        try:
+            if self._offline is None:
+                with self._io("close"):
+                    self._flush(self._now_ms)
+                    self._checkpoint_recovery_point(self._now_ms)
+                    write_atomically(self._storage, self.directory, CLEAN_SHUTDOWN_FILE, b"")
+        finally:
+            self._close_files()
+
+    def _close_files(self) -> None:
+        for segment in self._segments:
+            segment.close()
+        for _, segment in self._graveyard:
+            segment.close()
+        self._graveyard.clear()
+        self._closed = True
+
+    def delete(self) -> None:
+        """Close without flushing and remove the directory with everything in it."""
+        if not self._closed:
+            self._close_files()
+        try:
+            for name in self._storage.listdir(self.directory):
+                self._storage.remove(join(self.directory, name))
+            self._storage.rmdir(self.directory)
+        except OSError as error:
+            raise KafkaStorageError(f"{self.directory}: cannot delete: {error}") from error

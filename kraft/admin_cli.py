@@ -1,0 +1,647 @@
+"""The ``kraft`` admin commands: thin clients of the REST admin API (standard library only).
+
+    kraft topics create NAME [--partitions N] [--replication-factor N] [--config k=v ...]
+    kraft topics list | describe NAME | delete NAME
+    kraft topics alter NAME [--set k=v ...] [--delete k ...] [--partitions N]
+    kraft produce TOPIC [--key-separator SEP] [--partition P] [--header k=v ...]   (stdin lines)
+    kraft consume TOPIC [--from-beginning] [--partition P] [--max-messages N] [--timeout-ms T]
+    kraft cluster status
+
+Every command takes ``--admin URL`` (default ``$KRAFT_ADMIN`` or ``http://127.0.0.1:8080``) and
+``--json``.  Output is a table (or the records) by default.  A failure prints one line,
+``kraft: <ERROR>: <message>``, on stderr and exits with status 1; ``<ERROR>`` is the API's error
+name (a Kafka error such as ``TOPIC_ALREADY_EXISTS``) or ``ADMIN_UNREACHABLE``.
+
+Keys, values and headers travel base64-encoded, so ``produce`` and ``consume`` pass arbitrary
+bytes through unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import json
+import os
+import select
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any, Final, NamedTuple
+
+DEFAULT_ADMIN: Final = "http://127.0.0.1:8080"
+REQUEST_TIMEOUT_S: Final = 30.0
+PRODUCE_BATCH_RECORDS: Final = 500
+PRODUCE_BATCH_BYTES: Final = 256 * 1024
+CONSUME_BATCH_RECORDS: Final = 500
+IDLE_POLL_MS: Final = 1000  # long-poll of a single-partition consume with nothing new
+IDLE_POLL_MANY_MS: Final = 100  # per partition, when several share the polling
+STDIN_CHUNK_BYTES: Final = 64 * 1024
+MAX_LINE_BYTES: Final = 4 * 1024 * 1024  # one record; base64 of it fits the API's body limit
+
+
+class AdminError(Exception):
+    """A failed admin call: the error name and message the command prints."""
+
+    def __init__(self, error: str, message: str) -> None:
+        super().__init__(f"{error}: {message}")
+        self.error = error
+        self.message = message
+
+
+class Reply(NamedTuple):
+    status: int
+    body: Any
+
+
+class AdminClient:
+    """JSON over HTTP to one node's REST admin API."""
+
+    def __init__(self, base_url: str, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise AdminError("INVALID_ADMIN_URL", f"--admin {base_url!r} is not http://host:port")
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        query: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+    ) -> Reply:
+        url = self.base_url + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(url, data=data, method=method)
+        request.add_header("Accept", "application/json")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s or self.timeout_s) as response:
+                return Reply(response.status, _json_or_none(response.read()))
+        except urllib.error.HTTPError as exc:
+            raise _http_error(exc) from None
+        except urllib.error.URLError as exc:
+            raise self._unreachable(exc.reason) from None
+        except (OSError, TimeoutError) as exc:
+            raise self._unreachable(exc) from None
+
+    def _unreachable(self, reason: object) -> AdminError:
+        if isinstance(reason, ConnectionRefusedError):
+            reason = "connection refused"
+        return AdminError(
+            "ADMIN_UNREACHABLE",
+            f"the admin API is not reachable at {self.base_url} ({reason}); start a node with"
+            " `kraft dev`, or point --admin (or KRAFT_ADMIN) at a running node",
+        )
+
+
+def _json_or_none(raw: bytes) -> Any:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise AdminError("INVALID_RESPONSE", "the admin API answered something not JSON") from None
+
+
+def _http_error(exc: urllib.error.HTTPError) -> AdminError:
+    raw = exc.read()
+    with contextlib.suppress(ValueError):
+        body = json.loads(raw)
+        if isinstance(body, dict) and "error" in body:
+            return AdminError(str(body["error"]), str(body.get("message", "")))
+    text = raw.decode(errors="replace").strip() or exc.reason
+    return AdminError(f"HTTP_{exc.code}", str(text))
+
+
+def topic_path(topic: str, *rest: str) -> str:
+    return "/".join(["/v1/topics", urllib.parse.quote(topic, safe=""), *rest])
+
+
+# --- output -----------------------------------------------------------------------------------
+
+
+def print_json(value: object) -> None:
+    print(json.dumps(value, indent=2))
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    lines = [headers, *cells]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    )
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value) or "-"
+    return str(value)
+
+
+def fail(error: str, message: str) -> int:
+    print(f"kraft: {error}: {message}", file=sys.stderr)
+    return 1
+
+
+Command = Callable[[argparse.Namespace, AdminClient], int]
+
+
+def command(fn: Command) -> Callable[[argparse.Namespace], int]:
+    """Run ``fn`` with a client for ``--admin``; an AdminError becomes one line and status 1."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return fn(args, AdminClient(args.admin))
+        except AdminError as exc:
+            return fail(exc.error, exc.message)
+
+    run.__name__ = fn.__name__
+    run.__doc__ = fn.__doc__
+    return run
+
+
+# --- topics -----------------------------------------------------------------------------------
+
+
+@command
+def topics_create(args: argparse.Namespace, client: AdminClient) -> int:
+    body: dict[str, Any] = {"name": args.name, "configs": dict(args.config or [])}
+    if args.partitions is not None:
+        body["partitions"] = args.partitions
+    if args.replication_factor is not None:
+        body["replication_factor"] = args.replication_factor
+    topic = client.call("POST", "/v1/topics", body).body
+    if args.json:
+        print_json(topic)
+    else:
+        print(f"Created topic {args.name}.")
+    return 0
+
+
+@command
+def topics_list(args: argparse.Namespace, client: AdminClient) -> int:
+    topics = client.call("GET", "/v1/topics").body
+    if args.json:
+        print_json(topics)
+        return 0
+    rows = [(t["name"], t["partitions"], t["replication_factor"]) for t in topics]
+    print(format_table(("NAME", "PARTITIONS", "REPLICATION_FACTOR"), rows))
+    return 0
+
+
+@command
+def topics_describe(args: argparse.Namespace, client: AdminClient) -> int:
+    topic = client.call("GET", topic_path(args.name)).body
+    if args.json:
+        print_json(topic)
+    else:
+        print(describe_text(topic))
+    return 0
+
+
+PARTITION_COLUMNS: Final = (
+    "partition",
+    "leader",
+    "leader_epoch",
+    "replicas",
+    "isr",
+    "log_start_offset",
+    "high_watermark",
+)
+
+
+def describe_text(topic: dict[str, Any]) -> str:
+    configs = ",".join(f"{k}={v}" for k, v in topic["configs"].items()) or "-"
+    header = (
+        f"Topic: {topic['name']}  TopicId: {topic.get('topic_id', '-')}"
+        f"  PartitionCount: {len(topic['partitions'])}"
+        f"  ReplicationFactor: {topic.get('replication_factor', '-')}  Configs: {configs}"
+    )
+    rows = [[p[column] for column in PARTITION_COLUMNS] for p in topic["partitions"]]
+    headers = [column.upper() for column in PARTITION_COLUMNS]
+    return header + "\n" + format_table(headers, rows)
+
+
+@command
+def topics_delete(args: argparse.Namespace, client: AdminClient) -> int:
+    reply = client.call("DELETE", topic_path(args.name))
+    if args.json:
+        print_json({"name": args.name, "deleted": reply.status == 204})
+    elif reply.status == 204:
+        print(f"Deleted topic {args.name}.")
+    else:
+        print(f"Topic {args.name} is marked for deletion.")
+    return 0
+
+
+@command
+def topics_alter(args: argparse.Namespace, client: AdminClient) -> int:
+    if not (args.set or args.delete or args.partitions is not None):
+        return fail("INVALID_REQUEST", "nothing to alter: give --set, --delete or --partitions")
+    topic: Any = None
+    if args.set or args.delete:
+        changes = {"set": dict(args.set or []), "delete": args.delete or []}
+        topic = client.call("PATCH", topic_path(args.name, "configs"), changes).body
+    if args.partitions is not None:
+        count = {"count": args.partitions}
+        topic = client.call("POST", topic_path(args.name, "partitions"), count).body
+    if args.json:
+        print_json(topic)
+    else:
+        print(f"Altered topic {args.name}.")
+    return 0
+
+
+# --- produce ----------------------------------------------------------------------------------
+
+
+def b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def unb64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
+def read_bursts(fd: int) -> Iterator[tuple[list[bytes], bool]]:
+    """Complete lines of ``fd`` as they arrive, and whether more input is waiting already (so a
+    burst is batched while a line typed alone is sent at once).  Line ends (LF, CRLF) are
+    dropped; a last line without one counts."""
+    pending = b""
+    while True:
+        chunk = os.read(fd, STDIN_CHUNK_BYTES)
+        if not chunk:
+            if pending:
+                yield [pending.removesuffix(b"\r")], False
+            return
+        lines = (pending + chunk).split(b"\n")
+        pending = lines.pop()
+        if len(pending) > MAX_LINE_BYTES:
+            raise AdminError("INVALID_INPUT", f"a line is longer than {MAX_LINE_BYTES} bytes")
+        yield [line.removesuffix(b"\r") for line in lines], _readable(fd)
+
+
+def _readable(fd: int) -> bool:
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):  # not selectable (e.g. Windows console): send now
+        return False
+
+
+@dataclass
+class Producer:
+    """Batches records into ``POST /v1/topics/{name}/records`` requests."""
+
+    client: AdminClient
+    topic: str
+    partition: int | None
+    headers: dict[str, str]
+    records: list[dict[str, Any]] = field(default_factory=list)
+    size_bytes: int = 0
+    sent: int = 0
+
+    def add(self, key: bytes | None, value: bytes) -> None:
+        record: dict[str, Any] = {"key": b64(key), "value": b64(value)}
+        if self.headers:
+            record["headers"] = {k: b64(v.encode()) for k, v in self.headers.items()}
+        if self.partition is not None:
+            record["partition"] = self.partition
+        self.records.append(record)
+        self.size_bytes += len(value) + len(key or b"")
+        if len(self.records) >= PRODUCE_BATCH_RECORDS or self.size_bytes >= PRODUCE_BATCH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send the batch; records are never sent twice (a failed batch is not retried)."""
+        records, self.records, self.size_bytes = self.records, [], 0
+        if records:
+            body = {"records": records, "encoding": "base64"}
+            self.client.call("POST", topic_path(self.topic, "records"), body)
+            self.sent += len(records)
+
+
+def split_key(line: bytes, separator: bytes | None, number: int) -> tuple[bytes | None, bytes]:
+    if separator is None:
+        return None, line
+    key, found, value = line.partition(separator)
+    if not found:
+        raise AdminError(
+            "INVALID_INPUT", f"no key separator {separator.decode()!r} on line {number}"
+        )
+    return key, value
+
+
+@command
+def produce(args: argparse.Namespace, client: AdminClient) -> int:
+    producer = Producer(client, args.topic, args.partition, dict(args.header or []))
+    separator = None if args.key_separator is None else args.key_separator.encode()
+    number = 0
+    try:
+        for lines, more_waiting in read_bursts(args.stdin_fd):
+            for line in lines:
+                number += 1
+                producer.add(*split_key(line, separator, number))
+            if not more_waiting:
+                producer.flush()
+    except BaseException:  # a bad line, Ctrl-C: send the lines before it, report the cause
+        with contextlib.suppress(AdminError):
+            producer.flush()
+        raise
+    producer.flush()
+    if args.json:
+        print_json({"topic": args.topic, "records": producer.sent})
+    return 0
+
+
+# --- consume ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Consumer:
+    """Reads committed records of some partitions, round robin, long-polling when idle."""
+
+    client: AdminClient
+    topic: str
+    positions: dict[int, int | str]  # partition -> offset, or "earliest" / "latest"
+    idle_poll_ms: int
+
+    def poll(self, partition: int, max_records: int, wait_ms: int) -> list[dict[str, Any]]:
+        query = {
+            "offset": self.positions[partition],
+            "max_records": max_records,
+            "timeout_ms": wait_ms,
+            "encoding": "base64",
+        }
+        path = topic_path(self.topic, "partitions", str(partition), "records")
+        timeout_s = REQUEST_TIMEOUT_S + wait_ms / 1000
+        data = self.client.call("GET", path, query=query, timeout_s=timeout_s).body
+        self.positions[partition] = data["next_offset"]
+        records: list[dict[str, Any]] = data["records"]
+        for record in records:
+            record["partition"] = partition
+        return records
+
+
+@dataclass
+class Printer:
+    out: IO[bytes]
+    json_lines: bool
+    print_key: bool
+    key_separator: bytes
+    count: int = 0
+
+    def write(self, record: dict[str, Any]) -> None:
+        key, value = unb64(record["key"]), unb64(record["value"])
+        if self.json_lines:
+            line = json.dumps(_decoded(record, key, value)).encode()
+        else:
+            line = b"null" if value is None else value
+            if self.print_key:
+                line = (b"null" if key is None else key) + self.key_separator + line
+        self.out.write(line + b"\n")
+        self.count += 1
+
+
+def _decoded(record: dict[str, Any], key: bytes | None, value: bytes | None) -> dict[str, Any]:
+    def text(data: bytes | None) -> str | None:
+        return None if data is None else data.decode(errors="replace")
+
+    headers = {k: text(unb64(v)) for k, v in record["headers"].items()}
+    return {
+        "partition": record["partition"],
+        "offset": record["offset"],
+        "timestamp": record["timestamp"],
+        "key": text(key),
+        "value": text(value),
+        "headers": headers,
+    }
+
+
+def consume_loop(
+    consumer: Consumer, printer: Printer, max_messages: int | None, timeout_ms: int | None
+) -> None:
+    """Poll until ``max_messages`` are printed or nothing arrived for ``timeout_ms``.  A pass
+    over the partitions that found records is followed by one that does not wait; after an
+    empty pass, each poll long-polls (``idle_poll_ms``, capped by what is left of the timeout)."""
+    last_record = time.monotonic()
+    idle = False
+    while True:
+        found = False
+        for partition in list(consumer.positions):
+            left = CONSUME_BATCH_RECORDS
+            if max_messages is not None:
+                left = min(left, max_messages - printer.count)
+                if left <= 0:
+                    return
+            wait_ms = _wait_ms(idle, consumer.idle_poll_ms, timeout_ms, last_record)
+            records = consumer.poll(partition, left, wait_ms)
+            for record in records[:left]:
+                printer.write(record)
+            printer.out.flush()
+            if records:
+                last_record, found = time.monotonic(), True
+        if timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= timeout_ms:
+            return
+        idle = not found
+
+
+def _wait_ms(idle: bool, idle_poll_ms: int, timeout_ms: int | None, last_record: float) -> int:
+    if not idle:
+        return 0
+    if timeout_ms is None:
+        return idle_poll_ms
+    left = timeout_ms - (time.monotonic() - last_record) * 1000
+    return max(0, min(idle_poll_ms, int(left)))
+
+
+@command
+def consume(args: argparse.Namespace, client: AdminClient) -> int:
+    if args.group is not None:
+        print(
+            f"kraft: note: consumer groups arrive later; --group {args.group} is ignored and"
+            " no offsets are committed",
+            file=sys.stderr,
+        )
+    topic = client.call("GET", topic_path(args.topic)).body
+    partitions = [p["partition"] for p in topic["partitions"]]
+    if args.partition is not None:
+        if args.partition not in partitions:
+            return fail(
+                "UNKNOWN_TOPIC_OR_PARTITION", f"{args.topic}-{args.partition} does not exist"
+            )
+        partitions = [args.partition]
+    start: int | str = "earliest" if args.from_beginning else "latest"
+    idle_poll = IDLE_POLL_MS if len(partitions) == 1 else IDLE_POLL_MANY_MS
+    consumer = Consumer(client, args.topic, dict.fromkeys(partitions, start), idle_poll)
+    out = sys.stdout.buffer
+    printer = Printer(out, args.json, args.print_key, args.key_separator.encode())
+    try:
+        consume_loop(consumer, printer, args.max_messages, args.timeout_ms)
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:  # e.g. piped into `head`
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    print(f"Processed a total of {printer.count} messages", file=sys.stderr)
+    return 0
+
+
+# --- cluster ----------------------------------------------------------------------------------
+
+
+@command
+def cluster_status(args: argparse.Namespace, client: AdminClient) -> int:
+    cluster = client.call("GET", "/v1/cluster").body
+    if args.json:
+        print_json(cluster)
+        return 0
+    controller = cluster["controller"]
+    voters = ", ".join(
+        f"{v['id']}" + (f"@{v['address']}" if v.get("address") else "") + f" (lag {v['lag']})"
+        for v in controller["voters"]
+    )
+    print(f"Cluster: {cluster['cluster_id']}")
+    print(f"Controller: leader {controller['leader_id']}, epoch {controller['epoch']}")
+    print(f"Voters: {voters}")
+    columns = ("id", "host", "port", "rack", "fenced", "epoch")
+    rows = [[b[column] for column in columns] for b in cluster["brokers"]]
+    print(format_table(("BROKER", "HOST", "PORT", "RACK", "FENCED", "EPOCH"), rows))
+    return 0
+
+
+# --- argument parsing -------------------------------------------------------------------------
+
+
+def key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return key, value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--admin",
+        metavar="URL",
+        default=os.environ.get("KRAFT_ADMIN") or DEFAULT_ADMIN,
+        help="REST admin API (default: $KRAFT_ADMIN or %(default)s)",
+    )
+    common.add_argument("--json", action="store_true", help="print JSON")
+    return common
+
+
+def _add_topics(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    topics = sub.add_parser("topics", help="create, list, describe, alter and delete topics")
+    actions = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
+
+    create = actions.add_parser("create", parents=[common], help="create a topic")
+    create.add_argument("name")
+    create.add_argument(
+        "--partitions", type=positive_int, metavar="N", help="default: num.partitions"
+    )
+    create.add_argument(
+        "--replication-factor",
+        type=positive_int,
+        metavar="N",
+        help="default: default.replication.factor",
+    )
+    create.add_argument("--config", type=key_value, action="append", metavar="KEY=VALUE")
+    create.set_defaults(func=topics_create)
+
+    actions.add_parser("list", parents=[common], help="list topics").set_defaults(func=topics_list)
+    for name, func, text in (
+        ("describe", topics_describe, "partitions, leaders, offsets and configs"),
+        ("delete", topics_delete, "delete a topic"),
+    ):
+        p = actions.add_parser(name, parents=[common], help=text)
+        p.add_argument("name")
+        p.set_defaults(func=func)
+
+    alter = actions.add_parser("alter", parents=[common], help="change configs or partitions")
+    alter.add_argument("name")
+    alter.add_argument("--set", type=key_value, action="append", metavar="KEY=VALUE")
+    alter.add_argument("--delete", action="append", metavar="KEY", help="back to the default")
+    alter.add_argument(
+        "--partitions", type=positive_int, metavar="N", help="the new, larger, count"
+    )
+    alter.set_defaults(func=topics_alter)
+
+
+def _add_clients(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    prod = sub.add_parser("produce", parents=[common], help="send stdin lines as records")
+    prod.add_argument("topic")
+    prod.add_argument("--key-separator", metavar="SEP", help="lines are KEY SEP VALUE")
+    prod.add_argument(
+        "--partition", type=non_negative_int, metavar="P", help="default: by key, or spread"
+    )
+    prod.add_argument("--header", type=key_value, action="append", metavar="KEY=VALUE")
+    prod.set_defaults(func=produce, stdin_fd=0)  # a test may read another descriptor
+
+    cons = sub.add_parser("consume", parents=[common], help="print records of a topic")
+    cons.add_argument("topic")
+    cons.add_argument("--from-beginning", action="store_true", help="default: new records only")
+    cons.add_argument(
+        "--partition", type=non_negative_int, metavar="P", help="default: every partition"
+    )
+    cons.add_argument("--max-messages", type=positive_int, metavar="N")
+    cons.add_argument(
+        "--timeout-ms",
+        type=non_negative_int,
+        metavar="T",
+        help="exit when no record arrived for T ms",
+    )
+    cons.add_argument("--print-key", action="store_true", help="print KEY<TAB>VALUE")
+    cons.add_argument("--key-separator", default="\t", metavar="SEP", help="with --print-key")
+    cons.add_argument("--group", metavar="G", help="accepted; consumer groups arrive later")
+    cons.set_defaults(func=consume)
+
+
+def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``topics``, ``produce``, ``consume`` and ``cluster`` to the ``kraft`` parser."""
+    common = _common()
+    _add_topics(sub, common)
+    _add_clients(sub, common)
+    cluster = sub.add_parser("cluster", help="cluster status")
+    actions = cluster.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
+    status = actions.add_parser("status", parents=[common], help="controller and brokers")
+    status.set_defaults(func=cluster_status)

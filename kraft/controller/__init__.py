@@ -1,0 +1,36 @@
+"""The controller: a deterministic state machine over the metadata image.
+
+Theory of operation (Kafka's ``QuorumController``)
+--------------------------------------------------
+A command (CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs, AlterConfigs,
+BrokerRegistration, BrokerHeartbeat, AllocateProducerIds, session expiry) is handled by a pure
+function of the request and the current :class:`~metadata_log.image.ClusterImage`. It returns a
+:class:`ControllerResult`: the metadata records that express the change and the response to send
+once they are durable. The controller holds no state: the records are appended to the metadata
+log as one batch and replayed (``metadata_log.delta``) into the next image, the same way on the
+active controller, on standby controllers and on brokers. Randomness (topic ids, replica
+placement) comes from an injected ``random.Random``.
+
+Modules: ``controller`` (the entry points), ``topics`` (topic commands), ``configuration``
+(config commands), ``cluster`` (brokers), ``producer_ids`` (producer-id blocks),
+``partitions`` (leader election and ISR rules), ``placement`` (the striped replica placer),
+``local`` (a single-node driver on a :class:`~metadata_log.log.LocalMetadataLog`).
+"""
+
+from kraft.controller.controller import Controller
+from kraft.controller.local import LocalController
+from kraft.controller.result import (
+    ControllerApiError,
+    ControllerConfig,
+    ControllerResult,
+    CreateTopicPolicyRequest,
+)
+
+__all__ = [
+    "Controller",
+    "ControllerApiError",
+    "ControllerConfig",
+    "ControllerResult",
+    "CreateTopicPolicyRequest",
+    "LocalController",
+]

@@ -1,0 +1,126 @@
+"""The controller channel of a combined single node: in-process calls, local metadata log.
+
+The broker half talks to the controller half through the same :class:`ControllerChannel` a
+remote broker will use over the controller listener, so moving the log onto the Raft quorum
+changes this module, not the broker.  The node registers its broker at start-up and then
+unfences it with one heartbeat (it is trivially caught up: it reads the same log).  A
+restart re-registers with a new incarnation; in-process there is no other claimant to the id,
+so the previous session is not waited out.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.messages import (
+    BrokerHeartbeatRequest,
+    BrokerRegistrationRequest,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from kafka_protocol.types import BrokerId
+from kraft.controller.cluster import METADATA_VERSION_4_0_IV3
+from kraft.controller.local import LocalController
+from kraft.controller.result import ControllerConfig
+from metadata_log.image import METADATA_VERSION_FEATURE, ClusterImage
+from metadata_log.log import LocalMetadataLog, MetadataListener
+
+
+class ControllerError(Exception):
+    """The controller refused something the node needs to start (the message says why)."""
+
+
+class LocalControllerChannel:
+    def __init__(self, log: LocalMetadataLog, controller: LocalController, node_id: int) -> None:
+        self.log = log
+        self.controller = controller
+        self.node_id = node_id
+        self.cluster_id = controller.config.cluster_id
+
+    @classmethod
+    def open(
+        cls, metadata_log_dir: Path, node_id: int, cluster_id: str, config: ControllerConfig
+    ) -> LocalControllerChannel:
+        log = LocalMetadataLog.open(metadata_log_dir)
+        return cls(log, LocalController(log, config=config), node_id)
+
+    @property
+    def image(self) -> ClusterImage:
+        return self.log.image
+
+    def subscribe(self, listener: MetadataListener) -> None:
+        self.log.subscribe(listener)
+
+    def close(self) -> None:
+        self.log.close()
+
+    # --- the broker's requests ----------------------------------------------------------------
+
+    async def create_topics(
+        self, request: CreateTopicsRequest, version: int
+    ) -> CreateTopicsResponse:
+        return await self.controller.create_topics(request)
+
+    async def delete_topics(
+        self, request: DeleteTopicsRequest, version: int
+    ) -> DeleteTopicsResponse:
+        return await self.controller.delete_topics(request)
+
+    async def create_partitions(
+        self, request: CreatePartitionsRequest, version: int
+    ) -> CreatePartitionsResponse:
+        return await self.controller.create_partitions(request)
+
+    async def incremental_alter_configs(
+        self, request: IncrementalAlterConfigsRequest, version: int
+    ) -> IncrementalAlterConfigsResponse:
+        return await self.controller.incremental_alter_configs(request)
+
+    async def allocate_producer_ids(self, broker_id: int, count: int) -> tuple[int, int]:
+        return await self.controller.allocate_producer_ids(broker_id, count)
+
+    # --- this node's broker -------------------------------------------------------------------
+
+    async def register_broker(self, host: str, port: int, rack: str | None) -> int:
+        """Register and unfence this node's broker; returns its broker epoch."""
+        request = BrokerRegistrationRequest(
+            broker_id=BrokerId(self.node_id),
+            cluster_id=self.cluster_id,
+            incarnation_id=uuid.uuid4(),
+            listeners=[BrokerRegistrationRequest.Listener(name="PLAINTEXT", host=host, port=port)],
+            features=[
+                BrokerRegistrationRequest.Feature(
+                    name=METADATA_VERSION_FEATURE,
+                    min_supported_version=1,
+                    max_supported_version=METADATA_VERSION_4_0_IV3,
+                )
+            ],
+            rack=rack,
+        )
+        registered = await self.controller.submit_async(
+            lambda image: self.controller.controller.handle_register_broker(request, image)
+        )
+        if registered.error_code != ErrorCode.NONE:
+            raise ControllerError(
+                f"broker {self.node_id} registration refused: "
+                f"{ErrorCode.from_code(registered.error_code).name}"
+            )
+        heartbeat = await self.controller.broker_heartbeat(
+            BrokerHeartbeatRequest(
+                broker_id=BrokerId(self.node_id),
+                broker_epoch=registered.broker_epoch,
+                current_metadata_offset=self.log.next_offset,
+                want_fence=False,
+            )
+        )
+        if heartbeat.error_code != ErrorCode.NONE or heartbeat.is_fenced:
+            raise ControllerError(f"broker {self.node_id} stayed fenced after its heartbeat")
+        return registered.broker_epoch

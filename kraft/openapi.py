@@ -1,0 +1,446 @@
+"""The OpenAPI 3.0 document of the REST admin API (``GET /v1/openapi.json``).
+
+Kept next to :mod:`kraft.rest` by hand: the integration tests check that every route of
+``kraft.rest.ROUTES`` is described here (and nothing else), that the document is valid OpenAPI
+3.0, and that real responses match the schemas.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+Schema = dict[str, Any]
+
+JSON: Final = "application/json"
+
+
+def _ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _obj(required: list[str], **properties: Schema) -> Schema:
+    out: Schema = {"type": "object", "properties": properties}
+    if required:
+        out["required"] = required
+    return out
+
+
+def _nullable(schema: Schema) -> Schema:
+    return {**schema, "nullable": True}
+
+
+INT: Final[Schema] = {"type": "integer", "format": "int64"}
+INT32: Final[Schema] = {"type": "integer", "format": "int32"}
+STR: Final[Schema] = {"type": "string"}
+BOOL: Final[Schema] = {"type": "boolean"}
+INT_LIST: Final[Schema] = {"type": "array", "items": INT32}
+STR_MAP: Final[Schema] = {"type": "object", "additionalProperties": STR}
+NULLABLE_STR_MAP: Final[Schema] = {"type": "object", "additionalProperties": _nullable(STR)}
+CONFIG_VALUES: Final[Schema] = {
+    "type": "object",
+    "description": "Kafka topic config names and values; numbers and booleans are accepted",
+    "additionalProperties": {"oneOf": [STR, {"type": "number"}, BOOL]},
+}
+
+SCHEMAS: Final[dict[str, Schema]] = {
+    "Error": _obj(
+        ["error", "message"],
+        error={
+            "type": "string",
+            "description": "a Kafka error name (TOPIC_ALREADY_EXISTS, INVALID_CONFIG, ...) or a"
+            " short code of this API (INVALID_REQUEST, NOT_FOUND, METHOD_NOT_ALLOWED,"
+            " PAYLOAD_TOO_LARGE, NOT_READY)",
+        },
+        message=STR,
+    ),
+    "Health": _obj(["status", "node_id"], status={"type": "string", "enum": ["ok"]}, node_id=INT32),
+    "Ready": _obj(["ready"], ready=BOOL),
+    "Voter": _obj(["id", "address", "lag"], id=INT32, address=_nullable(STR), lag=INT),
+    "Broker": _obj(
+        ["id", "host", "port", "rack", "fenced", "epoch"],
+        id=INT32,
+        host=_nullable(STR),
+        port=_nullable(INT32),
+        rack=_nullable(STR),
+        fenced=BOOL,
+        epoch=INT,
+    ),
+    "Cluster": _obj(
+        ["cluster_id", "controller", "brokers"],
+        cluster_id=STR,
+        controller=_obj(
+            ["leader_id", "epoch", "voters"],
+            leader_id=INT32,
+            epoch=INT32,
+            voters={"type": "array", "items": _ref("Voter")},
+        ),
+        brokers={"type": "array", "items": _ref("Broker")},
+        metadata_offset=INT,
+        version=STR,
+    ),
+    "TopicSummary": _obj(
+        ["name", "partitions", "replication_factor"],
+        name=STR,
+        topic_id=STR,
+        partitions=INT32,
+        replication_factor=INT32,
+    ),
+    "PartitionState": _obj(
+        ["partition", "leader", "leader_epoch", "replicas", "isr"],
+        partition=INT32,
+        leader={**INT32, "description": "-1: no leader"},
+        leader_epoch=INT32,
+        replicas=INT_LIST,
+        isr=INT_LIST,
+        log_start_offset=_nullable({**INT, "description": "null: not hosted by this node"}),
+        high_watermark=_nullable(INT),
+        log_end_offset=_nullable(INT),
+    ),
+    "Topic": _obj(
+        ["name", "configs", "partitions"],
+        name=STR,
+        topic_id=STR,
+        replication_factor=INT32,
+        configs={
+            **NULLABLE_STR_MAP,
+            "description": "the topic's overrides (every effective value with all_configs=true)",
+        },
+        partitions={"type": "array", "items": _ref("PartitionState")},
+    ),
+    "TopicValidated": _obj(
+        ["name", "partitions", "replication_factor", "validate_only"],
+        name=STR,
+        partitions=INT32,
+        replication_factor=INT32,
+        validate_only=BOOL,
+    ),
+    "TopicDeletion": _obj(["name", "deleted"], name=STR, deleted=BOOL),
+    "NewTopic": {
+        **_obj(
+            ["name"],
+            name={**STR, "description": "1-249 characters of [a-zA-Z0-9._-]"},
+            partitions={**INT32, "minimum": 1, "description": "default: num.partitions"},
+            replication_factor={
+                **INT32,
+                "minimum": 1,
+                "description": "default: default.replication.factor",
+            },
+            configs=CONFIG_VALUES,
+            validate_only={**BOOL, "description": "check only; create nothing (200)"},
+        ),
+        "additionalProperties": False,
+    },
+    "ConfigChanges": {
+        **_obj(
+            [],
+            set=CONFIG_VALUES,
+            delete={"type": "array", "items": STR, "description": "back to the default"},
+        ),
+        "additionalProperties": False,
+    },
+    "PartitionCount": {
+        **_obj(["count"], count={**INT32, "minimum": 1, "description": "the new total"}),
+        "additionalProperties": False,
+    },
+    "Encoding": {
+        "type": "string",
+        "enum": ["utf-8", "base64"],
+        "default": "utf-8",
+        "description": "how keys, values and header values are written in JSON",
+    },
+    "NewRecord": {
+        **_obj(
+            [],
+            key=_nullable(STR),
+            value=_nullable(STR),
+            headers=NULLABLE_STR_MAP,
+            partition=_nullable(
+                {
+                    **INT32,
+                    "minimum": 0,
+                    "description": "default: murmur2(key) like Kafka's default partitioner for"
+                    " keyed records, round robin otherwise",
+                }
+            ),
+            timestamp=_nullable({**INT, "minimum": 0, "description": "ms; default: now"}),
+        ),
+        "additionalProperties": False,
+    },
+    "ProduceRequest": {
+        **_obj(
+            ["records"],
+            records={"type": "array", "minItems": 1, "maxItems": 10000, "items": _ref("NewRecord")},
+            encoding=_ref("Encoding"),
+        ),
+        "additionalProperties": False,
+    },
+    "RecordOffset": _obj(
+        ["partition", "offset"],
+        partition=INT32,
+        offset=_nullable(INT),
+        error={**STR, "description": "set when this record was not appended"},
+        message=STR,
+    ),
+    "ProduceResult": _obj(
+        ["topic", "offsets"],
+        topic=STR,
+        offsets={"type": "array", "items": _ref("RecordOffset"), "description": "request order"},
+    ),
+    "ProduceError": {
+        "allOf": [
+            _ref("Error"),
+            _obj([], topic=STR, offsets={"type": "array", "items": _ref("RecordOffset")}),
+        ]
+    },
+    "Record": _obj(
+        ["offset", "timestamp", "key", "value", "headers"],
+        offset=INT,
+        timestamp=INT,
+        key=_nullable(STR),
+        value=_nullable(STR),
+        headers={**NULLABLE_STR_MAP, "description": "a repeated header key keeps its last value"},
+    ),
+    "Records": _obj(
+        ["topic", "partition", "records", "next_offset", "high_watermark", "log_start_offset"],
+        topic=STR,
+        partition=INT32,
+        records={"type": "array", "items": _ref("Record")},
+        next_offset={**INT, "description": "the offset to read next"},
+        high_watermark=INT,
+        log_start_offset=INT,
+    ),
+}
+
+
+def _json_body(schema: Schema, description: str) -> Schema:
+    return {"description": description, "content": {JSON: {"schema": schema}}}
+
+
+def _error(description: str) -> Schema:
+    return _json_body(_ref("Error"), description)
+
+
+BAD_REQUEST: Final = _error("malformed body or parameters (INVALID_REQUEST) or a Kafka error")
+NOT_FOUND: Final = _error("UNKNOWN_TOPIC_OR_PARTITION")
+UNAVAILABLE: Final = _error("NOT_READY or a retriable Kafka error")
+NAME: Final[Schema] = {"name": "name", "in": "path", "required": True, "schema": STR}
+
+
+def _query(name: str, schema: Schema, description: str) -> Schema:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": schema,
+        "description": description,
+    }
+
+
+def _op(op_id: str, summary: str, responses: dict[str, Schema], **extra: Any) -> Schema:
+    return {
+        "operationId": op_id,
+        "summary": summary,
+        "responses": {**responses, "default": _error("any other error, same shape")},
+        **extra,
+    }
+
+
+def _request(schema_name: str) -> Schema:
+    return {"required": True, "content": {JSON: {"schema": _ref(schema_name)}}}
+
+
+def _topic_paths() -> dict[str, Schema]:
+    topic_ok = _json_body(_ref("Topic"), "the topic, as described by GET")
+    return {
+        "/v1/topics": {
+            "get": _op(
+                "listTopics",
+                "List topics",
+                {
+                    "200": _json_body({"type": "array", "items": _ref("TopicSummary")}, "topics"),
+                },
+            ),
+            "post": _op(
+                "createTopic",
+                "Create a topic (CreateTopics)",
+                {
+                    "201": _json_body(_ref("Topic"), "created"),
+                    "200": _json_body(_ref("TopicValidated"), "validate_only: would be created"),
+                    "400": _error(
+                        "INVALID_REQUEST, INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS,"
+                        " INVALID_REPLICATION_FACTOR, INVALID_CONFIG, ..."
+                    ),
+                    "409": _error("TOPIC_ALREADY_EXISTS"),
+                    "413": _error("PAYLOAD_TOO_LARGE"),
+                },
+                requestBody=_request("NewTopic"),
+            ),
+        },
+        "/v1/topics/{name}": {
+            "parameters": [NAME],
+            "get": _op(
+                "describeTopic",
+                "Describe a topic: configs, partitions, offsets",
+                {
+                    "200": topic_ok,
+                    "404": NOT_FOUND,
+                },
+                parameters=[
+                    _query("all_configs", BOOL, "every effective config, not only overrides")
+                ],
+            ),
+            "delete": _op(
+                "deleteTopic",
+                "Delete a topic (DeleteTopics)",
+                {
+                    "204": {"description": "deleted (this node no longer has it)"},
+                    "202": _json_body(_ref("TopicDeletion"), "accepted; brokers delete it soon"),
+                    "404": NOT_FOUND,
+                },
+            ),
+        },
+        "/v1/topics/{name}/configs": {
+            "parameters": [NAME],
+            "patch": _op(
+                "alterTopicConfigs",
+                "Set and delete topic configs (IncrementalAlterConfigs)",
+                {
+                    "200": topic_ok,
+                    "400": _error("INVALID_REQUEST or INVALID_CONFIG"),
+                    "404": NOT_FOUND,
+                },
+                requestBody=_request("ConfigChanges"),
+            ),
+        },
+        "/v1/topics/{name}/partitions": {
+            "parameters": [NAME],
+            "post": _op(
+                "createPartitions",
+                "Increase the partition count (CreatePartitions)",
+                {
+                    "200": topic_ok,
+                    "400": _error("INVALID_REQUEST or INVALID_PARTITIONS"),
+                    "404": NOT_FOUND,
+                },
+                requestBody=_request("PartitionCount"),
+            ),
+        },
+    }
+
+
+def _record_paths() -> dict[str, Schema]:
+    partition = {"name": "partition", "in": "path", "required": True, "schema": INT32}
+    offset = {"oneOf": [{**INT, "minimum": 0}, {"type": "string", "enum": ["earliest", "latest"]}]}
+    return {
+        "/v1/topics/{name}/records": {
+            "parameters": [NAME],
+            "post": _op(
+                "produceRecords",
+                "Append records (auto-creates the topic when auto.create.topics.enable)",
+                {
+                    "200": _json_body(_ref("ProduceResult"), "every record appended"),
+                    "400": BAD_REQUEST,
+                    "404": _json_body(_ref("ProduceError"), "UNKNOWN_TOPIC_OR_PARTITION"),
+                    "413": _json_body(
+                        _ref("ProduceError"), "MESSAGE_TOO_LARGE or PAYLOAD_TOO_LARGE"
+                    ),
+                    "503": _json_body(_ref("ProduceError"), "a retriable error; retry"),
+                },
+                requestBody=_request("ProduceRequest"),
+            ),
+        },
+        "/v1/topics/{name}/partitions/{partition}/records": {
+            "parameters": [NAME, partition],
+            "get": _op(
+                "readRecords",
+                "Read committed records (below the high watermark)",
+                {
+                    "200": _json_body(_ref("Records"), "records, possibly none"),
+                    "400": BAD_REQUEST,
+                    "404": NOT_FOUND,
+                    "416": _error("OFFSET_OUT_OF_RANGE"),
+                },
+                parameters=[
+                    _query("offset", offset, "where to start; default: earliest"),
+                    _query(
+                        "max_records",
+                        {**INT32, "minimum": 1, "maximum": 10000, "default": 500},
+                        "at most this many records",
+                    ),
+                    _query(
+                        "timeout_ms",
+                        {**INT32, "minimum": 0, "maximum": 60000, "default": 0},
+                        "long-poll: wait this long for a record at or after offset",
+                    ),
+                    _query("encoding", _ref("Encoding"), "how keys and values are written"),
+                ],
+            ),
+        },
+    }
+
+
+def _node_paths() -> dict[str, Schema]:
+    text = {"text/plain": {"schema": STR}}
+    return {
+        "/v1/health": {
+            "get": _op(
+                "health",
+                "Liveness: 200 while the process runs",
+                {
+                    "200": _json_body(_ref("Health"), "alive"),
+                },
+            )
+        },
+        "/v1/ready": {
+            "get": _op(
+                "ready",
+                "Readiness: the node serves clients",
+                {
+                    "200": _json_body(_ref("Ready"), "ready"),
+                    "503": _json_body({"allOf": [_ref("Error"), _ref("Ready")]}, "NOT_READY"),
+                },
+            )
+        },
+        "/v1/cluster": {
+            "get": _op(
+                "cluster",
+                "Cluster id, controller quorum and brokers",
+                {
+                    "200": _json_body(_ref("Cluster"), "the cluster"),
+                    "503": UNAVAILABLE,
+                },
+            )
+        },
+        "/metrics": {
+            "get": _op(
+                "metrics",
+                "Prometheus metrics (text format 0.0.4)",
+                {
+                    "200": {"description": "text/plain; version=0.0.4", "content": text},
+                },
+            )
+        },
+        "/v1/openapi.json": {
+            "get": _op(
+                "openapi",
+                "This document",
+                {
+                    "200": _json_body({"type": "object"}, "OpenAPI 3.0"),
+                },
+            )
+        },
+    }
+
+
+def openapi_document(version: str) -> dict[str, Any]:
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "kraft REST admin API",
+            "version": version,
+            "description": "Served by every node. Writes go to the active controller. Errors are"
+            ' {"error": NAME, "message": TEXT} with a Kafka error name or a short code.',
+        },
+        "paths": {**_node_paths(), **_topic_paths(), **_record_paths()},
+        "components": {"schemas": SCHEMAS},
+    }
