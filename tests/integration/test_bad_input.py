@@ -1,0 +1,230 @@
+"""Hostile and broken clients: the broker answers with a Kafka error or closes that one
+connection, keeps serving everyone else, and appends nothing of what it refused."""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from integration.node_process import NodeProcess
+from integration.raw_client import RawConnection
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    CreateTopicsRequest,
+    ListOffsetsRequest,
+    MetadataRequest,
+    ProduceRequest,
+)
+from kafka_protocol.record_batch import SimpleRecord, build_batch
+from kafka_protocol.types import TopicName
+
+pytestmark = pytest.mark.integration
+
+MAX_FRAME = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    proc = NodeProcess(
+        Path(tmp_path_factory.mktemp("bad-input")),
+        overrides=(f"socket.request.max.bytes={MAX_FRAME}",),
+    ).start()
+    yield proc
+    assert proc.stop() == 0, proc.log_tail()
+
+
+def create_topic(broker: NodeProcess, name: str, configs: dict[str, str] | None = None) -> None:
+    conn = RawConnection(broker.bootstrap)
+    topic = CreateTopicsRequest.CreatableTopic(
+        name=TopicName(name),
+        num_partitions=1,
+        replication_factor=1,
+        configs=[
+            CreateTopicsRequest.CreatableTopicConfig(name=k, value=v)
+            for k, v in (configs or {}).items()
+        ],
+    )
+    response = conn.request(CreateTopicsRequest(topics=[topic], timeout_ms=5000), 7)
+    conn.close()
+    assert response.topics[0].error_code == ErrorCode.NONE, response
+
+
+def high_watermark(broker: NodeProcess, topic: str) -> int:
+    conn = RawConnection(broker.bootstrap)
+    request = ListOffsetsRequest(
+        replica_id=-1,
+        topics=[
+            ListOffsetsRequest.ListOffsetsTopic(
+                name=TopicName(topic),
+                partitions=[
+                    ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1)
+                ],
+            )
+        ],
+    )
+    response = conn.request(request, 7)
+    conn.close()
+    return int(response.topics[0].partitions[0].offset)
+
+
+def produce(topic: str, records: bytes, acks: int = -1) -> ProduceRequest:
+    return ProduceRequest(
+        acks=acks,
+        timeout_ms=5000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=TopicName(topic),
+                partition_data=[ProduceRequest.PartitionProduceData(index=0, records=records)],
+            )
+        ],
+    )
+
+
+def produce_error(broker: NodeProcess, request: ProduceRequest, version: int = 9) -> int:
+    conn = RawConnection(broker.bootstrap)
+    response = conn.request(request, version)
+    conn.close()
+    return int(response.responses[0].partition_responses[0].error_code)
+
+
+def assert_still_serving(broker: NodeProcess) -> None:
+    conn = RawConnection(broker.bootstrap)
+    response = conn.request(MetadataRequest(topics=None), 12)
+    conn.close()
+    assert response.brokers, "the broker stopped answering Metadata"
+    assert broker.alive()
+
+
+def assert_closed(conn: RawConnection) -> None:
+    assert conn.is_closed_by_peer(), "the broker kept a connection that sent garbage"
+    conn.close()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_random_bytes_close_only_that_connection(broker: NodeProcess, seed: int) -> None:
+    rng = random.Random(seed)
+    bystander = RawConnection(broker.bootstrap)
+    conn = RawConnection(broker.bootstrap)
+    body = rng.randbytes(rng.randrange(8, 400))
+    conn.send_raw(struct.pack(">i", len(body)) + body)
+    assert_closed(conn)
+    assert bystander.request(MetadataRequest(topics=None), 12).brokers
+    bystander.close()
+    assert_still_serving(broker)
+
+
+def test_truncated_frame_then_hang_up(broker: NodeProcess) -> None:
+    conn = RawConnection(broker.bootstrap)
+    frame = conn.frame(MetadataRequest(topics=None), 12)
+    conn.send_raw(frame[: len(frame) // 2])
+    conn.close()
+    assert_still_serving(broker)
+
+
+def test_frame_over_the_limit_is_refused_unread(broker: NodeProcess) -> None:
+    conn = RawConnection(broker.bootstrap)
+    conn.send_raw(struct.pack(">i", MAX_FRAME + 1) + b"\x00" * 64)
+    assert_closed(conn)
+    assert_still_serving(broker)
+
+
+def test_negative_frame_size(broker: NodeProcess) -> None:
+    conn = RawConnection(broker.bootstrap)
+    conn.send_raw(struct.pack(">i", -5))
+    assert_closed(conn)
+
+
+def test_unknown_api_key_and_version_close_the_connection(broker: NodeProcess) -> None:
+    conn = RawConnection(broker.bootstrap)
+    frame = bytearray(conn.frame(MetadataRequest(topics=None), 12))
+    frame[4:6] = struct.pack(">h", 999)  # api key
+    conn.send_raw(bytes(frame))
+    assert_closed(conn)
+    conn = RawConnection(broker.bootstrap)
+    frame = bytearray(conn.frame(MetadataRequest(topics=None), 12))
+    frame[6:8] = struct.pack(">h", 13)  # Metadata v13: decodable, not advertised
+    conn.send_raw(bytes(frame))
+    assert_closed(conn)
+    assert_still_serving(broker)
+
+
+def test_api_versions_fallback(broker: NodeProcess) -> None:
+    conn = RawConnection(broker.bootstrap)
+    frame = bytearray(conn.frame(ApiVersionsRequest(), 3, correlation_id=41))
+    frame[6:8] = struct.pack(">h", 77)
+    conn.send_raw(bytes(frame))
+    correlation, response = conn.recv(18, 0)
+    conn.close()
+    assert correlation == 41
+    assert isinstance(response, ApiVersionsResponse)
+    assert response.error_code == ErrorCode.UNSUPPORTED_VERSION
+    ranges = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+    assert ranges[18] == (0, 4) and ranges[0][0] == 0
+
+
+def test_corrupt_crc_is_refused_and_not_appended(broker: NodeProcess) -> None:
+    create_topic(broker, "crc")
+    batch = bytearray(build_batch([SimpleRecord(b"payload")]))
+    batch[-1] ^= 0xFF
+    assert produce_error(broker, produce("crc", bytes(batch))) == ErrorCode.CORRUPT_MESSAGE
+    assert high_watermark(broker, "crc") == 0
+
+
+def test_oversized_batch_is_refused_and_not_appended(broker: NodeProcess) -> None:
+    create_topic(broker, "big", {"max.message.bytes": "10000"})
+    batch = build_batch([SimpleRecord(os.urandom(20_000))])
+    assert produce_error(broker, produce("big", batch)) == ErrorCode.MESSAGE_TOO_LARGE
+    ok = build_batch([SimpleRecord(os.urandom(9_000))])
+    assert produce_error(broker, produce("big", ok)) == ErrorCode.NONE
+    assert high_watermark(broker, "big") == 1
+
+
+def test_old_message_formats_and_produce_versions_are_refused(broker: NodeProcess) -> None:
+    create_topic(broker, "old")
+    batch = bytearray(build_batch([SimpleRecord(b"v")]))
+    batch[16] = 1  # magic 1
+    error = produce_error(broker, produce("old", bytes(batch)))
+    assert error == ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+    modern = build_batch([SimpleRecord(b"v")])
+    assert produce_error(broker, produce("old", modern), version=2) == ErrorCode.UNSUPPORTED_VERSION
+    assert high_watermark(broker, "old") == 0
+
+
+def test_unknown_topic_and_partition(broker: NodeProcess) -> None:
+    batch = build_batch([SimpleRecord(b"v")])
+    error = produce_error(broker, produce("no-such-topic", batch))
+    assert error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_pipelined_requests_are_answered_in_order(broker: NodeProcess) -> None:
+    create_topic(broker, "pipe")
+    conn = RawConnection(broker.bootstrap)
+    frames = b""
+    for i in range(20):
+        request = produce("pipe", build_batch([SimpleRecord(b"%d" % i)])) if i % 2 else None
+        body = request if request is not None else MetadataRequest(topics=None)
+        frames += conn.frame(body, 9 if i % 2 else 12, correlation_id=1000 + i)
+    conn.send_raw(frames)
+    for i in range(20):
+        correlation, _ = conn.recv(0 if i % 2 else 3, 9 if i % 2 else 12)
+        assert correlation == 1000 + i
+    conn.close()
+    assert high_watermark(broker, "pipe") == 10
+
+
+def test_acks_zero_gets_no_response_but_is_appended(broker: NodeProcess) -> None:
+    create_topic(broker, "acks0")
+    conn = RawConnection(broker.bootstrap)
+    conn.send_raw(conn.frame(produce("acks0", build_batch([SimpleRecord(b"x")]), acks=0), 9, 500))
+    conn.send_raw(conn.frame(MetadataRequest(topics=None), 12, 501))
+    correlation, _ = conn.recv(3, 12)
+    conn.close()
+    assert correlation == 501, "acks=0 must not be answered"
+    assert high_watermark(broker, "acks0") == 1
