@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 
 from integration.node_process import NodeProcess
-from kraft.rest import MAX_BODY_BYTES, ROUTES, partition_for_key
+from kafka_protocol.partitioner import partition_for_key
+from kraft.rest import MAX_BODY_BYTES, ROUTES
 
 pytestmark = pytest.mark.integration
 

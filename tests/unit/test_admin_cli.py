@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kafka_protocol.partitioner import DefaultPartitioner, murmur2, partition_for_key
 from kraft import admin_cli
 from kraft.admin_cli import (
     AdminClient,
@@ -27,7 +28,6 @@ from kraft.admin_cli import (
     read_bursts,
     split_key,
 )
-from kraft.rest import DefaultPartitioner, murmur2, partition_for_key
 
 
 def parser() -> argparse.ArgumentParser:
@@ -439,7 +439,7 @@ def test_long_polls_leave_no_waiters_and_end_at_shutdown() -> None:
     import asyncio
     from types import SimpleNamespace
 
-    from kraft.rest import LongPolls
+    from kraft.rest.records import LongPolls
 
     async def scenario() -> None:
         polls, part = LongPolls(), SimpleNamespace(waiters=[])

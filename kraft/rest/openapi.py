@@ -1,8 +1,8 @@
 """The OpenAPI 3.0 document of the REST admin API (``GET /v1/openapi.json``).
 
-Kept next to :mod:`kraft.rest` by hand: the integration tests check that every route of
-``kraft.rest.ROUTES`` is described here (and nothing else), that the document is valid OpenAPI
-3.0, and that real responses match the schemas.
+Kept by hand next to the routes of :mod:`kraft.rest`: the integration tests check that every
+route of ``kraft.rest.ROUTES`` is described here (and nothing else), that the document is valid
+OpenAPI 3.0, and that real responses match the schemas.
 """
 
 from __future__ import annotations

@@ -1,0 +1,89 @@
+"""The REST admin API of one node (aiohttp): health, cluster, topics, configs, records, metrics.
+
+Every route is listed in :data:`ROUTES` and described in :mod:`kraft.rest.openapi`.  Handlers
+parse and check the request, make one call (a controller RPC for writes, the replica manager for
+records, the broker's image for descriptions) and answer JSON.
+
+The package: :mod:`~kraft.rest.common` (errors and their middleware, request parsing, shared
+lookups), the routes in :mod:`~kraft.rest.cluster`, :mod:`~kraft.rest.topics` and
+:mod:`~kraft.rest.records`, the document in :mod:`~kraft.rest.openapi`, and here the application
+that puts them together.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+from aiohttp import web
+
+from kafka_protocol.partitioner import DefaultPartitioner
+from kraft.config import ConfigError
+from kraft.rest.cluster import get_cluster, get_health, get_metrics, get_openapi, get_ready
+from kraft.rest.common import NODE, AdminNode, error_middleware
+from kraft.rest.records import LONG_POLLS, PARTITIONER, LongPolls, produce_records, read_records
+from kraft.rest.topics import (
+    alter_topic_configs,
+    create_partitions,
+    create_topic,
+    delete_topic,
+    get_topic,
+    list_topics,
+)
+
+__all__ = ["MAX_BODY_BYTES", "ROUTES", "build_app", "start_admin_api"]
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES: Final = 8 * 1024 * 1024  # aiohttp answers 413 above this
+SHUTDOWN_TIMEOUT_S: Final = 1.0  # in-flight requests (long polls) at shutdown
+
+ROUTES: Final = (
+    ("GET", "/v1/health", get_health),
+    ("GET", "/v1/ready", get_ready),
+    ("GET", "/v1/cluster", get_cluster),
+    ("GET", "/v1/topics", list_topics),
+    ("POST", "/v1/topics", create_topic),
+    ("GET", "/v1/topics/{name}", get_topic),
+    ("DELETE", "/v1/topics/{name}", delete_topic),
+    ("PATCH", "/v1/topics/{name}/configs", alter_topic_configs),
+    ("POST", "/v1/topics/{name}/partitions", create_partitions),
+    ("POST", "/v1/topics/{name}/records", produce_records),
+    ("GET", "/v1/topics/{name}/partitions/{partition}/records", read_records),
+    ("GET", "/metrics", get_metrics),
+    ("GET", "/v1/openapi.json", get_openapi),
+)
+
+
+def build_app(node: AdminNode) -> web.Application:
+    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
+    app[NODE] = node
+    app[PARTITIONER] = DefaultPartitioner()
+    app[LONG_POLLS] = LongPolls()
+    app.on_shutdown.append(_answer_long_polls)
+    for method, path, handler in ROUTES:
+        if method == "GET":
+            app.router.add_get(path, handler)  # and HEAD, for load balancers' checks
+        else:
+            app.router.add_route(method, path, handler)
+    return app
+
+
+async def _answer_long_polls(app: web.Application) -> None:
+    app[LONG_POLLS].close()
+
+
+async def start_admin_api(node: AdminNode, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Serve the API on ``host:port`` (0: any free port); returns the runner and bound port."""
+    runner = web.AppRunner(build_app(node), shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ConfigError(
+            f"admin.listener: cannot listen on {host}:{port}: {exc.strerror or exc}"
+        ) from None
+    bound_port = int(runner.addresses[0][1])
+    log.info("REST admin API on http://%s:%d", host, bound_port)
+    return runner, bound_port

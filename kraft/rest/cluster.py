@@ -1,0 +1,80 @@
+"""The node's routes of the REST admin API: health, readiness, the cluster's description,
+Prometheus metrics and the OpenAPI document."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from aiohttp import web
+
+from kraft import __version__
+from kraft.config import NodeConfig
+from kraft.rest.common import broker_of, error_response, node_of
+from metadata_log.image import BrokerRegistration
+
+PROMETHEUS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+
+
+async def get_health(request: web.Request) -> web.Response:
+    node = node_of(request)
+    return web.json_response({"status": "ok", "node_id": node.config.node_id})
+
+
+async def get_ready(request: web.Request) -> web.Response:
+    if node_of(request).ready:
+        return web.json_response({"ready": True})
+    return error_response(503, "NOT_READY", "the node is not serving clients yet", ready=False)
+
+
+def _voter_address(cfg: NodeConfig) -> str | None:
+    for voter in (cfg.get("controller.quorum.voters") or "").split(","):
+        node_id, _, address = voter.strip().partition("@")
+        if node_id == str(cfg.node_id) and address:
+            return address
+    return None
+
+
+def broker_json(reg: BrokerRegistration) -> dict[str, Any]:
+    endpoint = reg.listener("PLAINTEXT") or (reg.listeners[0] if reg.listeners else None)
+    return {
+        "id": reg.id,
+        "host": endpoint.host if endpoint else None,
+        "port": endpoint.port if endpoint else None,
+        "rack": reg.rack,
+        "fenced": reg.fenced,
+        "epoch": reg.epoch,
+    }
+
+
+async def get_cluster(request: web.Request) -> web.Response:
+    node, broker = node_of(request), broker_of(request)
+    image = broker.image
+    brokers = [broker_json(image.brokers[b]) for b in sorted(image.brokers)]
+    if not brokers:  # not registered in the image (yet): describe this broker
+        host, port = broker.advertised
+        rack = broker.config.rack
+        fallback = {"id": broker.node_id, "host": host, "port": port, "rack": rack}
+        brokers = [{**fallback, "fenced": False, "epoch": -1}]
+    node_id = node.config.node_id
+    voter = {"id": node_id, "address": _voter_address(node.config), "lag": 0}
+    controller = {"leader_id": node_id, "epoch": image.epoch, "voters": [voter]}
+    return web.json_response(
+        {
+            "cluster_id": broker.cluster_id,
+            "controller": controller,
+            "brokers": brokers,
+            "metadata_offset": image.offset,
+            "version": __version__,
+        }
+    )
+
+
+async def get_metrics(request: web.Request) -> web.Response:
+    body = broker_of(request).metrics.render()
+    return web.Response(body=body, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
+
+
+async def get_openapi(request: web.Request) -> web.Response:
+    from kraft.rest.openapi import openapi_document
+
+    return web.json_response(openapi_document(__version__))

@@ -1,0 +1,337 @@
+"""What the routes of the REST admin API share: errors, the error middleware, request parsing,
+lookups of the node, broker and topics, and the controller's CreateTopics.
+
+Errors are always ``{"error": NAME, "message": TEXT}``: a Kafka error name (the per-item code the
+controller or the log answered, mapped to an HTTP status by :func:`http_status`) or a short code
+of this API (``INVALID_REQUEST`` for malformed bodies, ``NOT_FOUND``, ``METHOD_NOT_ALLOWED``,
+``PAYLOAD_TOO_LARGE``, ``NOT_READY``).  One middleware turns every exception into that shape; an
+unexpected one is logged with its traceback here and answered 500 without it.
+
+Writes commit at the controller before this broker replays them, so a handler that answers with
+the new state first waits (briefly, bounded: :func:`image_settles`) for the broker's image to
+show it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.messages import CreateTopicsRequest, CreateTopicsResponse
+from kafka_protocol.types import TopicName
+from kraft.config import NodeConfig
+from metadata_log.image import ClusterImage, TopicImage
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+log = logging.getLogger("kraft.rest")  # the package's logger
+
+IMAGE_WAIT_S: Final = 5.0  # how long a write waits for this broker to replay its records
+CREATE_TOPICS_VERSION: Final = 7  # the newest the controller serves
+DEFAULT_FROM_CONTROLLER: Final = -1  # CreateTopics partitions / replication factor
+
+
+class AdminNode(Protocol):
+    """What the API needs of :class:`kraft.node.Node`."""
+
+    @property
+    def config(self) -> NodeConfig: ...
+
+    @property
+    def broker(self) -> Broker | None: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+
+NODE: Final = web.AppKey["AdminNode"]("node")
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+
+class ApiError(Exception):
+    """An answer other than success: HTTP status, error name and message."""
+
+    def __init__(self, status: int, error: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error = error
+        self.message = message
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "INVALID_REQUEST", message)
+
+
+_STATUS_OF: Final = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: 404,
+    ErrorCode.TOPIC_ALREADY_EXISTS: 409,
+    ErrorCode.OFFSET_OUT_OF_RANGE: 416,
+    ErrorCode.MESSAGE_TOO_LARGE: 413,
+    ErrorCode.RECORD_LIST_TOO_LARGE: 413,
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: 403,
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: 403,
+    ErrorCode.TOPIC_DELETION_DISABLED: 403,
+    ErrorCode.REQUEST_TIMED_OUT: 504,
+    ErrorCode.UNKNOWN_SERVER_ERROR: 500,
+}
+
+
+def http_status(code: ErrorCode) -> int:
+    """A Kafka error as an HTTP status: retriable errors are 503, other client errors 400."""
+    return _STATUS_OF.get(code) or (503 if code.retriable else 400)
+
+
+def kafka_error(code: int, message: str | None = None) -> ApiError:
+    error = ErrorCode.from_code(code)
+    return ApiError(http_status(error), error.name, message or error.message)
+
+
+def unknown_topic(name: str) -> ApiError:
+    return ApiError(404, "UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} does not exist")
+
+
+_HTTP_ERROR_NAMES: Final = {
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    413: "PAYLOAD_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+}
+
+
+def error_response(status: int, error: str, message: str, **extra: Any) -> web.Response:
+    return web.json_response({"error": error, "message": message, **extra}, status=status)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return error_response(exc.status, exc.error, exc.message)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        name = _HTTP_ERROR_NAMES.get(exc.status, "HTTP_ERROR")
+        text = exc.text or exc.reason
+        if text.startswith(f"{exc.status}: "):  # aiohttp's default body "404: Not Found"
+            text = f"{exc.reason}: {request.method} {request.path}"
+        return error_response(exc.status, name, text)
+    except Exception as exc:
+        log.exception("REST %s %s failed", request.method, request.path)
+        message = f"internal error ({type(exc).__name__}); see the node's log"
+        return error_response(500, "UNKNOWN_SERVER_ERROR", message)
+
+
+# --- request parsing --------------------------------------------------------------------------
+
+
+async def json_object(request: web.Request) -> Body:
+    """The request body as a JSON object (400 with the reason otherwise)."""
+    raw = await request.read()
+    if not raw:
+        raise bad_request("the request needs a JSON object body")
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise bad_request(f"the body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise bad_request(f"the body must be a JSON object, not {json_type(data)}")
+    return Body(data)
+
+
+def json_type(value: object) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return "a number"
+    return names.get(type(value), type(value).__name__)
+
+
+def is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class Body:
+    """Checked access to the fields of one JSON object; errors name the field's path."""
+
+    def __init__(self, data: dict[str, Any], path: str = "") -> None:
+        self.data = data
+        self.path = path
+
+    def _name(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def only(self, *allowed: str) -> Body:
+        unknown = sorted(set(self.data) - set(allowed))
+        if unknown:
+            raise bad_request(
+                f"unknown field {self._name(unknown[0])!r}; expected: {', '.join(allowed)}"
+            )
+        return self
+
+    def get_int(self, key: str, default: int | None = None, *, minimum: int = 0) -> int:
+        value = self.data.get(key)
+        if value is None:
+            if default is None:
+                raise bad_request(f"field {self._name(key)!r} is required")
+            return default
+        if not is_int(value) or value < minimum:
+            raise bad_request(
+                f"field {self._name(key)!r} must be an integer >= {minimum},"
+                f" got {json.dumps(value)}"
+            )
+        return int(value)
+
+    def opt_int(self, key: str, *, minimum: int = 0) -> int | None:
+        return None if self.data.get(key) is None else self.get_int(key, minimum=minimum)
+
+    def get_str(self, key: str, default: str | None = None) -> str:
+        value = self.data.get(key, default)
+        if value is None:
+            raise bad_request(f"field {self._name(key)!r} is required")
+        if not isinstance(value, str):
+            raise bad_request(f"field {self._name(key)!r} must be a string, not {json_type(value)}")
+        return value
+
+    def opt_str(self, key: str) -> str | None:
+        return None if self.data.get(key) is None else self.get_str(key)
+
+    def get_bool(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise bad_request(f"field {self._name(key)!r} must be true or false")
+        return value
+
+    def config_map(self, key: str) -> dict[str, str]:
+        """An object of config values; numbers and booleans are accepted as their strings."""
+        value = self.data.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise bad_request(f"field {self._name(key)!r} must be an object of config values")
+        out = {}
+        for k, v in value.items():
+            if isinstance(v, bool):
+                out[k] = "true" if v else "false"
+            elif isinstance(v, str | int | float):
+                out[k] = str(v)
+            else:
+                raise bad_request(
+                    f"config {self._name(key)}.{k} must be a string, number or boolean,"
+                    f" not {json_type(v)}"
+                )
+        return out
+
+    def str_list(self, key: str) -> list[str]:
+        value = self.data.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise bad_request(f"field {self._name(key)!r} must be an array of strings")
+        return list(value)
+
+    def objects(self, key: str) -> list[Body]:
+        value = self.data.get(key)
+        if not isinstance(value, list):
+            raise bad_request(f"field {self._name(key)!r} must be an array of objects")
+        out = []
+        for i, item in enumerate(value):
+            if not isinstance(item, dict):
+                raise bad_request(f"{self._name(key)}[{i}] must be an object")
+            out.append(Body(item, f"{self._name(key)}[{i}]"))
+        return out
+
+
+def query_int(request: web.Request, key: str, default: int, low: int, high: int) -> int:
+    raw = request.query.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise bad_request(f"query parameter {key!r} must be an integer, got {raw!r}") from None
+    if not low <= value <= high:
+        raise bad_request(f"query parameter {key!r} must be between {low} and {high}")
+    return value
+
+
+def encoding_of(value: str | None) -> str:
+    value = "utf-8" if value is None else value.lower()
+    if value not in ("utf-8", "base64"):
+        raise bad_request(f"encoding must be 'utf-8' or 'base64', got {value!r}")
+    return value
+
+
+# --- shared lookups ---------------------------------------------------------------------------
+
+
+def node_of(request: web.Request) -> AdminNode:
+    return request.app[NODE]
+
+
+def broker_of(request: web.Request) -> Broker:
+    broker = request.app[NODE].broker
+    if broker is None:
+        raise ApiError(503, "NOT_READY", "the broker has not started yet")
+    return broker
+
+
+def topic_of(broker: Broker, name: str) -> TopicImage:
+    topic = broker.image.topics.get(name)
+    if topic is None:
+        raise unknown_topic(name)
+    return topic
+
+
+async def image_settles(broker: Broker, done: Callable[[ClusterImage], bool]) -> bool:
+    """Whether this broker's image satisfies ``done``, waiting at most ``IMAGE_WAIT_S``."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(IMAGE_WAIT_S):
+            while not done(broker.image):
+                await asyncio.sleep(0.01)
+    return done(broker.image)
+
+
+# --- controller calls -------------------------------------------------------------------------
+
+
+async def create_topic_at_controller(
+    broker: Broker,
+    name: str,
+    partitions: int,
+    replication_factor: int,
+    configs: dict[str, str],
+    validate_only: bool = False,
+) -> CreateTopicsResponse.CreatableTopicResult:
+    """Create (or only validate) one topic at the controller; its error raised as an ApiError."""
+    creatable = CreateTopicsRequest.CreatableTopic(
+        name=TopicName(name),
+        num_partitions=partitions,
+        replication_factor=replication_factor,
+        configs=[
+            CreateTopicsRequest.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()
+        ],
+    )
+    request = CreateTopicsRequest(topics=[creatable], validate_only=validate_only)
+    response = await broker.controller.create_topics(request, CREATE_TOPICS_VERSION)
+    result: CreateTopicsResponse.CreatableTopicResult = only_result(response.topics, name)
+    if result.error_code != ErrorCode.NONE:
+        raise kafka_error(result.error_code, result.error_message)
+    return result
+
+
+def only_result(results: list[Any], name: str) -> Any:
+    assert len(results) == 1, f"the controller answered {len(results)} results for {name!r}"
+    return results[0]
