@@ -92,7 +92,7 @@ class Broker:
             for index, p in topic.partitions.items():
                 if self.node_id in p.replicas:
                     wanted.add((topic.name, index))
-                    self._open(topic, index, p.leader_epoch)
+                    self._open(topic, index, p.leader_epoch, len(p.isr))
         for key in list(self.replicas.partitions):
             if key not in wanted:
                 log.info("deleting partition %s-%d", *key)
@@ -104,7 +104,7 @@ class Broker:
         )
         return {k: e.value for k, e in entries.items() if e.value is not None}
 
-    def _open(self, topic: TopicImage, index: int, leader_epoch: int) -> Partition:
+    def _open(self, topic: TopicImage, index: int, leader_epoch: int, isr_size: int) -> Partition:
         cfg = self.topic_config(topic.name)
         return self.replicas.open_partition(
             topic.name,
@@ -114,6 +114,8 @@ class Broker:
             max_message_bytes=int(cfg.get("max.message.bytes", "1048588")),
             log_append_time=cfg.get("message.timestamp.type") == "LogAppendTime",
             leader_epoch=leader_epoch,
+            min_insync_replicas=int(cfg.get("min.insync.replicas", "1")),
+            isr_size=isr_size,
         )
 
     # --- metrics ------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from kafka_protocol.messages import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
@@ -34,6 +36,10 @@ class ControllerChannel(Protocol):
     async def create_partitions(
         self, request: CreatePartitionsRequest, version: int
     ) -> CreatePartitionsResponse: ...
+
+    async def alter_configs(
+        self, request: AlterConfigsRequest, version: int
+    ) -> AlterConfigsResponse: ...
 
     async def incremental_alter_configs(
         self, request: IncrementalAlterConfigsRequest, version: int

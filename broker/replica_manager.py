@@ -61,6 +61,8 @@ class Partition:
     max_message_bytes: int
     log_append_time: bool = False
     leader_epoch: int = 0
+    min_insync_replicas: int = 1
+    isr_size: int = 1
     high_watermark: int = 0
     producers: ProducerStateManager = field(default_factory=ProducerStateManager)
     pending: list[_Pending] = field(default_factory=list)
@@ -117,6 +119,8 @@ class ReplicaManager:
         max_message_bytes: int,
         log_append_time: bool = False,
         leader_epoch: int = 0,
+        min_insync_replicas: int = 1,
+        isr_size: int = 1,
     ) -> Partition:
         existing = self.partitions.get((topic, index))
         if existing is not None:
@@ -124,6 +128,8 @@ class ReplicaManager:
             existing.max_message_bytes = max_message_bytes
             existing.log_append_time = log_append_time
             existing.leader_epoch = leader_epoch
+            existing.min_insync_replicas = min_insync_replicas
+            existing.isr_size = isr_size
             existing.log.update_config(config)
             return existing
         directory = self.log_dir / f"{topic}-{index}"
@@ -137,6 +143,8 @@ class ReplicaManager:
             max_message_bytes,
             log_append_time,
             leader_epoch,
+            min_insync_replicas,
+            isr_size,
             high_watermark=plog.log_end_offset,
             next_offset=plog.log_end_offset,
         )

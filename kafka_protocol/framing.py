@@ -75,12 +75,18 @@ def peek_request(frame: Buffer) -> RequestPrefix:
     return RequestPrefix(*_HEADER_PREFIX.unpack_from(frame, 0))
 
 
-def decode_request(frame: Buffer) -> tuple[RequestHeader, Request]:
+def decode_request(
+    frame: Buffer, *, allow_trailing_bytes: bool = True
+) -> tuple[RequestHeader, Request]:
     """Decode one request frame (without its size prefix).
 
     Raises :class:`UnsupportedVersionError` (carrying ``correlation_id``) for an api key or
     version we have no codec for, so that the caller can still answer, and
     :class:`InvalidFrameError` for malformed bytes.
+
+    Bytes after the body are ignored by default, as Apache Kafka ignores them: librdkafka 2.x
+    sends Metadata v12 for all topics with a 4-byte placeholder left after the body
+    (librdkafka issue #5049), and refusing it breaks every confluent-kafka ``list_topics()``.
     """
     prefix = peek_request(frame)
     try:
@@ -93,7 +99,7 @@ def decode_request(frame: Buffer) -> tuple[RequestHeader, Request]:
     header_version = request_header_version(prefix.api_key, prefix.api_version)
     header, pos = RequestHeader.decode_from(buf, 0, header_version)
     body, end = request_cls.decode_from(buf, pos, prefix.api_version)
-    if end != len(buf):
+    if end != len(buf) and not allow_trailing_bytes:
         raise InvalidFrameError(
             f"{len(buf) - end} trailing bytes after {request_cls.NAME} v{prefix.api_version}"
         )

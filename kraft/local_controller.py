@@ -15,6 +15,8 @@ from pathlib import Path
 
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
     CreatePartitionsRequest,
@@ -78,6 +80,11 @@ class LocalControllerChannel:
         self, request: CreatePartitionsRequest, version: int
     ) -> CreatePartitionsResponse:
         return await self.controller.create_partitions(request)
+
+    async def alter_configs(
+        self, request: AlterConfigsRequest, version: int
+    ) -> AlterConfigsResponse:
+        return await self.controller.alter_configs(request)
 
     async def incremental_alter_configs(
         self, request: IncrementalAlterConfigsRequest, version: int

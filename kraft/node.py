@@ -27,15 +27,6 @@ from kraft.local_controller import LocalControllerChannel
 
 log = logging.getLogger("kraft.node")
 
-# Broker keys that are defaults of topic configs (log.segment.bytes -> segment.bytes, ...).
-BROKER_KEYS_WITH_TOPIC_SYNONYMS = (
-    "log.",
-    "message.max.bytes",
-    "min.insync.replicas",
-    "compression.type",
-    "unclean.leader.election.enable",
-)
-
 
 def ensure_meta_properties(cfg: NodeConfig) -> str:
     """Kafka's ``meta.properties``: the cluster id this data belongs to, and the node id."""
@@ -78,11 +69,7 @@ def broker_config(cfg: NodeConfig) -> BrokerConfig:
         default_replication_factor=cfg.get_int("default.replication.factor", 1),
         socket_request_max_bytes=cfg.get_int("socket.request.max.bytes", 100 * 1024 * 1024),
         retention_check_interval_ms=cfg.get_int("log.retention.check.interval.ms", 300_000),
-        broker_defaults={
-            k: v
-            for k, v in cfg.values.items()
-            if any(k.startswith(p) for p in BROKER_KEYS_WITH_TOPIC_SYNONYMS)
-        },
+        broker_defaults=dict(cfg.values),
     )
 
 

@@ -1,9 +1,9 @@
 """Admin APIs: topic and config changes go to the controller; descriptions come from the image.
 
-CreateTopics 2-7, DeleteTopics 1-6, CreatePartitions 0-3 and IncrementalAlterConfigs 0-1 are
-forwarded to the active controller, which validates them, appends metadata records and answers
-with per-item errors; the broker learns the result like every other broker, from the metadata
-log.  DescribeConfigs 1-4 reports every config, defaults included, with its source and (on
+CreateTopics 2-7, DeleteTopics 1-6, CreatePartitions 0-3, AlterConfigs 0-2 and
+IncrementalAlterConfigs 0-1 are forwarded to the active controller, which validates them,
+appends metadata records and answers with per-item errors; the broker learns the result like
+every other broker, from the metadata log.  DescribeConfigs 1-4 reports every config, defaults included, with its source and (on
 request) synonyms and documentation.  DescribeCluster 0-1 lists the brokers.
 """
 
@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from broker.dispatcher import ApiHandler, RequestContext
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
@@ -53,6 +55,7 @@ class AdminHandlers:
             ApiHandler(20, 1, 6, self.delete_topics, "DeleteTopics"),
             ApiHandler(37, 0, 3, self.create_partitions, "CreatePartitions"),
             ApiHandler(32, 1, 4, self.describe_configs, "DescribeConfigs"),
+            ApiHandler(33, 0, 2, self.alter_configs, "AlterConfigs"),
             ApiHandler(44, 0, 1, self.incremental_alter_configs, "IncrementalAlterConfigs"),
             ApiHandler(60, 0, 1, self.describe_cluster, "DescribeCluster"),
         ]
@@ -71,6 +74,11 @@ class AdminHandlers:
         self, ctx: RequestContext, req: CreatePartitionsRequest
     ) -> CreatePartitionsResponse:
         return await self.broker.controller.create_partitions(req, ctx.api_version)
+
+    async def alter_configs(
+        self, ctx: RequestContext, req: AlterConfigsRequest
+    ) -> AlterConfigsResponse:
+        return await self.broker.controller.alter_configs(req, ctx.api_version)
 
     async def incremental_alter_configs(
         self, ctx: RequestContext, req: IncrementalAlterConfigsRequest
@@ -159,8 +167,7 @@ def _described(entry: ConfigEntry, synonyms: bool, docs: bool) -> Described:
         name=entry.name,
         value=entry.value,
         read_only=entry.read_only,
-        config_source=entry.source,
-        is_default=entry.is_default,
+        config_source=entry.source,  # v1+ replaced v0's is_default
         is_sensitive=entry.sensitive,
         synonyms=[
             DescribeConfigsResponse.DescribeConfigsSynonym(

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from broker.broker import Broker
 
 MIN_RECORD_BATCH_VERSION = 3
+ACKS_ALL = -1
 Outcome = AppendOutcome | asyncio.Future[AppendOutcome]
 
 
@@ -75,7 +76,8 @@ class ProduceHandler:
         slots: list[tuple[str, int, Outcome]] = []
         for topic in req.topic_data:
             for pd in topic.partition_data:
-                slots.append((topic.name, pd.index, self._append(ctx, topic.name, pd)))
+                outcome = self._append(ctx, topic.name, pd, req.acks)
+                slots.append((topic.name, pd.index, outcome))
         if req.acks == 0:
             return None
         futures = [o for _, _, o in slots if isinstance(o, asyncio.Future)]
@@ -95,7 +97,7 @@ class ProduceHandler:
         return reply
 
     def _append(
-        self, ctx: RequestContext, topic: str, pd: ProduceRequest.PartitionProduceData
+        self, ctx: RequestContext, topic: str, pd: ProduceRequest.PartitionProduceData, acks: int
     ) -> Outcome:
         if ctx.api_version < MIN_RECORD_BATCH_VERSION:
             return _refuse(
@@ -108,6 +110,11 @@ class ProduceHandler:
         batch = validate_batch(part, pd.records)
         if isinstance(batch, AppendOutcome):
             return batch
+        if acks == ACKS_ALL and part.isr_size < part.min_insync_replicas:
+            return _refuse(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"{part.isr_size} in-sync replicas, min.insync.replicas={part.min_insync_replicas}",
+            )
         return self.broker.replicas.append_nowait(part, batch)
 
     def _respond(

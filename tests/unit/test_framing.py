@@ -21,6 +21,7 @@ from kafka_protocol.framing import (
 from kafka_protocol.messages import (
     ApiVersionsRequest,
     ApiVersionsResponse,
+    MetadataRequest,
     MetadataResponse,
     ProduceRequest,
     RequestHeader,
@@ -103,11 +104,13 @@ def test_unsupported_version_keeps_the_correlation_id() -> None:
         decode_request(bytes(frame))
 
 
-def test_trailing_bytes_are_refused() -> None:
-    header = RequestHeader(request_api_key=18, request_api_version=0, correlation_id=1)
-    frame = _frame(encode_request(header, ApiVersionsRequest()))[4:]
+def test_trailing_bytes_are_ignored_as_kafka_does_unless_strict() -> None:
+    header = RequestHeader(request_api_key=3, request_api_version=12, correlation_id=1)
+    frame = _frame(encode_request(header, MetadataRequest(topics=None)))[4:]
+    # librdkafka 2.x: Metadata v12 for all topics followed by a stale 4-byte placeholder
+    assert decode_request(frame + b"\x00\x00\x00\x00") == (header, MetadataRequest(topics=None))
     with pytest.raises(InvalidFrameError, match="trailing"):
-        decode_request(frame + b"\x00")
+        decode_request(frame + b"\x00", allow_trailing_bytes=False)
 
 
 @pytest.mark.parametrize("version", [0, 3, 4])
