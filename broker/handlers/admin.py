@@ -3,8 +3,9 @@
 CreateTopics 2-7, DeleteTopics 1-6, CreatePartitions 0-3, AlterConfigs 0-2 and
 IncrementalAlterConfigs 0-1 are forwarded to the active controller, which validates them,
 appends metadata records and answers with per-item errors; the broker learns the result like
-every other broker, from the metadata log.  DescribeConfigs 1-4 reports every config, defaults included, with its source and (on
-request) synonyms and documentation.  DescribeCluster 0-1 lists the brokers.
+every other broker, from the metadata log.  DescribeConfigs 1-4 reports every config, defaults
+included, with its source and (on request) synonyms and documentation.  DescribeCluster 0-1
+lists the brokers.
 """
 
 from __future__ import annotations
