@@ -35,7 +35,8 @@ log = logging.getLogger("broker.dispatcher")
 class RequestContext:
     header: RequestHeader
     peer: str
-    received_s: float
+    received_s: float  # perf_counter, for latency metrics
+    received_loop_time: float  # loop.time(), for deadlines
 
     @property
     def api_version(self) -> int:
@@ -63,6 +64,10 @@ class RequestDispatcher:
         self.metrics = metrics
         self.tasks: set[asyncio.Task[Any]] = set()
 
+    @staticmethod
+    def _loop_time() -> float:
+        return asyncio.get_running_loop().time()
+
     def api_versions(self) -> list[ApiVersionsResponse.ApiVersion]:
         return [
             ApiVersionsResponse.ApiVersion(
@@ -71,7 +76,7 @@ class RequestDispatcher:
             for h in sorted(self.handlers.values(), key=lambda h: h.api_key)
         ]
 
-    def dispatch(self, frame: bytes, peer: str) -> Reply:
+    def dispatch(self, frame: bytes | bytearray, peer: str) -> Reply:
         try:
             header, body = decode_request(frame)
         except UnsupportedVersionError as exc:
@@ -91,7 +96,7 @@ class RequestDispatcher:
                 version,
             )
             raise CloseConnection
-        ctx = RequestContext(header, peer, time.perf_counter())
+        ctx = RequestContext(header, peer, time.perf_counter(), self._loop_time())
         result = handler.handle(ctx, body)
         return self._finish(handler, ctx, body, result)
 

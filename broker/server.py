@@ -44,7 +44,6 @@ from kafka_protocol.framing import FrameReader
 log = logging.getLogger("broker.server")
 
 Reply: TypeAlias = "list[Chunk] | asyncio.Future[list[Chunk] | None] | None"
-RECV_BYTES = 256 * 1024
 MAX_IOVECS = 512
 MAX_SENDMSG_BYTES = 4 * 1024 * 1024
 
@@ -54,7 +53,7 @@ class CloseConnection(Exception):
 
 
 class Dispatcher(Protocol):
-    def dispatch(self, frame: bytes, peer: str) -> Reply: ...
+    def dispatch(self, frame: bytes | bytearray, peer: str) -> Reply: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +90,7 @@ class Connection:
         "_loop",
         "_out",
         "_pending",
+        "_pump_scheduled",
         "_reading",
         "_sock",
         "_writing",
@@ -111,6 +111,7 @@ class Connection:
         self._writing = False
         self._closing = False
         self._dead = False
+        self._pump_scheduled = False
         self._resume_reading()
 
     # --- reading ------------------------------------------------------------------------------
@@ -127,16 +128,20 @@ class Connection:
 
     def _on_readable(self) -> None:
         try:
-            data = self._sock.recv(RECV_BYTES)
+            received = self._sock.recv_into(self._frames.get_buffer())
         except (BlockingIOError, InterruptedError):
+            return
+        except ProtocolError as exc:  # a size prefix above the limit, found while compacting
+            log.warning("closing connection peer=%s reason=%r", self.peer, str(exc))
+            self._close_after_owed()
             return
         except OSError as exc:
             self.abort(f"read failed: {exc}")
             return
-        if not data:
+        if not received:
             self.abort("peer closed the connection")
             return
-        self._frames.feed(data)
+        self._frames.buffer_updated(received)
         try:
             while not self._closing and (frame := self._frames.next_frame()) is not None:
                 self._handle(frame)
@@ -145,7 +150,7 @@ class Connection:
             self._close_after_owed()
         self._apply_backpressure()
 
-    def _handle(self, frame: bytes) -> None:
+    def _handle(self, frame: bytes | bytearray) -> None:
         slot = _Slot()
         self._pending.append(slot)
         try:
@@ -173,8 +178,15 @@ class Connection:
         if self._dead:
             _close_regions(slot.chunks)
             return
-        self._pump()
-        self._apply_backpressure()
+        if not self._pump_scheduled:  # one write for every response settled in this pass
+            self._pump_scheduled = True
+            self._loop.call_soon(self._scheduled_pump)
+
+    def _scheduled_pump(self) -> None:
+        self._pump_scheduled = False
+        if not self._dead:
+            self._pump()
+            self._apply_backpressure()
 
     def _close_after_owed(self) -> None:
         self._closing = True

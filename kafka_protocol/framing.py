@@ -33,6 +33,7 @@ from kafka_protocol.messages import APIS, RequestHeader, ResponseHeader
 API_VERSIONS_KEY = 18
 CONTROLLED_SHUTDOWN_KEY = 7
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024  # socket.request.max.bytes
+DEFAULT_RECEIVE_BUFFER_BYTES = 256 * 1024
 _SIZE = struct.Struct(">i")
 _HEADER_PREFIX = struct.Struct(">hhi")
 
@@ -146,32 +147,100 @@ def decode_response(api_key: int, api_version: int, frame: Buffer) -> tuple[int,
 class FrameReader:
     """Splits a byte stream into frames, refusing any frame above ``max_frame_bytes``.
 
-    Frames come out as immutable ``bytes`` so that zero-copy record slices stay valid.
+    Receiving copies nothing it need not (the shape of asyncio's ``BufferedProtocol``): the
+    caller ``recv_into``s :meth:`get_buffer` and reports the count with :meth:`buffer_updated`.
+    Small frames are cut from one reusable buffer with a single copy; a frame larger than that
+    buffer gets an allocation of its exact size (known from its size prefix, which is checked
+    against the limit first) and the rest of it is received straight into it.  Frames are never
+    written to again once returned, so zero-copy record slices of them stay valid.
     """
 
-    __slots__ = ("_buf", "max_frame_bytes")
+    __slots__ = ("_big", "_big_filled", "_buf", "_end", "_start", "max_frame_bytes")
 
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
-        self._buf = bytearray()
+    def __init__(
+        self,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        buffer_bytes: int = DEFAULT_RECEIVE_BUFFER_BYTES,
+    ) -> None:
+        assert buffer_bytes >= 4
         self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray(buffer_bytes)
+        self._start = 0  # first unconsumed byte of _buf
+        self._end = 0  # end of received bytes in _buf
+        self._big: bytearray | None = None  # a large frame being received in place
+        self._big_filled = 0
+
+    def get_buffer(self) -> memoryview:
+        """Where the next received bytes go (non-empty)."""
+        if self._big is not None:
+            return memoryview(self._big)[self._big_filled :]
+        if self._end == len(self._buf):  # compact: move the partial frame to the front
+            pending = self._end - self._start
+            self._buf[:pending] = self._buf[self._start : self._end]
+            self._start, self._end = 0, pending
+            if pending == len(self._buf):  # one frame larger than the buffer
+                self._start_big_frame()
+                assert self._big is not None, "call next_frame() before receiving more"
+                return memoryview(self._big)[self._big_filled :]
+        return memoryview(self._buf)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._big is not None:
+            self._big_filled += nbytes
+        else:
+            self._end += nbytes
 
     def feed(self, data: Buffer) -> None:
-        self._buf += data
+        """Copy ``data`` in (for callers that already hold the bytes)."""
+        view = memoryview(data)
+        while view:
+            target = self.get_buffer()
+            n = min(len(target), len(view))
+            target[:n] = view[:n]
+            self.buffer_updated(n)
+            view = view[n:]
 
     def pending_bytes(self) -> int:
-        return len(self._buf)
+        big = self._big_filled if self._big is not None else 0
+        return self._end - self._start + big
 
-    def next_frame(self) -> bytes | None:
+    def next_frame(self) -> bytes | bytearray | None:
         """The next complete frame, or None if more bytes are needed."""
-        if len(self._buf) < 4:
+        if self._big is not None:
+            if self._big_filled < len(self._big):
+                return None
+            frame, self._big = self._big, None
+            return frame
+        available = self._end - self._start
+        if available < 4:
             return None
-        (size,) = _SIZE.unpack_from(self._buf, 0)
+        size = self._checked_size()
+        if available < 4 + size:
+            self._start_big_frame()
+            return None
+        begin = self._start + 4
+        self._start = begin + size
+        if self._start == self._end:
+            self._start = self._end = 0
+        return bytes(memoryview(self._buf)[begin : begin + size])
+
+    def _checked_size(self) -> int:
+        (size,) = _SIZE.unpack_from(self._buf, self._start)
         if size < 0:
             raise InvalidFrameError(f"negative frame size {size}")
         if size > self.max_frame_bytes:
             raise FrameTooLargeError(size, self.max_frame_bytes)
-        if len(self._buf) < 4 + size:
-            return None
-        frame = bytes(self._buf[4 : 4 + size])
-        del self._buf[: 4 + size]
-        return frame
+        return int(size)
+
+    def _start_big_frame(self) -> None:
+        """If the frame at the front cannot fit the buffer, move it to its own allocation."""
+        if self._big is not None or self._end - self._start < 4:
+            return
+        size = self._checked_size()
+        if 4 + size <= len(self._buf):
+            return
+        big = bytearray(size)
+        have = self._end - self._start - 4
+        big[:have] = memoryview(self._buf)[self._start + 4 : self._end]
+        self._big, self._big_filled = big, have
+        self._start = self._end = 0

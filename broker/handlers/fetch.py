@@ -43,6 +43,11 @@ class _Planned:
     slice: FetchSlice | None = None
 
 
+def _settle(wake: asyncio.Future[None]) -> None:
+    if not wake.done():
+        wake.set_result(None)
+
+
 def check_leader_epoch(part: Partition, requested: int) -> ErrorCode:
     """KIP-320: a client's view of the leader epoch must match ours (-1 skips the check)."""
     if requested < 0 or requested == part.leader_epoch:
@@ -66,29 +71,45 @@ class FetchHandler:
         errors = any(p.error is not ErrorCode.NONE for p in plan)
         if available >= req.min_bytes or req.max_wait_ms <= 0 or errors or not plan:
             return self._respond(ctx, plan)
-        return asyncio.ensure_future(self._long_poll(ctx, req, plan))
+        # Register before returning: an append later in this loop pass must wake us.
+        wake = self._register(plan)
+        return asyncio.ensure_future(self._long_poll(ctx, req, plan, wake))
+
+    @staticmethod
+    def _register(plan: list[_Planned]) -> asyncio.Future[None]:
+        wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for p in plan:
+            if p.part is not None:
+                p.part.waiters.append(wake)
+        return wake
+
+    @staticmethod
+    def _unregister(plan: list[_Planned], wake: asyncio.Future[None]) -> None:
+        for p in plan:  # an idle partition must not accumulate dead waiters
+            if p.part is not None:
+                with contextlib.suppress(ValueError):
+                    p.part.waiters.remove(wake)
 
     async def _long_poll(
-        self, ctx: RequestContext, req: FetchRequest, plan: list[_Planned]
+        self,
+        ctx: RequestContext,
+        req: FetchRequest,
+        plan: list[_Planned],
+        wake: asyncio.Future[None],
     ) -> FetchResponse:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + req.max_wait_ms / 1000
+        deadline = ctx.received_loop_time + req.max_wait_ms / 1000
         while True:
-            wake: asyncio.Future[None] = loop.create_future()
-            for p in plan:
-                if p.part is not None:
-                    p.part.waiters.append(wake)
-            remaining = deadline - loop.time()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, remaining)):
-                    await wake
-            for p in plan:  # an idle partition must not accumulate dead waiters
-                if p.part is not None:
-                    with contextlib.suppress(ValueError):
-                        p.part.waiters.remove(wake)
+            timer = loop.call_later(max(0.0, deadline - loop.time()), _settle, wake)
+            try:
+                await wake
+            finally:
+                timer.cancel()
+                self._unregister(plan, wake)
             plan, available = self._plan(req)
             if available >= req.min_bytes or loop.time() >= deadline:
                 return self._respond(ctx, plan)
+            wake = self._register(plan)
 
     def _plan(self, req: FetchRequest) -> tuple[list[_Planned], int]:
         budget = req.max_bytes

@@ -145,3 +145,29 @@ def test_tagged_fields_are_written_only_when_not_default() -> None:
     default = ApiVersionsResponse().encode(3)
     with_epoch = ApiVersionsResponse(finalized_features_epoch=7).encode(3)
     assert len(with_epoch) == len(default) + 10  # tag, size and an int64
+
+
+@given(
+    sizes=st.lists(st.integers(0, 3000), min_size=1, max_size=8),
+    cuts=st.lists(st.integers(1, 700), max_size=30),
+    buffer_bytes=st.sampled_from([4, 16, 600, 5000]),
+)
+def test_frame_reader_receiving_in_place(
+    sizes: list[int], cuts: list[int], buffer_bytes: int
+) -> None:
+    """recv_into-style use, with frames smaller and larger than the reusable buffer."""
+    bodies = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
+    stream = b"".join(len(b).to_bytes(4, "big") + b for b in bodies)
+    reader = FrameReader(max_frame_bytes=4000, buffer_bytes=buffer_bytes)
+    out, pos = [], 0
+    for n in [*cuts, len(stream)]:
+        while pos < len(stream) and n > 0:
+            target = reader.get_buffer()
+            assert len(target) > 0
+            k = min(len(target), n, len(stream) - pos)
+            target[:k] = stream[pos : pos + k]
+            reader.buffer_updated(k)
+            pos, n = pos + k, n - k
+            while (frame := reader.next_frame()) is not None:
+                out.append(bytes(frame))
+    assert out == bodies and reader.pending_bytes() == 0
