@@ -2,7 +2,8 @@
 
 Handlers declare their version range next to their code (:class:`ApiHandler`); ApiVersions
 advertises exactly that table.  A handler returns a response, ``None`` (acks=0: nothing is
-sent), an ``asyncio.Future`` of either, or a coroutine (run as a task the broker owns).
+sent), a :class:`Deferred` of either (resolved synchronously, e.g. by the append that
+completes a produce), or an awaitable (run as a task the broker owns).
 
 Unsupported versions: an ApiVersions request at a version we do not serve is answered as v0
 with UNSUPPORTED_VERSION and our ranges, so that the client retries lower (KIP-511).  Any other
@@ -13,15 +14,15 @@ that does not decode does too.  Neither affects other connections.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from broker.deferred import Deferred
 from broker.metrics import BrokerMetrics
-from broker.server import CloseConnection, Reply
+from broker.server import CloseConnection, Reply, ReplyValue
 from kafka_protocol._codec import Chunk, Request, Response
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import LocalProtocolError, ProtocolError, UnsupportedVersionError
@@ -44,7 +45,7 @@ class RequestContext:
 
 
 HandlerResult: TypeAlias = (
-    "Response | asyncio.Future[Response | None] | Awaitable[Response | None] | None"
+    "Response | Deferred[Response | None] | Awaitable[Response | None] | None"
 )
 HandlerFn: TypeAlias = Callable[[RequestContext, Any], HandlerResult]
 
@@ -107,30 +108,35 @@ class RequestDispatcher:
             return None
         if isinstance(result, Response):
             return self._encode(handler, ctx, result)
-        if inspect.isawaitable(result) and not isinstance(result, asyncio.Future):
-            task = asyncio.ensure_future(result)
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
-            result = task
-        reply: asyncio.Future[list[Chunk] | None] = asyncio.get_running_loop().create_future()
+        reply: Deferred[ReplyValue] = Deferred()
+
+        def settle(response: Response | None) -> None:
+            if response is None:
+                reply.resolve(None)
+                return
+            try:
+                reply.resolve(self._encode(handler, ctx, response))
+            except CloseConnection as close:
+                reply.resolve(close)
+
+        if isinstance(result, Deferred):  # synchronous hand-off: no extra loop pass
+            result.then(settle)
+            return reply
+        task = asyncio.ensure_future(result)
+        self.tasks.add(task)
 
         def done(fut: asyncio.Future[Response | None]) -> None:
+            self.tasks.discard(fut)
             if fut.cancelled():
-                reply.cancel()
+                reply.resolve(CloseConnection())
             elif (exc := fut.exception()) is not None:
                 log.error("handler %s failed", handler.name, exc_info=exc)
                 self.metrics.request_counter(handler.name, ErrorCode.UNKNOWN_SERVER_ERROR).inc()
-                reply.set_exception(exc)
-            elif (response := fut.result()) is None:
-                reply.set_result(None)
+                reply.resolve(CloseConnection())
             else:
-                try:
-                    reply.set_result(self._encode(handler, ctx, response))
-                except CloseConnection as close:
-                    reply.set_exception(close)
+                settle(fut.result())
 
-        assert isinstance(result, asyncio.Future)
-        result.add_done_callback(done)
+        task.add_done_callback(done)
         return reply
 
     def _encode(self, handler: ApiHandler, ctx: RequestContext, response: Response) -> list[Chunk]:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker.deferred import Deferred
 from broker.log.config import LogConfig
 from broker.log.errors import LogError
 from broker.log.log import AppendResult, PartitionLog
@@ -48,7 +49,7 @@ class AppendOutcome:
 class _Pending:
     batch: RecordBatch
     base_offset: int
-    future: asyncio.Future[AppendOutcome]
+    done: Deferred[AppendOutcome]
 
 
 @dataclass(slots=True, eq=False)  # identity: partitions are keys of the dirty set
@@ -181,8 +182,7 @@ class ReplicaManager:
             return
         self._dirty.pop(part, None)
         for p in part.pending:
-            if not p.future.done():
-                p.future.set_result(AppendOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            p.done.resolve(AppendOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
         part.wake_waiters()
         part.log.delete()
         shutil.rmtree(self.log_dir / f"{topic}-{index}", ignore_errors=True)
@@ -199,8 +199,9 @@ class ReplicaManager:
 
     def append_nowait(
         self, part: Partition, batch: RecordBatch
-    ) -> AppendOutcome | asyncio.Future[AppendOutcome]:
-        """Check one validated batch and queue it; the future resolves once it is written."""
+    ) -> AppendOutcome | Deferred[AppendOutcome]:
+        """Check one validated batch and queue it; the Deferred resolves once it is written
+        (synchronously, inside the loop pass that writes it)."""
         pid = batch.producer_id
         if pid != NO_PRODUCER_ID and batch.base_sequence >= 0:
             check = part.producers.check(
@@ -221,13 +222,13 @@ class ReplicaManager:
                 batch.max_timestamp,
             )
             part.producers.record(pid, batch.producer_epoch, meta)
-        fut: asyncio.Future[AppendOutcome] = asyncio.get_running_loop().create_future()
-        part.pending.append(_Pending(batch, base, fut))
+        done: Deferred[AppendOutcome] = Deferred()
+        part.pending.append(_Pending(batch, base, done))
         self._dirty[part] = None
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush_all)
-        return fut
+        return done
 
     def _flush_all(self) -> None:
         self._flush_scheduled = False
@@ -252,14 +253,14 @@ class ReplicaManager:
             part.next_offset = part.log.log_end_offset
             part.producers.truncate_after(part.next_offset)
             for p in pending:
-                p.future.set_result(AppendOutcome(exc.error_code, message=str(exc)))
+                p.done.resolve(AppendOutcome(exc.error_code, message=str(exc)))
             return
         assert result.base_offset == pending[0].base_offset, "offsets assigned out of step"
         assert part.log.log_end_offset == part.next_offset
         append_time = result.log_append_time_ms if part.log_append_time else -1
-        for p in pending:
-            p.future.set_result(AppendOutcome(ErrorCode.NONE, p.base_offset, append_time))
         part.high_watermark = part.log.log_end_offset
+        for p in pending:
+            p.done.resolve(AppendOutcome(ErrorCode.NONE, p.base_offset, append_time))
         assert part.high_watermark <= part.log.log_end_offset
         if self.on_append is not None:
             size = sum(p.batch.size_bytes for p in pending)

@@ -37,13 +37,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 
+from broker.deferred import Deferred
 from kafka_protocol._codec import Chunk, FileRegion
 from kafka_protocol.exceptions import ProtocolError
 from kafka_protocol.framing import FrameReader
 
 log = logging.getLogger("broker.server")
 
-Reply: TypeAlias = "list[Chunk] | asyncio.Future[list[Chunk] | None] | None"
+# What a dispatcher answers: chunks, nothing (acks=0), or either later; CloseConnection as a
+# value means "answer nothing more and close".
+ReplyValue: TypeAlias = "list[Chunk] | CloseConnection | None"
+Reply: TypeAlias = "list[Chunk] | Deferred[ReplyValue] | None"
 MAX_IOVECS = 512
 MAX_SENDMSG_BYTES = 4 * 1024 * 1024
 
@@ -159,22 +163,18 @@ class Connection:
             slot.ready, slot.close_after = True, True
             self._close_after_owed()
         else:
-            if isinstance(reply, asyncio.Future):
-                reply.add_done_callback(functools.partial(self._resolved, slot))
+            if isinstance(reply, Deferred):
+                reply.then(functools.partial(self._resolved, slot))
             else:
                 slot.ready, slot.chunks = True, reply
         self._pump()
 
-    def _resolved(self, slot: _Slot, fut: asyncio.Future[list[Chunk] | None]) -> None:
+    def _resolved(self, slot: _Slot, value: ReplyValue) -> None:
         slot.ready = True
-        if fut.cancelled():
-            slot.close_after = True
-        elif (exc := fut.exception()) is not None:
-            if not isinstance(exc, CloseConnection):
-                log.error("request failed peer=%s", self.peer, exc_info=exc)
+        if isinstance(value, CloseConnection):
             slot.close_after = True
         else:
-            slot.chunks = fut.result()
+            slot.chunks = value
         if self._dead:
             _close_regions(slot.chunks)
             return

@@ -10,10 +10,10 @@ the range (as Kafka 4 does, KAFKA-18659), and refused per partition with a clear
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import TYPE_CHECKING
 
+from broker.deferred import Deferred
 from broker.dispatcher import ApiHandler, RequestContext
 from broker.replica_manager import AppendOutcome, Partition
 from kafka_protocol.errors import ErrorCode
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 MIN_RECORD_BATCH_VERSION = 3
 ACKS_ALL = -1
-Outcome = AppendOutcome | asyncio.Future[AppendOutcome]
+Outcome = AppendOutcome | Deferred[AppendOutcome]
 
 
 def _refuse(error: ErrorCode, message: str) -> AppendOutcome:
@@ -72,7 +72,7 @@ class ProduceHandler:
 
     def handle(
         self, ctx: RequestContext, req: ProduceRequest
-    ) -> ProduceResponse | asyncio.Future[ProduceResponse | None] | None:
+    ) -> ProduceResponse | Deferred[ProduceResponse | None] | None:
         slots: list[tuple[str, int, Outcome]] = []
         for topic in req.topic_data:
             for pd in topic.partition_data:
@@ -80,20 +80,20 @@ class ProduceHandler:
                 slots.append((topic.name, pd.index, outcome))
         if req.acks == 0:
             return None
-        futures = [o for _, _, o in slots if isinstance(o, asyncio.Future)]
-        if not futures:
+        waiting = [o for _, _, o in slots if isinstance(o, Deferred)]
+        if not waiting:
             return self._respond(ctx, slots)
-        reply: asyncio.Future[ProduceResponse | None] = asyncio.get_running_loop().create_future()
-        remaining = len(futures)
+        reply: Deferred[ProduceResponse | None] = Deferred()
+        remaining = len(waiting)
 
-        def one_done(_: asyncio.Future[AppendOutcome]) -> None:
+        def one_done(_: AppendOutcome) -> None:
             nonlocal remaining
             remaining -= 1
-            if remaining == 0 and not reply.done():
-                reply.set_result(self._respond(ctx, slots))
+            if remaining == 0:
+                reply.resolve(self._respond(ctx, slots))
 
-        for f in futures:
-            f.add_done_callback(one_done)
+        for d in waiting:
+            d.then(one_done)
         return reply
 
     def _append(
@@ -123,7 +123,7 @@ class ProduceHandler:
         by_topic: dict[str, list[ProduceResponse.PartitionProduceResponse]] = {}
         metrics = self.broker.metrics
         for topic, index, o in slots:
-            out = o.result() if isinstance(o, asyncio.Future) else o
+            out = o.result() if isinstance(o, Deferred) else o
             if out.error is not ErrorCode.NONE:
                 metrics.partition_error_counter("Produce", out.error).inc()
             part = self.broker.replicas.get(topic, index)

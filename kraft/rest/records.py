@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
+from broker.deferred import Deferred
 from broker.log.errors import LogError, OffsetOutOfRangeError
+from broker.replica_manager import AppendOutcome, Partition
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.partitioner import DefaultPartitioner
 from kafka_protocol.record_batch import (
@@ -51,7 +53,6 @@ from metadata_log.image import TopicImage
 
 if TYPE_CHECKING:
     from broker.broker import Broker
-    from broker.replica_manager import AppendOutcome, Partition
 
 MAX_RECORDS_PER_REQUEST: Final = 10_000
 MAX_BATCH_BYTES: Final = 512 * 1024  # a produce request's records are split into batches of this
@@ -176,7 +177,7 @@ async def produce_records(request: web.Request) -> web.Response:
     ]
     offsets: list[dict[str, Any]] = [{} for _ in items]
     for run, outcome in pending:
-        result = outcome if not isinstance(outcome, asyncio.Future) else await outcome
+        result = outcome if not isinstance(outcome, Deferred) else await outcome
         for j, item in enumerate(run):
             offsets[item.index] = _offset_json(item.partition, result, j)
     return _produce_response(topic.name, offsets)
@@ -193,7 +194,7 @@ def batch_limit(broker: Broker, topic: str, index: int) -> int:
 
 def append_run(
     broker: Broker, topic: TopicImage, index: int, run: list[ToProduce]
-) -> AppendOutcome | asyncio.Future[AppendOutcome]:
+) -> AppendOutcome | Deferred[AppendOutcome]:
     """Build one batch of ``run`` and queue it on the partition, as a Produce would."""
     from broker.handlers.produce import validate_batch
     from broker.replica_manager import AppendOutcome
