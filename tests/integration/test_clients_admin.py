@@ -494,6 +494,7 @@ def test_kafka_python_describe_cluster(kp_admin: KafkaAdminClient, node: NodePro
     assert brokers == [(1, node.bootstrap)]
 
 
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
 def test_confluent_legacy_alter_configs_replaces_the_whole_set(
     admin: AdminClient, topic_name: str
 ) -> None:
