@@ -99,10 +99,10 @@ class Broker:
                 self.replicas.remove_partition(*key)
 
     def topic_config(self, name: str) -> dict[str, str]:
-        entries = effective_topic_config(
-            self.image.topic_configs(name), self.config.broker_defaults
-        )
-        return {k: e.value for k, e in entries.items() if e.value is not None}
+        overrides = self.image.topic_configs(name)
+        entries = effective_topic_config(overrides, self.config.broker_defaults)
+        # Internal keys (never described) are not among the entries; keep their overrides.
+        return {**overrides, **{k: e.value for k, e in entries.items() if e.value is not None}}
 
     def _open(self, topic: TopicImage, index: int, leader_epoch: int, isr_size: int) -> Partition:
         cfg = self.topic_config(topic.name)
@@ -147,17 +147,14 @@ class Broker:
     async def _retention_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.retention_check_interval_ms / 1000)
-            try:
-                self.replicas.apply_retention()
-            except OSError as exc:
-                log.error("retention failed: %s", exc)
+            self.replicas.apply_retention()  # isolates each partition's failures
 
     async def stop(self) -> None:
         if self.listener is not None:
             self.listener.close()
         if self._maintenance is not None:
             self._maintenance.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._maintenance
         await self.dispatcher.close()
         self.replicas.close()

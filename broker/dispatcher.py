@@ -115,9 +115,14 @@ class RequestDispatcher:
                 reply.resolve(None)
                 return
             try:
-                reply.resolve(self._encode(handler, ctx, response))
+                chunks = self._encode(handler, ctx, response)
             except CloseConnection as close:
                 reply.resolve(close)
+            except Exception:
+                log.exception("cannot encode %s v%d response", handler.name, ctx.api_version)
+                reply.resolve(CloseConnection())
+            else:
+                reply.resolve(chunks)
 
         if isinstance(result, Deferred):  # synchronous hand-off: no extra loop pass
             result.then(settle)

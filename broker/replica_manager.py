@@ -188,11 +188,15 @@ class ReplicaManager:
         shutil.rmtree(self.log_dir / f"{topic}-{index}", ignore_errors=True)
 
     def close(self) -> None:
+        """Write what is pending, then close every log (each close flushes); one partition's
+        failure does not keep the others from closing cleanly."""
         self._flush_all()
         for part in self.partitions.values():
-            part.log.flush()
-            part.log.close()
             part.wake_waiters()
+            try:
+                part.log.close()
+            except LogError as exc:
+                log.error("closing partition=%s failed: %s", part.name, exc)
         self.partitions.clear()
 
     # --- produce ------------------------------------------------------------------------------
@@ -209,8 +213,14 @@ class ReplicaManager:
             )
             if check.error is not ErrorCode.NONE:
                 return AppendOutcome(check.error, message=check.message)
-            if check.duplicate_of is not None:
-                return AppendOutcome(ErrorCode.NONE, check.duplicate_of.first_offset)
+            if (dup := check.duplicate_of) is not None:
+                if dup.first_offset >= part.log.log_end_offset:
+                    # A retry of a batch still queued: answer with the original's outcome,
+                    # never before the original is written.
+                    for p in part.pending:
+                        if p.base_offset == dup.first_offset:
+                            return p.done
+                return AppendOutcome(ErrorCode.NONE, dup.first_offset)
         base = part.next_offset
         part.next_offset = base + batch.last_offset_delta + 1
         if pid != NO_PRODUCER_ID and batch.base_sequence >= 0:
@@ -234,12 +244,27 @@ class ReplicaManager:
         self._flush_scheduled = False
         dirty, self._dirty = self._dirty, {}
         for part in dirty:
-            self._write(part)
+            pending, part.pending = part.pending, []
+            groups = _groups_up_to(pending, part.log.max_append_bytes)
+            for i, group in enumerate(groups):
+                try:
+                    failed = self._write(part, group)
+                except Exception:  # a bug; the other partitions' writes must still happen
+                    log.exception("append failed partition=%s", part.name)
+                    failed = AppendOutcome(ErrorCode.UNKNOWN_SERVER_ERROR)
+                if failed is not None:  # offsets of the later groups are void too
+                    self._fail(part, [p for g in groups[i:] for p in g], failed)
+                    break
 
-    def _write(self, part: Partition) -> None:
-        pending, part.pending = part.pending, []
-        if not pending:
-            return
+    def _fail(self, part: Partition, pending: list[_Pending], outcome: AppendOutcome) -> None:
+        """Nothing of ``pending`` (or queued after it) is in the log: rewind and answer."""
+        part.next_offset = part.log.log_end_offset
+        part.producers.truncate_after(part.next_offset)
+        for p in pending:
+            p.done.resolve(outcome)
+
+    def _write(self, part: Partition, pending: list[_Pending]) -> AppendOutcome | None:
+        """One append; None once written and answered, else the failure to answer with."""
         now = self.clock_ms()
         try:
             result: AppendResult = part.log.append(
@@ -250,13 +275,9 @@ class ReplicaManager:
             )
         except LogError as exc:
             log.error("append failed partition=%s error=%s", part.name, exc)
-            part.next_offset = part.log.log_end_offset
-            part.producers.truncate_after(part.next_offset)
-            for p in pending:
-                p.done.resolve(AppendOutcome(exc.error_code, message=str(exc)))
-            return
+            return AppendOutcome(exc.error_code, message=str(exc))
         assert result.base_offset == pending[0].base_offset, "offsets assigned out of step"
-        assert part.log.log_end_offset == part.next_offset
+        assert result.last_offset == pending[-1].base_offset + pending[-1].batch.last_offset_delta
         append_time = result.log_append_time_ms if part.log_append_time else -1
         part.high_watermark = part.log.log_end_offset
         for p in pending:
@@ -267,14 +288,19 @@ class ReplicaManager:
             count = sum(p.batch.last_offset_delta + 1 for p in pending)
             self.on_append(part, size, count)
         part.wake_waiters()
+        return None
 
     # --- maintenance --------------------------------------------------------------------------
 
     def apply_retention(self) -> None:
         now = self.clock_ms()
         for part in list(self.partitions.values()):
-            part.log.flush_if_due(now)
-            deleted = part.log.apply_retention(now)
+            try:
+                part.log.flush_if_due(now)
+                deleted = part.log.apply_retention(now)
+            except LogError as exc:  # this partition is offline; the others go on
+                log.error("retention failed partition=%s error=%s", part.name, exc)
+                continue
             if deleted:
                 log.info(
                     "retention partition=%s deleted_segments=%d log_start_offset=%d",
@@ -282,3 +308,16 @@ class ReplicaManager:
                     len(deleted),
                     part.log_start_offset,
                 )
+
+
+def _groups_up_to(pending: list[_Pending], max_bytes: int) -> list[list[_Pending]]:
+    """Consecutive runs of pending batches, each within one append's size limit (a segment)."""
+    groups: list[list[_Pending]] = []
+    size = max_bytes
+    for p in pending:
+        if size + p.batch.size_bytes > max_bytes and (not groups or groups[-1]):
+            groups.append([])
+            size = 0
+        groups[-1].append(p)
+        size += p.batch.size_bytes
+    return groups

@@ -69,12 +69,13 @@ class ListenerLimits:
 
 
 class _Slot:
-    __slots__ = ("chunks", "close_after", "ready")
+    __slots__ = ("abandoned", "chunks", "close_after", "ready")
 
     def __init__(self) -> None:
         self.ready = False
         self.chunks: list[Chunk] | None = None
         self.close_after = False
+        self.abandoned = False  # dropped from the queue: its answer will never be sent
 
 
 def _close_regions(chunks: list[Chunk] | None) -> None:
@@ -146,12 +147,21 @@ class Connection:
             self.abort("peer closed the connection")
             return
         self._frames.buffer_updated(received)
-        try:
-            while not self._closing and (frame := self._frames.next_frame()) is not None:
-                self._handle(frame)
-        except ProtocolError as exc:
-            log.warning("closing connection peer=%s reason=%r", self.peer, str(exc))
-            self._close_after_owed()
+        self._take_frames()
+
+    def _take_frames(self) -> None:
+        """Dispatch buffered frames while the connection is under its limits.  Checked per
+        frame: one receive can hold thousands of small requests."""
+        while not (self._closing or self._dead or self._busy()):
+            try:
+                frame = self._frames.next_frame()
+            except ProtocolError as exc:
+                log.warning("closing connection peer=%s reason=%r", self.peer, str(exc))
+                self._close_after_owed()
+                return
+            if frame is None:
+                break
+            self._handle(frame)
         self._apply_backpressure()
 
     def _handle(self, frame: bytes | bytearray) -> None:
@@ -160,6 +170,10 @@ class Connection:
         try:
             reply = self._listener.dispatcher.dispatch(frame, self.peer)
         except CloseConnection:
+            slot.ready, slot.close_after = True, True
+            self._close_after_owed()
+        except Exception:  # a handler bug: answer nothing more on this connection
+            log.exception("request failed peer=%s", self.peer)
             slot.ready, slot.close_after = True, True
             self._close_after_owed()
         else:
@@ -175,7 +189,7 @@ class Connection:
             slot.close_after = True
         else:
             slot.chunks = value
-        if self._dead:
+        if self._dead or slot.abandoned:
             _close_regions(slot.chunks)
             return
         if not self._pump_scheduled:  # one write for every response settled in this pass
@@ -194,22 +208,29 @@ class Connection:
         if not self._pending and not self._out:
             self.abort("closed after protocol error")
 
-    def _apply_backpressure(self) -> None:
+    def _busy(self) -> bool:
         limits = self._listener.limits
-        busy = (
+        return (
             len(self._pending) >= limits.max_inflight_requests
             or self._buffered >= limits.max_buffered_response_bytes
         )
-        if busy:
+
+    def _apply_backpressure(self) -> None:
+        if self._busy():
             self._pause_reading()
-        else:
+        elif not self._reading and not self._closing and not self._dead:
             self._resume_reading()
+            if self._frames.pending_bytes():
+                self._take_frames()  # frames received before we paused
 
     # --- writing ------------------------------------------------------------------------------
 
     def _pump(self) -> None:
         """Move ready slots, in order, to the output queue and write what the socket takes."""
         pending = self._pending
+        if self._dead:
+            self._abandon_pending()
+            return
         while pending and pending[0].ready:
             slot = pending.popleft()
             if slot.chunks:
@@ -218,12 +239,16 @@ class Connection:
             if slot.close_after:
                 self._closing = True
                 self._pause_reading()
-                for later in pending:
-                    _close_regions(later.chunks)
-                pending.clear()
+                self._abandon_pending()
                 break
         if not self._writing:
             self._write()
+
+    def _abandon_pending(self) -> None:
+        for slot in self._pending:
+            slot.abandoned = True
+            _close_regions(slot.chunks)
+        self._pending.clear()
 
     def _write(self) -> None:
         out = self._out
@@ -294,6 +319,7 @@ class Connection:
         if self._dead:
             return
         self._dead = True
+        self._closing = True
         log.debug("connection closed peer=%s reason=%s", self.peer, reason)
         self._pause_reading()
         if self._writing:
@@ -303,9 +329,7 @@ class Connection:
             if isinstance(c, FileRegion):
                 os.close(c.fd)
         self._out.clear()
-        for slot in self._pending:
-            _close_regions(slot.chunks)
-        self._pending.clear()
+        self._abandon_pending()
         self._sock.close()
         self._listener.forget(self)
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from kraft import __version__
-from kraft.config import ConfigError, NodeConfig, load_config, parse_overrides
+from kraft.config import ConfigError, NodeConfig, StartupError, load_config, parse_overrides
 
 
 def _setup_logging() -> None:
@@ -112,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"kraft: configuration error: {exc}", file=sys.stderr)
         return 2
+    except StartupError as exc:
+        print(f"kraft: cannot start: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 

@@ -21,6 +21,10 @@ class ConfigError(ValueError):
     """A configuration value that cannot be used; the message says which and why."""
 
 
+class StartupError(Exception):
+    """The node cannot start (port in use, unreadable data, controller refusal)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Listener:
     name: str  # PLAINTEXT, CONTROLLER, ...
@@ -205,6 +209,8 @@ def _validate(values: dict[str, str], sources: dict[str, str]) -> NodeConfig:
         for p in values.get("log.dirs", values.get("log.dir", "./kraft-data")).split(",")
         if p.strip()
     )
+    if not log_dirs:
+        raise ConfigError("log.dirs is empty: give at least one data directory")
     metadata_dir = Path(values.get("metadata.log.dir", str(log_dirs[0])))
     return NodeConfig(
         node_id=node_id,

@@ -21,10 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.broker import Broker, BrokerConfig
+from broker.log.config import LogConfig
+from broker.log.errors import LogError
 from broker.storage import FileStorage
-from kraft.config import ConfigError, NodeConfig
+from kraft.config import ConfigError, NodeConfig, StartupError
 from kraft.controller.result import ControllerConfig
-from kraft.local_controller import LocalControllerChannel
+from kraft.local_controller import ControllerError, LocalControllerChannel
+from metadata_log.configs import effective_topic_config
 
 log = logging.getLogger("kraft.node")
 
@@ -55,6 +58,8 @@ def ensure_meta_properties(cfg: NodeConfig) -> str:
                 f"{path} belongs to node {props.get('node.id')}, not node.id={cfg.node_id};"
                 " use another data directory"
             )
+        if not props.get("cluster.id"):
+            raise ConfigError(f"{path} has no cluster.id; restore it or use another directory")
         return props["cluster.id"]
     cluster_id = cfg.get("cluster.id") or _new_cluster_id()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -68,10 +73,28 @@ def _new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
+def _at_least(cfg: NodeConfig, key: str, default: int, minimum: int) -> int:
+    value = cfg.get_int(key, default)
+    if value < minimum:
+        raise ConfigError(f"{key}={value} must be at least {minimum}")
+    return value
+
+
+def _check_log_defaults(cfg: NodeConfig) -> None:
+    """Broker-level log.* defaults become every topic's configs: refuse bad ones at start,
+    not at the first topic creation."""
+    entries = effective_topic_config({}, dict(cfg.values))
+    try:
+        LogConfig.from_topic_configs({k: e.value for k, e in entries.items() if e.value})
+    except ValueError as exc:
+        raise ConfigError(f"broker log defaults: {exc}") from None
+
+
 def broker_config(cfg: NodeConfig) -> BrokerConfig:
     plain = cfg.listener("PLAINTEXT")
     if plain is None:
         raise ConfigError("listeners: a broker needs a PLAINTEXT listener")
+    _check_log_defaults(cfg)
     advertised = cfg.advertised("PLAINTEXT") or plain
     return BrokerConfig(
         node_id=cfg.node_id,
@@ -84,8 +107,8 @@ def broker_config(cfg: NodeConfig) -> BrokerConfig:
         auto_create_topics=cfg.get_bool("auto.create.topics.enable", True),
         num_partitions=cfg.get_int("num.partitions", 1),
         default_replication_factor=cfg.get_int("default.replication.factor", 1),
-        socket_request_max_bytes=cfg.get_int("socket.request.max.bytes", 100 * 1024 * 1024),
-        retention_check_interval_ms=cfg.get_int("log.retention.check.interval.ms", 300_000),
+        socket_request_max_bytes=_at_least(cfg, "socket.request.max.bytes", 100 << 20, 1024),
+        retention_check_interval_ms=_at_least(cfg, "log.retention.check.interval.ms", 300_000, 100),
         broker_defaults=dict(cfg.values),
     )
 
@@ -111,7 +134,10 @@ class Node:
                 " controller quorum lands"
             )
         cluster_id = ensure_meta_properties(cfg)
-        controller_config = ControllerConfig.from_properties(cfg.values, cluster_id=cluster_id)
+        try:
+            controller_config = ControllerConfig.from_properties(cfg.values, cluster_id=cluster_id)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         self.channel = LocalControllerChannel.open(
             cfg.metadata_log_dir, cfg.node_id, cluster_id, controller_config
         )
@@ -132,10 +158,12 @@ class Node:
             result = cleanup()
             if asyncio.iscoroutine(result):
                 await result
-        if self.broker is not None:
-            await self.broker.stop()
-        if self.channel is not None:
-            self.channel.close()
+        try:
+            if self.broker is not None:
+                await self.broker.stop()
+        finally:
+            if self.channel is not None:
+                self.channel.close()
 
     def ready_line(self) -> str:
         assert self.broker is not None and self.broker.listener is not None
@@ -156,9 +184,20 @@ async def serve(cfg: NodeConfig, announce: Callable[[str], None]) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, node.stopping.set)
     try:
-        await node.start()
+        starting = asyncio.ensure_future(node.start())
+        stop = asyncio.ensure_future(node.stopping.wait())
+        await asyncio.wait({starting, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():  # SIGTERM while starting: do not announce READY
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+            return
+        try:
+            starting.result()
+        except (OSError, ControllerError, LogError) as exc:
+            raise StartupError(str(exc)) from exc
         announce(node.ready_line())
-        await node.stopping.wait()
+        await stop
         log.info("stopping node %d", cfg.node_id)
     finally:
         await node.stop()

@@ -107,17 +107,19 @@ class FetchHandler:
                 timer.cancel()
                 self._unregister(plan, wake)
             plan, available = self._plan(req)
-            if available >= req.min_bytes or loop.time() >= deadline:
+            errors = any(p.error is not ErrorCode.NONE for p in plan)
+            if available >= req.min_bytes or errors or loop.time() >= deadline:
                 return self._respond(ctx, plan)
             wake = self._register(plan)
 
     def _plan(self, req: FetchRequest) -> tuple[list[_Planned], int]:
-        budget = req.max_bytes
+        budget = max(0, req.max_bytes)
         total = 0
         plan = []
         for topic in req.topics:
             for fp in topic.partitions:
-                p = self._plan_one(topic.topic, fp, min(fp.partition_max_bytes, budget), total == 0)
+                limit = max(0, min(fp.partition_max_bytes, budget))
+                p = self._plan_one(topic.topic, fp, limit, total == 0)
                 if p.slice is not None:
                     total += p.slice.size_bytes
                     budget = max(0, budget - p.slice.size_bytes)

@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING
 
 from broker.dispatcher import ApiHandler, RequestContext
 from broker.handlers.fetch import check_leader_epoch
+from broker.log.errors import LogError
+from broker.replica_manager import Partition
 from kafka_protocol.errors import ErrorCode
+from kafka_protocol.exceptions import ProtocolError
 from kafka_protocol.messages import ListOffsetsRequest, ListOffsetsResponse
 
 if TYPE_CHECKING:
@@ -23,6 +26,16 @@ MAX_TIMESTAMP = -3
 LEADER_EPOCH_VERSION = 4  # ListOffsets v4 added the leader epoch (KIP-320)
 
 Answer = ListOffsetsResponse.ListOffsetsPartitionResponse
+
+
+def _lookup(part: Partition, timestamp: int) -> tuple[int, int] | ErrorCode | None:
+    """The log's answer, or the error code of a log that cannot answer (offline, corrupt)."""
+    try:
+        return part.log.offset_for_timestamp(timestamp)
+    except LogError as exc:
+        return exc.error_code
+    except ProtocolError as exc:  # a batch whose records do not decode
+        return exc.error_code
 
 
 class ListOffsetsHandler:
@@ -60,12 +73,16 @@ class ListOffsetsHandler:
         elif p.timestamp == EARLIEST:
             offset, ts = part.log_start_offset, -1
         elif p.timestamp == MAX_TIMESTAMP:
-            found = part.log.offset_for_timestamp(MAX_TIMESTAMP)
+            found = _lookup(part, MAX_TIMESTAMP)
+            if isinstance(found, ErrorCode):
+                return Answer(partition_index=p.partition_index, error_code=found)
             offset, ts = found if found is not None else (-1, -1)
         elif p.timestamp < 0:
             return Answer(partition_index=p.partition_index, error_code=ErrorCode.INVALID_REQUEST)
         else:
-            found = part.log.offset_for_timestamp(p.timestamp)
+            found = _lookup(part, p.timestamp)
+            if isinstance(found, ErrorCode):
+                return Answer(partition_index=p.partition_index, error_code=found)
             if found is None or found[0] >= part.high_watermark:
                 offset, ts = -1, -1
             else:

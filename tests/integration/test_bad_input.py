@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from crc32c import crc32c
 
 from integration.node_process import NodeProcess
 from integration.raw_client import RawConnection
@@ -18,6 +21,7 @@ from kafka_protocol.messages import (
     ApiVersionsRequest,
     ApiVersionsResponse,
     CreateTopicsRequest,
+    FetchRequest,
     ListOffsetsRequest,
     MetadataRequest,
     ProduceRequest,
@@ -228,3 +232,76 @@ def test_acks_zero_gets_no_response_but_is_appended(broker: NodeProcess) -> None
     conn.close()
     assert correlation == 501, "acks=0 must not be answered"
     assert high_watermark(broker, "acks0") == 1
+
+
+def _open_fds(broker: NodeProcess) -> int:
+    assert broker.proc is not None
+    return len(os.listdir(f"/proc/{broker.proc.pid}/fd"))
+
+
+def _fetch_frame(conn: RawConnection, topic: str, max_bytes: int = 1 << 20) -> bytes:
+    request = FetchRequest(
+        max_wait_ms=0,
+        max_bytes=max_bytes,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic=TopicName(topic),
+                partitions=[
+                    FetchRequest.FetchPartition(
+                        partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+                    )
+                ],
+            )
+        ],
+    )
+    return conn.frame(request, 12)
+
+
+def test_clients_that_vanish_mid_fetch_leak_no_file_descriptors(broker: NodeProcess) -> None:
+    create_topic(broker, "fds")
+    assert produce_error(broker, produce("fds", build_batch([SimpleRecord(b"x" * 100)]))) == 0
+    before = _open_fds(broker)
+    for _ in range(10):
+        conn = RawConnection(broker.bootstrap)
+        conn.send_raw(b"".join(_fetch_frame(conn, "fds") for _ in range(20)))
+        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()  # reset, with 20 sendfile responses owed
+    time.sleep(0.5)
+    assert_still_serving(broker)
+    assert _open_fds(broker) <= before + 2, "segment file descriptors leaked"
+
+
+def test_a_request_the_log_cannot_answer_does_not_jam_the_connection(
+    broker: NodeProcess,
+) -> None:
+    """A batch with a valid CRC but records that do not parse (accepted: produce never parses
+    records), then ListOffsets(max timestamp), which must read them: an error code, and the
+    next pipelined request is still answered."""
+    create_topic(broker, "garbage")
+    batch = bytearray(build_batch([SimpleRecord(b"v" * 50)]))
+    batch[61:] = b"\xff" * (len(batch) - 61)
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+    assert produce_error(broker, produce("garbage", bytes(batch))) == ErrorCode.NONE
+    conn = RawConnection(broker.bootstrap)
+    request = ListOffsetsRequest(
+        replica_id=-1,
+        topics=[
+            ListOffsetsRequest.ListOffsetsTopic(
+                name=TopicName("garbage"),
+                partitions=[
+                    ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-3)
+                ],
+            )
+        ],
+    )
+    conn.send_raw(conn.frame(request, 7, 1) + conn.frame(ApiVersionsRequest(), 3, 2))
+    correlation, answer = conn.recv(2, 7)
+    assert correlation == 1 and answer.topics[0].partitions[0].error_code != ErrorCode.NONE
+    assert conn.recv(18, 3)[0] == 2
+    # A negative fetch budget is clamped, not an assertion failure.
+    conn.send_raw(
+        _fetch_frame(conn, "garbage", max_bytes=-1) + conn.frame(ApiVersionsRequest(), 3, 9)
+    )
+    conn.recv(1, 12)
+    assert conn.recv(18, 3)[0] == 9
+    conn.close()
