@@ -18,9 +18,11 @@ replication issue replaces that rule with the minimum over the ISR.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import shutil
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +37,14 @@ from kafka_protocol.errors import ErrorCode
 from kafka_protocol.record_batch import NO_PRODUCER_ID, RecordBatch, iter_batches
 
 log = logging.getLogger("broker.replica_manager")
+PARTITION_METADATA_FILE = "partition.metadata"
+
+
+def _topic_id_text(topic_id: object) -> str:
+    """Kafka prints topic ids as URL-safe base64 of the 16 bytes, without padding."""
+    if isinstance(topic_id, uuid.UUID):
+        return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+    return str(topic_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +143,9 @@ class ReplicaManager:
             existing.isr_size = isr_size
             existing.log.update_config(config)
             return existing
-        directory = self.log_dir / f"{topic}-{index}"
-        plog = PartitionLog.open(self.storage, str(directory), config, self.clock_ms())
+        directory = str(self.log_dir / f"{topic}-{index}")
+        self._claim_directory(directory, topic_id)
+        plog = PartitionLog.open(self.storage, directory, config, self.clock_ms())
         part = Partition(
             topic,
             index,
@@ -152,6 +163,34 @@ class ReplicaManager:
         self._rebuild_producer_state(part)
         self.partitions[(topic, index)] = part
         return part
+
+    def _claim_directory(self, directory: str, topic_id: object) -> None:
+        """Kafka's ``partition.metadata``: the directory belongs to one topic id.  Data left by
+        a deleted topic of the same name (a crash between the delete record and the removal)
+        must not be served as the new topic's: it is removed, and the removal logged."""
+        expected = f"version: 0\ntopic_id: {_topic_id_text(topic_id)}\n".encode()
+        path = f"{directory}/{PARTITION_METADATA_FILE}"
+        if self.storage.exists(path):
+            handle = self.storage.open(path)
+            found = handle.read(0, handle.size())
+            handle.close()
+            if found == expected:
+                return
+            log.warning(
+                "removing stale partition data dir=%s found=%r expected=%r",
+                directory,
+                found.decode(errors="replace"),
+                expected.decode(),
+            )
+            for name in self.storage.listdir(directory):
+                self.storage.remove(f"{directory}/{name}")
+        self.storage.makedirs(directory)
+        handle = self.storage.open(path)
+        handle.truncate(0)
+        handle.append([expected])
+        handle.flush()
+        handle.close()
+        self.storage.sync_dir(directory)
 
     def _rebuild_producer_state(self, part: Partition) -> None:
         """Replay batch headers of the retained log (headers only, no records)."""

@@ -155,7 +155,7 @@ class FrameReader:
     written to again once returned, so zero-copy record slices of them stay valid.
     """
 
-    __slots__ = ("_big", "_big_filled", "_buf", "_end", "_start", "max_frame_bytes")
+    __slots__ = ("_big", "_big_filled", "_big_size", "_buf", "_end", "_start", "max_frame_bytes")
 
     def __init__(
         self,
@@ -169,11 +169,12 @@ class FrameReader:
         self._end = 0  # end of received bytes in _buf
         self._big: bytearray | None = None  # a large frame being received in place
         self._big_filled = 0
+        self._big_size = 0  # its size; the allocation grows towards it as bytes arrive
 
     def get_buffer(self) -> memoryview:
         """Where the next received bytes go (non-empty)."""
         if self._big is not None:
-            return memoryview(self._big)[self._big_filled :]
+            return self._big_target()
         if self._end == len(self._buf):  # compact: move the partial frame to the front
             pending = self._end - self._start
             self._buf[:pending] = self._buf[self._start : self._end]
@@ -181,7 +182,7 @@ class FrameReader:
             if pending == len(self._buf):  # one frame larger than the buffer
                 self._start_big_frame()
                 assert self._big is not None, "call next_frame() before receiving more"
-                return memoryview(self._big)[self._big_filled :]
+                return self._big_target()
         return memoryview(self._buf)[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -207,7 +208,7 @@ class FrameReader:
     def next_frame(self) -> bytes | bytearray | None:
         """The next complete frame, or None if more bytes are needed."""
         if self._big is not None:
-            if self._big_filled < len(self._big):
+            if self._big_filled < self._big_size:
                 return None
             frame, self._big = self._big, None
             return frame
@@ -232,6 +233,17 @@ class FrameReader:
             raise FrameTooLargeError(size, self.max_frame_bytes)
         return int(size)
 
+    def _big_target(self) -> memoryview:
+        """Room for the next bytes of a large frame.  The allocation doubles as data arrives
+        instead of trusting the size prefix: a peer announcing 100 MiB and sending nothing
+        costs one buffer's worth, not 100 MiB."""
+        assert self._big is not None
+        if self._big_filled == len(self._big):  # a new allocation: the old may be exported
+            grown = bytearray(min(self._big_size, 2 * len(self._big)))
+            grown[: self._big_filled] = self._big
+            self._big = grown
+        return memoryview(self._big)[self._big_filled :]
+
     def _start_big_frame(self) -> None:
         """If the frame at the front cannot fit the buffer, move it to its own allocation."""
         if self._big is not None or self._end - self._start < 4:
@@ -239,8 +251,8 @@ class FrameReader:
         size = self._checked_size()
         if 4 + size <= len(self._buf):
             return
-        big = bytearray(size)
         have = self._end - self._start - 4
+        big = bytearray(max(have, min(size, len(self._buf))))
         big[:have] = memoryview(self._buf)[self._start + 4 : self._end]
-        self._big, self._big_filled = big, have
+        self._big, self._big_filled, self._big_size = big, have, size
         self._start = self._end = 0

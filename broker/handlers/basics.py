@@ -8,8 +8,9 @@ v0 is advertised, and with one broker this broker will be every group's coordina
 Transaction coordinators do not exist yet: COORDINATOR_NOT_AVAILABLE.
 
 InitProducerId serves idempotent producers: producer ids come in blocks allocated by the
-controller (a ProducerIdsRecord in the metadata log, so ids are never reused after a restart);
-a producer that sends its current id and epoch (KIP-360, v3+) gets the epoch bumped.
+controller (a ProducerIdsRecord in the metadata log, so ids are never reused after a restart).
+Without a transactional id Kafka always hands out a fresh id, even when the request carries the
+producer's current id and epoch (KIP-360's epoch bump is for transactional producers).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from broker.broker import Broker
 
 GROUP_KEY = 0
-MAX_PRODUCER_EPOCH = 32767
 PRODUCER_ID_BLOCK = 1000
 
 
@@ -97,10 +97,6 @@ class InitProducerIdHandler:
         if req.transactional_id:
             return InitProducerIdResponse(
                 error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-            )
-        if req.producer_id >= 0 and 0 <= req.producer_epoch < MAX_PRODUCER_EPOCH - 1:
-            return InitProducerIdResponse(
-                producer_id=req.producer_id, producer_epoch=req.producer_epoch + 1
             )
         return InitProducerIdResponse(producer_id=await self._allocate(), producer_epoch=0)
 

@@ -171,3 +171,15 @@ def test_frame_reader_receiving_in_place(
             while (frame := reader.next_frame()) is not None:
                 out.append(bytes(frame))
     assert out == bodies and reader.pending_bytes() == 0
+
+
+def test_a_large_size_prefix_is_not_allocated_up_front() -> None:
+    import tracemalloc
+
+    reader = FrameReader(max_frame_bytes=200 << 20, buffer_bytes=64 * 1024)
+    tracemalloc.start()
+    reader.feed((100 << 20).to_bytes(4, "big") + b"x" * 100_000)
+    assert reader.next_frame() is None
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 4 << 20, f"{peak} bytes allocated for 100 KB received"

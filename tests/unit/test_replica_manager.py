@@ -82,3 +82,26 @@ def test_a_retry_of_a_written_batch_gets_the_original_offset() -> None:
         assert _outcome(gap).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
 
     asyncio.run(main())
+
+
+def test_a_directory_left_by_another_topic_id_is_not_served() -> None:
+    import uuid
+
+    async def main() -> None:
+        storage = MemoryStorage()
+        old_id, new_id = uuid.uuid4(), uuid.uuid4()
+        rm = ReplicaManager(storage, Path("/data"), clock_ms=lambda: 1_000)
+        cfg = LogConfig()
+        part = rm.open_partition("t", 0, old_id, cfg, max_message_bytes=1 << 20)
+        rm.append_nowait(part, _batch(10))
+        await _one_pass()
+        rm.close()  # a crash after the delete record, before the directory was removed
+        rm = ReplicaManager(storage, Path("/data"), clock_ms=lambda: 1_000)
+        same = rm.open_partition("t", 0, old_id, cfg, max_message_bytes=1 << 20)
+        assert same.log_end_offset == 1
+        rm.close()
+        rm = ReplicaManager(storage, Path("/data"), clock_ms=lambda: 1_000)
+        recreated = rm.open_partition("t", 0, new_id, cfg, max_message_bytes=1 << 20)
+        assert recreated.log_end_offset == 0, "the old topic's records were adopted"
+
+    asyncio.run(main())
