@@ -13,7 +13,8 @@ from __future__ import annotations
 import enum
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
@@ -33,6 +34,8 @@ from metadata_log.configs import (
 )
 from metadata_log.image import ClusterImage, ConfigResource, ConfigResourceType
 from metadata_log.records import MetadataRecord
+
+C = TypeVar("C")
 
 
 class OpType(enum.IntEnum):
@@ -132,29 +135,43 @@ def _records(
 def incremental_alter_configs(
     config: ControllerConfig, request: IncrementalAlterConfigsRequest, image: ClusterImage
 ) -> ControllerResult[IncrementalAlterConfigsResponse]:
-    keys = [ConfigResource(r.resource_type, r.resource_name) for r in request.resources]
-    counts = Counter(keys)
-    answered: set[ConfigResource] = set()
     records: list[MetadataRecord] = []
-    responses = []
-    for resource, entry in zip(keys, request.resources, strict=True):
-        if resource in answered:
-            continue
-        answered.add(resource)
-        if counts[resource] > 1:
-            error = ApiError(ErrorCode.INVALID_REQUEST, "Duplicate resource.")
-        else:
-            error = _alter_incrementally(resource, entry.configs, image, config, records)
-        responses.append(
+    outcomes = _each_resource(
+        [(ConfigResource(r.resource_type, r.resource_name), r.configs) for r in request.resources],
+        lambda resource, ops: _alter_incrementally(resource, ops, image, config, records),
+    )
+    response = IncrementalAlterConfigsResponse(
+        responses=[
             IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
                 error_code=error.code,
                 error_message=error.message,
                 resource_type=resource.resource_type,
                 resource_name=resource.name,
             )
-        )
-    response = IncrementalAlterConfigsResponse(responses=responses)
+            for resource, error in outcomes
+        ]
+    )
     return ControllerResult([] if request.validate_only else records, response)
+
+
+def _each_resource(
+    resources: list[tuple[ConfigResource, C]],
+    alter: Callable[[ConfigResource, C], ApiError],
+) -> list[tuple[ConfigResource, ApiError]]:
+    """Apply ``alter`` to each resource once, in request order; a resource named twice in one
+    request is refused as a whole (Kafka's INVALID_REQUEST "Duplicate resource.")."""
+    counts = Counter(resource for resource, _ in resources)
+    answered: set[ConfigResource] = set()
+    outcomes = []
+    for resource, configs in resources:
+        if resource in answered:
+            continue
+        answered.add(resource)
+        if counts[resource] > 1:
+            outcomes.append((resource, ApiError(ErrorCode.INVALID_REQUEST, "Duplicate resource.")))
+        else:
+            outcomes.append((resource, alter(resource, configs)))
+    return outcomes
 
 
 def _alter_incrementally(
@@ -216,28 +233,22 @@ def _apply_op(
 def alter_configs(
     config: ControllerConfig, request: AlterConfigsRequest, image: ClusterImage
 ) -> ControllerResult[AlterConfigsResponse]:
-    keys = [ConfigResource(r.resource_type, r.resource_name) for r in request.resources]
-    counts = Counter(keys)
-    answered: set[ConfigResource] = set()
     records: list[MetadataRecord] = []
-    responses = []
-    for resource, entry in zip(keys, request.resources, strict=True):
-        if resource in answered:
-            continue
-        answered.add(resource)
-        if counts[resource] > 1:
-            error = ApiError(ErrorCode.INVALID_REQUEST, "Duplicate resource.")
-        else:
-            error = _replace_configs(resource, entry.configs, image, config, records)
-        responses.append(
+    outcomes = _each_resource(
+        [(ConfigResource(r.resource_type, r.resource_name), r.configs) for r in request.resources],
+        lambda resource, configs: _replace_configs(resource, configs, image, config, records),
+    )
+    response = AlterConfigsResponse(
+        responses=[
             AlterConfigsResponse.AlterConfigsResourceResponse(
                 error_code=error.code,
                 error_message=error.message,
                 resource_type=resource.resource_type,
                 resource_name=resource.name,
             )
-        )
-    response = AlterConfigsResponse(responses=responses)
+            for resource, error in outcomes
+        ]
+    )
     return ControllerResult([] if request.validate_only else records, response)
 
 
