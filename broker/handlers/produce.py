@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 MIN_RECORD_BATCH_VERSION = 3
 ACKS_ALL = -1
+VALID_ACKS = (-1, 0, 1)
 Outcome = AppendOutcome | Deferred[AppendOutcome]
 
 
@@ -76,8 +77,15 @@ class ProduceHandler:
         slots: list[tuple[str, int, Outcome]] = []
         for topic in req.topic_data:
             for pd in topic.partition_data:
-                outcome = self._append(ctx, topic.name, pd, req.acks)
+                if req.acks not in VALID_ACKS:
+                    outcome: Outcome = _refuse(
+                        ErrorCode.INVALID_REQUIRED_ACKS, f"acks={req.acks}: use -1, 0 or 1"
+                    )
+                else:
+                    outcome = self._append(ctx, topic.name, pd, req.acks)
                 slots.append((topic.name, pd.index, outcome))
+        if req.acks not in VALID_ACKS:
+            return self._respond(ctx, slots)
         if req.acks == 0:
             return None
         waiting = [o for _, _, o in slots if isinstance(o, Deferred)]

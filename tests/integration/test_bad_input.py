@@ -305,3 +305,10 @@ def test_a_request_the_log_cannot_answer_does_not_jam_the_connection(
     conn.recv(1, 12)
     assert conn.recv(18, 3)[0] == 9
     conn.close()
+
+
+def test_invalid_acks_are_refused(broker: NodeProcess) -> None:
+    create_topic(broker, "acks2")
+    error = produce_error(broker, produce("acks2", build_batch([SimpleRecord(b"v")]), acks=2))
+    assert error == ErrorCode.INVALID_REQUIRED_ACKS
+    assert high_watermark(broker, "acks2") == 0
