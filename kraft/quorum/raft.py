@@ -1,0 +1,533 @@
+"""The pysyncobj adapter: the only module in the project that imports pysyncobj.
+
+Theory of operation
+-------------------
+A :class:`RaftQuorum` wraps one pysyncobj ``SyncObj`` and replicates opaque, versioned
+bytes (``kraft.quorum.codec``) through exactly one ``@replicated`` entry point,
+``_LogStateConsumer.apply_entry``. pysyncobj numbers replicated methods by sorted name, so
+keeping a single one keeps the journal format ours, not an accident of method names.
+
+::
+
+    controller ──submit(payload)──▶ encode(RECORDS, epoch, payload) ──▶ pysyncobj log
+                                                                           │ commit
+    listeners ◀──(offset, epoch, payload)── state.apply_entry ◀────────────┘ (every node)
+
+- **Apply** runs in pysyncobj's tick thread, in log order, on every node. It delegates to
+  the pure ``kraft.quorum.state.apply_entry`` and never raises: an exception there would
+  make pysyncobj retry the entry every tick and wedge the state machine on every node.
+  Callbacks and listeners run inside apply, so their exceptions are caught and logged.
+- **Epochs.** When a node becomes Raft leader it submits an ``EPOCH_CLAIM`` whose epoch is
+  its Raft term. It is *active* (may submit) once that claim is applied locally. Every
+  batch carries the epoch of the controller that built it; apply rejects batches whose
+  epoch is not the currently claimed one, identically on every node.
+- **Offsets** are dense metadata offsets: one per accepted batch (``high_watermark`` is
+  the next one). They survive restarts because pysyncobj replays the journal on start,
+  and listeners see the batches again from offset 0.
+- **The fix** (pysyncobj.md hazard 1): :class:`_FixedSyncObj` overrides two message
+  handlers. Followers keep entries they already have with the same (index, term) and
+  truncate only at the first conflicting entry; they acknowledge and commit only up to
+  what the current leader's message verified. Leaders never move a follower's
+  ``nextIndex`` backwards on an acknowledgement. Without this, a duplicated or re-sent
+  AppendEntries makes a follower drop entries it already acknowledged, and committed,
+  acknowledged writes are lost at the next election. ``tests/unit/quorum`` reproduces it.
+- **Durability** (hazard 2): we chose *flush before acknowledging*. A follower msyncs the
+  journal before it acknowledges new entries, and the leader msyncs its journal at the
+  start of each tick, before it counts itself towards a commit. Cost: one msync per
+  AppendEntries that carried new entries (measured in ``test_quorum_durability``). Not yet
+  covered: the ``.meta`` file (term and vote) is written and renamed without fsync.
+- **Compaction** is effectively off (the snapshot would hold only our counters, not the
+  controller's metadata image); the next session adds image snapshots. ``journalFile`` and
+  ``fullDumpFile`` are nevertheless always set together (hazard 3).
+
+Threads: with ``autoTick`` pysyncobj owns one thread that does I/O, Raft and apply; the
+public properties are plain reads and safe from any thread. Simulations use
+``autoTick=False`` and call :meth:`RaftQuorum.tick` themselves under :func:`simulated_time`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import enum
+import functools
+import logging
+import os
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import pysyncobj.syncobj as _pso  # type: ignore[import-untyped]
+from pysyncobj import (
+    FAIL_REASON,
+    SyncObj,
+    SyncObjConf,
+    SyncObjConsumer,
+    replicated,
+)
+from pysyncobj.pickle import loads as _pso_loads  # type: ignore[import-untyped]
+from pysyncobj.version import VERSION as PYSYNCOBJ_VERSION  # type: ignore[import-untyped]
+
+from kraft.quorum.codec import MAX_EPOCH, MAX_PAYLOAD_SIZE_BYTES, EntryKind, encode_entry
+from kraft.quorum.state import NO_EPOCH, Appended, LogState, Outcome, Rejected, apply_entry
+
+logger = logging.getLogger(__name__)
+
+# The fix reaches into pysyncobj's private (name-mangled) internals; it was written and
+# tested against these versions only. Another version must be re-checked first.
+TESTED_PYSYNCOBJ_VERSIONS: Final = frozenset({"0.3.17"})
+_LEADER: Final = 2  # pysyncobj's _RAFT_STATE.LEADER
+JOURNAL_FILE_NAME: Final = "raft.journal"
+FULL_DUMP_FILE_NAME: Final = "raft.dump"
+_NEVER_S: Final = 10 * 365 * 24 * 3600.0
+
+
+class SubmitError(enum.Enum):
+    CLOSED = "closed"
+    TOO_LARGE = "too-large"
+    NOT_ACTIVE = "not-active"  # not the leader, or our epoch claim is not applied yet
+    QUEUE_FULL = "queue-full"
+    NO_LEADER = "no-leader"
+    NOT_LEADER = "not-leader"
+    REQUEST_DENIED = "request-denied"
+    OUTCOME_UNKNOWN = "outcome-unknown"  # pysyncobj 3/5/7: may or may not be applied
+    FENCED = "fenced"  # committed, but a newer epoch was claimed first: not applied
+    REJECTED = "rejected"  # committed, but apply rejected the bytes: not applied
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitResult:
+    offset: int | None = None
+    error: SubmitError | None = None
+
+    def __post_init__(self) -> None:
+        assert (self.offset is None) != (self.error is None), self
+
+
+SubmitCallback = Callable[[SubmitResult], None]
+Listener = Callable[[Appended], None]
+
+_FAIL_REASONS: Final = {
+    FAIL_REASON.QUEUE_FULL: SubmitError.QUEUE_FULL,
+    FAIL_REASON.MISSING_LEADER: SubmitError.NO_LEADER,
+    FAIL_REASON.NOT_LEADER: SubmitError.NOT_LEADER,
+    FAIL_REASON.REQUEST_DENIED: SubmitError.REQUEST_DENIED,
+    FAIL_REASON.DISCARDED: SubmitError.OUTCOME_UNKNOWN,
+    FAIL_REASON.LEADER_CHANGED: SubmitError.OUTCOME_UNKNOWN,
+    FAIL_REASON.UNKNOWN_OUTCOME: SubmitError.OUTCOME_UNKNOWN,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RaftSettings:
+    """One controller's quorum settings. Security settings are required (hazard 4)."""
+
+    self_address: str  # host:port the other controllers dial
+    peer_addresses: tuple[str, ...]
+    bind_address: str  # never 0.0.0.0 by accident
+    password: str = field(repr=False)  # controllers only; never given to brokers
+    data_dir: Path
+    tick_period_s: float = 0.005
+    heartbeat_period_s: float = 0.05
+    election_timeout_min_s: float = 0.4
+    election_timeout_max_s: float = 0.8
+    leader_fallback_timeout_s: float = 1.5  # hazard 5: pysyncobj's default is 30 s
+    # False: one AppendEntries per command, ~0.5 ms commit latency (metadata is low volume).
+    batch_entries: bool = False
+    max_queued_commands: int = 10_000
+
+    def __post_init__(self) -> None:
+        if not self.password:
+            raise ValueError("the controller quorum requires a password")
+        if not self.bind_address:
+            raise ValueError("the controller quorum requires an explicit bind address")
+        if not 1.0 <= self.leader_fallback_timeout_s <= 2.0:
+            raise ValueError("leader_fallback_timeout_s must be within 1-2 s")
+        if self.self_address in self.peer_addresses:
+            raise ValueError("peer_addresses must not contain self_address")
+
+
+def _sync_obj_conf(settings: RaftSettings | None, *, auto_tick: bool) -> Any:
+    """pysyncobj configuration; ``None`` settings means an in-memory simulation."""
+    timing = settings or RaftSettings(
+        "sim:0", (), "sim:0", "unused", Path("/nonexistent"), leader_fallback_timeout_s=1.0
+    )
+    conf: dict[str, Any] = {
+        "autoTick": auto_tick,
+        "autoTickPeriod": timing.tick_period_s,
+        "appendEntriesPeriod": timing.heartbeat_period_s,
+        "raftMinTimeout": timing.election_timeout_min_s,
+        "raftMaxTimeout": timing.election_timeout_max_s,
+        "leaderFallbackTimeout": timing.leader_fallback_timeout_s,
+        "connectionTimeout": max(2.0, 2 * timing.election_timeout_max_s),
+        "connectionRetryTime": 0.5,
+        "appendEntriesUseBatch": timing.batch_entries,
+        "commandsQueueSize": timing.max_queued_commands,
+        "commandsWaitLeader": False,
+        "dynamicMembershipChange": False,  # the fix below assumes static membership
+        "logCompactionMinEntries": 2**62,
+        "logCompactionMinTime": _NEVER_S,
+        "useFork": False,
+    }
+    if settings is not None:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        conf["password"] = settings.password
+        conf["bindAddress"] = settings.bind_address
+        # Always both (hazard 3): a journal without a dump loses state after compaction.
+        conf["journalFile"] = str(settings.data_dir / JOURNAL_FILE_NAME)
+        conf["fullDumpFile"] = str(settings.data_dir / FULL_DUMP_FILE_NAME)
+    return SyncObjConf(**conf)
+
+
+class _LogStateConsumer(SyncObjConsumer):  # type: ignore[misc]
+    """Holds the replicated counters; owns the one replicated entry point."""
+
+    def __init__(self, on_outcome: Callable[[Outcome], None]) -> None:
+        # Attributes set before SyncObjConsumer.__init__ are excluded from snapshots.
+        self._on_outcome = on_outcome
+        super().__init__()
+        self.claimed_epoch = NO_EPOCH
+        self.high_watermark = 0
+        self.rejected_count = 0
+
+    def log_state(self) -> LogState:
+        return LogState(self.claimed_epoch, self.high_watermark, self.rejected_count)
+
+    @replicated  # type: ignore[untyped-decorator]
+    def apply_entry(self, *args: Any, **kwargs: Any) -> Outcome:
+        # *args/**kwargs: even a malformed command shape must not raise a TypeError here.
+        data = args[0] if len(args) == 1 and not kwargs else None
+        outcome: Outcome
+        try:
+            state, outcome = apply_entry(self.log_state(), data)
+            self.claimed_epoch = state.claimed_epoch
+            self.high_watermark = state.high_watermark
+            self.rejected_count = state.rejected_count
+        except Exception:  # the pure rules should not raise; if they do, fail identically
+            logger.critical("metadata log apply failed; entry rejected", exc_info=True)
+            outcome = Rejected("internal-error")
+        try:
+            self._on_outcome(outcome)
+        except Exception:
+            logger.critical("metadata log listener failed", exc_info=True)
+        return outcome
+
+
+class _FixedSyncObj(SyncObj):  # type: ignore[misc]
+    """SyncObj with the acknowledged-write-loss fix and flush-before-acknowledge.
+
+    Only two message handlers change; everything else is pysyncobj 0.3.17 as shipped.
+    The names ``_SyncObj__x`` are how Python spells SyncObj's private ``__x`` from here.
+    """
+
+    # SyncObj's private attributes that we assign (declared for the type checker).
+    _SyncObj__recvTransmission: bytes | str
+    _SyncObj__raftCommitIndex: int
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # Set before SyncObj.__init__ so that snapshots exclude it.
+        self._kraft_flushed_mark: tuple[int, int] | None = None
+        super().__init__(*args, **kwargs)
+        assert not self.conf.dynamicMembershipChange, "the fix assumes static membership"
+
+    def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
+        kind = message["type"]
+        if (
+            kind == "append_entries"
+            and "prevLogIdx" in message
+            and message["term"] >= self._SyncObj__raftCurrentTerm
+            and message.get("transmission") not in ("start", "process")  # those only buffer
+        ):
+            self._follower_append_entries(node, message)
+        elif kind == "next_node_idx" and self._SyncObj__raftState == _LEADER:
+            self._leader_on_next_node_idx(node, message)
+        else:
+            SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _follower_append_entries(self, node: Any, message: Any) -> None:
+        entries = message.get("entries", [])
+        if message.get("transmission") == "finish":
+            entries = [_pso_loads(self._SyncObj__recvTransmission + message["data"])]
+            self._SyncObj__recvTransmission = ""
+        # Term, leader, election timer and follower state: the library's own code, fed a
+        # message that carries neither log entries nor a commit index.
+        header = {"type": "append_entries", "term": message["term"], "commit_index": 0}
+        SyncObj._SyncObj__onMessageReceived(self, node, header)
+        self._SyncObj__leaderCommitIndex = message["commit_index"]
+
+        prev_index, prev_term = message["prevLogIdx"], message["prevLogTerm"]
+        prev = self._SyncObj__getEntries(prev_index, 1)
+        if not prev:
+            self._SyncObj__sendNextNodeIdx(node, success=False, reset=True)
+            return
+        if prev[0][2] != prev_term:
+            self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=prev_index, success=False, reset=True)
+            return
+        if self._append_from_first_conflict(prev_index, entries):
+            self._flush_journal()  # durable before we acknowledge (hazard 2)
+        # Acknowledge and commit only what this message verified against the leader: our
+        # log may continue past it with entries the current leader has not vouched for.
+        verified = prev_index + len(entries)
+        self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=verified + 1, success=True)
+        commit_index = min(message["commit_index"], verified)
+        if commit_index > self._SyncObj__raftCommitIndex:
+            self._SyncObj__raftCommitIndex = commit_index
+            self._SyncObj__raftLog.setRaftCommitIndex(commit_index)
+
+    def _append_from_first_conflict(self, prev_index: int, entries: list[Any]) -> bool:
+        """Raft §5.3: skip entries we already have; truncate only at the first conflict.
+
+        pysyncobj instead deletes everything after ``prevLogIdx``, so a duplicated or
+        re-sent AppendEntries shrinks the log below what this node already acknowledged.
+        Returns whether the journal changed.
+        """
+        for position, entry in enumerate(entries):
+            index, term = entry[1], entry[2]
+            assert index == prev_index + 1 + position, (index, prev_index, position)
+            mine = self._SyncObj__getEntries(index, 1)
+            if mine and mine[0][2] == term:
+                continue
+            if mine:
+                if index <= self._SyncObj__raftCommitIndex:
+                    logger.critical("conflict at committed index %d: Raft invariant broken", index)
+                self._SyncObj__deleteEntriesFrom(index)
+            for new_entry in entries[position:]:
+                self._SyncObj__raftLog.add(*new_entry)
+            return True
+        return False
+
+    def _leader_on_next_node_idx(self, node: Any, message: Any) -> None:
+        next_index = self._SyncObj__raftNextIndex
+        before = next_index.get(node)
+        SyncObj._SyncObj__onMessageReceived(self, node, message)
+        if before is None or node not in next_index:
+            return
+        if message["success"]:
+            # A late acknowledgement must not rewind nextIndex: pysyncobj sends
+            # optimistically, so several AppendEntries are in flight and acks lag.
+            next_index[node] = max(next_index[node], before)
+        # Entries up to matchIndex are verified on that follower; never re-send below them.
+        next_index[node] = max(next_index[node], self._SyncObj__raftMatchIndex[node] + 1)
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        if self._SyncObj__raftState == _LEADER:
+            # The leader counts itself towards every commit (computed first thing in the
+            # tick): make its own entries durable before that.
+            log = self._SyncObj__raftLog
+            mark = (len(log), log[-1][1])
+            if mark != self._kraft_flushed_mark:
+                self._flush_journal()
+                self._kraft_flushed_mark = mark
+        SyncObj._onTick(self, timeToWait)
+
+    def _flush_journal(self) -> None:
+        flush = getattr(self._SyncObj__raftLog, "flush", None)  # MemoryJournal has none
+        if flush is not None:
+            flush()  # FileJournal: msync of the journal's mmap
+
+
+class RaftQuorum:
+    """One controller's view of the replicated metadata log."""
+
+    def __init__(self, settings: RaftSettings, listeners: tuple[Listener, ...] = ()) -> None:
+        """Start the node; ``listeners`` see every batch, journal replay included."""
+        if PYSYNCOBJ_VERSION not in TESTED_PYSYNCOBJ_VERSIONS:
+            raise RuntimeError(
+                f"pysyncobj {PYSYNCOBJ_VERSION} is untested with the write-loss fix; "
+                f"tested: {sorted(TESTED_PYSYNCOBJ_VERSIONS)}"
+            )
+        conf = _sync_obj_conf(settings, auto_tick=True)
+        peers = settings.peer_addresses
+        self._start(settings.self_address, peers, conf, _FixedSyncObj, {}, listeners)
+
+    @classmethod
+    def for_simulation(
+        cls,
+        self_id: str,
+        peer_ids: tuple[str, ...],
+        transport_factory: Callable[[Any, Any, Any], Any],
+        *,
+        fix_acknowledged_write_loss: bool = True,
+    ) -> RaftQuorum:
+        """A manually ticked node on an in-memory transport (``kraft.quorum.memnet``).
+
+        ``fix_acknowledged_write_loss=False`` runs pysyncobj as shipped; only the
+        regression test uses it, to show that the bug reproduces.
+        """
+        quorum = cls.__new__(cls)
+        sync_obj_class = _FixedSyncObj if fix_acknowledged_write_loss else SyncObj
+        conf = _sync_obj_conf(None, auto_tick=False)
+        extra = {"transportClass": transport_factory}
+        quorum._start(self_id, peer_ids, conf, sync_obj_class, extra, ())
+        return quorum
+
+    def _start(
+        self,
+        self_address: str,
+        peers: tuple[str, ...],
+        conf: Any,
+        sync_obj_class: Any,
+        extra: dict[str, Any],
+        listeners: tuple[Listener, ...],
+    ) -> None:
+        self._closed = False
+        self._claim_term: int | None = None
+        self._listeners: list[Listener] = list(listeners)
+        self._state = _LogStateConsumer(self._on_outcome)
+        self._obj: Any = sync_obj_class(
+            self_address, list(peers), conf, consumers=[self._state], **extra
+        )
+        self._obj.addOnTickCallback(self._on_tick)
+
+    # -- reads (any thread) --------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return bool(self._obj._isLeader())
+
+    @property
+    def is_active(self) -> bool:
+        """Leader, and its own epoch claim is applied: it may submit batches."""
+        return self.is_leader and self.epoch == int(self._obj.raftCurrentTerm)
+
+    @property
+    def leader(self) -> str | None:
+        node = self._obj._getLeader()
+        return None if node is None else str(node.id)
+
+    @property
+    def epoch(self) -> int:
+        """The controller epoch most recently claimed in the applied log (-1: none)."""
+        return int(self._state.claimed_epoch)
+
+    @property
+    def raft_term(self) -> int:
+        return int(self._obj.raftCurrentTerm)
+
+    @property
+    def high_watermark(self) -> int:
+        """The next metadata offset: batches below it are committed and applied here."""
+        return int(self._state.high_watermark)
+
+    @property
+    def last_committed_offset(self) -> int:
+        """The offset of the last applied batch, -1 if none."""
+        return self.high_watermark - 1
+
+    @property
+    def rejected_count(self) -> int:
+        return int(self._state.rejected_count)
+
+    # -- writes --------------------------------------------------------------------------
+
+    def add_listener(self, listener: Listener) -> None:
+        """Called with each accepted batch, in offset order, in the tick thread.
+
+        After a restart the journal is replayed from offset 0 as soon as the node starts:
+        pass listeners to the constructor to be sure to see all of it.
+        """
+        self._listeners.append(listener)
+
+    def submit(self, payload: bytes, callback: SubmitCallback) -> None:
+        """Replicate one batch; ``callback`` gets its offset or why it was not applied.
+
+        The callback runs in the tick thread (or inline, for local refusals).
+        """
+        if self._closed:
+            return _call(callback, SubmitResult(error=SubmitError.CLOSED))
+        if len(payload) > MAX_PAYLOAD_SIZE_BYTES:
+            return _call(callback, SubmitResult(error=SubmitError.TOO_LARGE))
+        epoch = self.epoch
+        if not self.is_active or epoch < 0:
+            return _call(callback, SubmitResult(error=SubmitError.NOT_ACTIVE))
+        entry = encode_entry(EntryKind.RECORDS, epoch, payload)
+        self._state.apply_entry(entry, callback=functools.partial(_on_submitted, callback))
+
+    def submit_future(self, payload: bytes) -> concurrent.futures.Future[SubmitResult]:
+        """:meth:`submit` as a future (``asyncio.wrap_future`` it in async code)."""
+        future: concurrent.futures.Future[SubmitResult] = concurrent.futures.Future()
+        self.submit(payload, future.set_result)
+        return future
+
+    def tick(self) -> None:
+        """One manual tick (simulations only)."""
+        self._obj.doTick(0.0)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        obj = self._obj
+        if obj.conf.autoTick:
+            obj.destroy_synchronous()
+        else:
+            obj.destroy()
+        # pysyncobj never closes the wake-up pipe it opens when batching is off.
+        notifier = getattr(obj, "_SyncObj__pipeNotifier", None)
+        for name in ("_PipeNotifier__pipeR", "_PipeNotifier__pipeW"):
+            fd = getattr(notifier, name, None)
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    # -- tick thread ---------------------------------------------------------------------
+
+    def _on_tick(self) -> None:
+        obj = self._obj
+        if not obj._isLeader():
+            return
+        term = int(obj.raftCurrentTerm)
+        if term == self._claim_term or term > MAX_EPOCH:
+            return
+        self._claim_term = term
+        claim = encode_entry(EntryKind.EPOCH_CLAIM, term)
+        self._state.apply_entry(claim, callback=functools.partial(self._on_claimed, term))
+
+    def _on_claimed(self, term: int, result: object, fail_reason: int) -> None:
+        if fail_reason != FAIL_REASON.SUCCESS and self._claim_term == term:
+            self._claim_term = None  # still leader in this term: claim again next tick
+
+    def _on_outcome(self, outcome: Outcome) -> None:
+        if isinstance(outcome, Appended):
+            for listener in self._listeners:
+                try:
+                    listener(outcome)
+                except Exception:
+                    logger.critical("metadata log listener failed", exc_info=True)
+
+
+def _on_submitted(callback: SubmitCallback, result: object, fail_reason: int) -> None:
+    if fail_reason != FAIL_REASON.SUCCESS:
+        error = _FAIL_REASONS.get(fail_reason, SubmitError.OUTCOME_UNKNOWN)
+        return _call(callback, SubmitResult(error=error))
+    if isinstance(result, Appended):
+        return _call(callback, SubmitResult(offset=result.offset))
+    fenced = isinstance(result, Rejected) and result.reason == "fenced-epoch"
+    _call(callback, SubmitResult(error=SubmitError.FENCED if fenced else SubmitError.REJECTED))
+
+
+def _call(callback: SubmitCallback, result: SubmitResult) -> None:
+    # Callbacks run inside pysyncobj's apply loop: an exception escaping here would make
+    # it re-apply the entry. Log instead.
+    try:
+        callback(result)
+    except Exception:
+        logger.critical("submit callback failed", exc_info=True)
+
+
+@contextlib.contextmanager
+def simulated_time(clock: Callable[[], float], rng: random.Random) -> Iterator[None]:
+    """Run pysyncobj on a virtual clock and a seeded RNG (process-global; tests only).
+
+    pysyncobj reads ``monotonic()`` and ``random.random()`` through module globals, so
+    this swaps them; no auto-ticking SyncObj may run in the process meanwhile.
+    """
+    saved = (_pso.monotonicTime, _pso.random)
+    _pso.monotonicTime = clock
+    _pso.random = rng
+    try:
+        yield
+    finally:
+        _pso.monotonicTime, _pso.random = saved
