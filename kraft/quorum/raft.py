@@ -54,6 +54,7 @@ import functools
 import logging
 import os
 import random
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,7 @@ from pysyncobj import (
     SyncObjConsumer,
     replicated,
 )
+from pysyncobj.node import TCPNode  # type: ignore[import-untyped]
 from pysyncobj.pickle import loads as _pso_loads  # type: ignore[import-untyped]
 from pysyncobj.version import VERSION as PYSYNCOBJ_VERSION  # type: ignore[import-untyped]
 
@@ -227,8 +229,9 @@ class _FixedSyncObj(SyncObj):  # type: ignore[misc]
     _SyncObj__raftCommitIndex: int
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # Set before SyncObj.__init__ so that snapshots exclude it.
+        # Set before SyncObj.__init__ so that snapshots exclude them.
         self._kraft_flushed_mark: tuple[int, int] | None = None
+        self._kraft_waits_term = 0
         super().__init__(*args, **kwargs)
         assert not self.conf.dynamicMembershipChange, "the fix assumes static membership"
 
@@ -312,6 +315,7 @@ class _FixedSyncObj(SyncObj):  # type: ignore[misc]
         next_index[node] = max(next_index[node], self._SyncObj__raftMatchIndex[node] + 1)
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
+        self._fail_waits_from_older_terms()
         if self._SyncObj__raftState == _LEADER:
             # The leader counts itself towards every commit (computed first thing in the
             # tick): make its own entries durable before that.
@@ -322,10 +326,45 @@ class _FixedSyncObj(SyncObj):  # type: ignore[misc]
                 self._kraft_flushed_mark = mark
         SyncObj._onTick(self, timeToWait)
 
+    def _fail_waits_from_older_terms(self) -> None:
+        """Answer submits of a deposed leader as LEADER_CHANGED (outcome unknown).
+
+        pysyncobj answers a submit only when the log reaches its index. A leader deposed
+        after appending is truncated by its successor, and if nobody writes again the
+        callback never runs. Once the term moves on, each older pending submit may or may
+        not commit; we say so at once, as Kafka's controller does when it resigns.
+        """
+        term = self._SyncObj__raftCurrentTerm
+        if term == self._kraft_waits_term:
+            return
+        self._kraft_waits_term = term
+        waiting = self._SyncObj__commandsWaitingCommit
+        for index in [i for i, subs in waiting.items() if any(t < term for t, _ in subs)]:
+            stale = [(t, cb) for t, cb in waiting[index] if t < term]
+            kept = [(t, cb) for t, cb in waiting[index] if t >= term]
+            if kept:
+                waiting[index] = kept
+            else:
+                del waiting[index]
+            for _term, callback in stale:
+                callback(None, FAIL_REASON.LEADER_CHANGED)
+
     def _flush_journal(self) -> None:
         flush = getattr(self._SyncObj__raftLog, "flush", None)  # MemoryJournal has none
         if flush is not None:
             flush()  # FileJournal: msync of the journal's mmap
+
+
+class _SimNode(TCPNode):  # type: ignore[misc]
+    """A node whose hash does not depend on PYTHONHASHSEED.
+
+    pysyncobj iterates over sets of nodes (votes, AppendEntries fan-out), so with the
+    default string hash a simulation's message order, and its outcome, would vary from
+    one process to the next even under the same seed.
+    """
+
+    def __hash__(self) -> int:
+        return zlib.crc32(self.id.encode())
 
 
 class RaftQuorum:
@@ -359,7 +398,7 @@ class RaftQuorum:
         quorum = cls.__new__(cls)
         sync_obj_class = _FixedSyncObj if fix_acknowledged_write_loss else SyncObj
         conf = _sync_obj_conf(None, auto_tick=False)
-        extra = {"transportClass": transport_factory}
+        extra = {"transportClass": transport_factory, "nodeClass": _SimNode}
         quorum._start(self_id, peer_ids, conf, sync_obj_class, extra, ())
         return quorum
 

@@ -44,6 +44,7 @@ class SimCluster:
     applied: dict[str, list[Appended]] = field(init=False, default_factory=dict)
     paused: set[str] = field(init=False, default_factory=set)
     acked: list[tuple[int, bytes]] = field(init=False, default_factory=list)
+    answers: list[list[SubmitResult]] = field(init=False, default_factory=list)
     critical: _CriticalCounter = field(init=False, default_factory=_CriticalCounter)
 
     def __post_init__(self) -> None:
@@ -122,7 +123,12 @@ class SimCluster:
                 self.acked.append((result.offset, payload))
 
         self.nodes[node_id].submit(payload, on_result)
+        self.answers.append(results)
         return results
+
+    def unanswered(self) -> int:
+        """Submits whose callback has not run yet."""
+        return sum(1 for results in self.answers if not results)
 
     # -- checking ---------------------------------------------------------------------
 

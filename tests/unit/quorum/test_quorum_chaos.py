@@ -1,8 +1,10 @@
 """Seeded chaos on the in-memory network: reordering, duplication, drops and pauses.
 
 Invariants checked at the end of every run: offsets are dense and identical on every
-controller, every acknowledged batch is at its offset on every controller, and at no point
-were two controllers active in the same epoch. A failing seed is printed; rerun one with
+controller, every acknowledged batch is at its offset on every controller, every submit was
+answered (a deposed leader's pending submits included), and at no point were two
+controllers active in the same epoch. Runs are deterministic per seed, whatever
+PYTHONHASHSEED is. A failing seed is printed; rerun one with
 ``pytest tests/unit/quorum/test_quorum_chaos.py -k 'seed_NN'``.
 """
 
@@ -84,6 +86,7 @@ def test_chaos_patched_loses_nothing(seed: int) -> None:
     lost = cluster.lost_acknowledged(cluster.ids)
     assert lost == [] and conflicting == [], f"failing seed {seed}: lost {lost or conflicting}"
     assert cluster.critical.messages == [], f"failing seed {seed}: {cluster.critical.messages}"
+    assert cluster.unanswered() == 0, f"failing seed {seed}: submits never answered"
 
 
 @pytest.mark.sim

@@ -85,3 +85,25 @@ def test_late_acknowledgement_does_not_rewind_next_index(fixed: bool, expect_rew
             cluster.net.deliver(ack)
         rewound = next_index[node] < sent_up_to
         assert rewound == expect_rewind, (fixed, next_index[node], sent_up_to)
+
+
+def test_a_deposed_leaders_pending_submits_are_answered_without_further_writes() -> None:
+    """A cut-off leader's appended writes are truncated by its successor. They still get an
+    answer (outcome unknown) once its term moves on, not only when the log next grows."""
+    cluster = SimCluster(seed=14)
+    with cluster.running():
+        cluster.run_until(lambda: cluster.active() is not None)
+        old = cluster.active()
+        assert old is not None
+        cluster.net.down.add(old)  # cut off, but it keeps ticking and believes it leads
+        pending = [cluster.submit(old, b"orphan-%d" % i) for i in range(3)]
+        cluster.step()
+        assert pending == [[], [], []]
+        cluster.run_until(lambda: cluster.active() not in (None, old), max_steps=2000)
+        cluster.net.down.discard(old)
+        cluster.run_until(lambda: all(results for results in pending), max_steps=500)
+        assert pending == [[SubmitResult(error=SubmitError.OUTCOME_UNKNOWN)]] * 3
+        new = cluster.active()
+        assert new is not None and new != old
+        cluster.run_until(lambda: cluster.nodes[old].raft_term == cluster.nodes[new].raft_term)
+        assert all(not a.payload.startswith(b"orphan") for a in cluster.applied[old])
