@@ -11,7 +11,7 @@ keeping a single one keeps the journal format ours, not an accident of method na
 
     controller ──submit(payload)──▶ encode(RECORDS, epoch, payload) ──▶ pysyncobj log
                                                                            │ commit
-    listeners ◀──(offset, epoch, payload)── state.apply_entry ◀────────────┘ (every node)
+    listeners ◀─(offset, epoch, payload, n)─ state.apply_entry ◀────────────┘ (every node)
 
 - **Apply** runs in pysyncobj's tick thread, in log order, on every node. It delegates to
   the pure ``kraft.quorum.state.apply_entry`` and never raises: an exception there would
@@ -21,8 +21,9 @@ keeping a single one keeps the journal format ours, not an accident of method na
   its Raft term. It is *active* (may submit) once that claim is applied locally. Every
   batch carries the epoch of the controller that built it; apply rejects batches whose
   epoch is not the currently claimed one, identically on every node.
-- **Offsets** are dense metadata offsets: one per accepted batch (``high_watermark`` is
-  the next one). They survive restarts because pysyncobj replays the journal on start,
+- **Offsets** are dense metadata offsets, one per record of an accepted batch
+  (``high_watermark`` is the next one); a batch says how many records it holds. They
+  survive restarts because pysyncobj replays the journal on start,
   and listeners see the batches again from offset 0.
 - **The fix** (pysyncobj.md hazard 1): :class:`_FixedSyncObj` overrides two message
   handlers. Followers keep entries they already have with the same (index, term) and
@@ -54,6 +55,7 @@ import functools
 import logging
 import os
 import random
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -72,7 +74,14 @@ from pysyncobj.node import TCPNode  # type: ignore[import-untyped]
 from pysyncobj.pickle import loads as _pso_loads  # type: ignore[import-untyped]
 from pysyncobj.version import VERSION as PYSYNCOBJ_VERSION  # type: ignore[import-untyped]
 
-from kraft.quorum.codec import MAX_EPOCH, MAX_PAYLOAD_SIZE_BYTES, EntryKind, encode_entry
+from kraft.quorum.codec import (
+    MAX_BATCH_SIZE_BYTES,
+    MAX_EPOCH,
+    MAX_RECORD_COUNT,
+    EntryKind,
+    encode_batch,
+    encode_entry,
+)
 from kraft.quorum.state import NO_EPOCH, Appended, LogState, Outcome, Rejected, apply_entry
 
 logger = logging.getLogger(__name__)
@@ -193,9 +202,17 @@ class _LogStateConsumer(SyncObjConsumer):  # type: ignore[misc]
         self.claimed_epoch = NO_EPOCH
         self.high_watermark = 0
         self.rejected_count = 0
+        self.pending: tuple[bytes, ...] = ()
+        self.pending_key: tuple[int, int, int] | None = None
 
     def log_state(self) -> LogState:
-        return LogState(self.claimed_epoch, self.high_watermark, self.rejected_count)
+        return LogState(
+            self.claimed_epoch,
+            self.high_watermark,
+            self.rejected_count,
+            self.pending,
+            self.pending_key,
+        )
 
     @replicated  # type: ignore[untyped-decorator]
     def apply_entry(self, *args: Any, **kwargs: Any) -> Outcome:
@@ -207,6 +224,8 @@ class _LogStateConsumer(SyncObjConsumer):  # type: ignore[misc]
             self.claimed_epoch = state.claimed_epoch
             self.high_watermark = state.high_watermark
             self.rejected_count = state.rejected_count
+            self.pending = state.pending
+            self.pending_key = state.pending_key
         except Exception:  # the pure rules should not raise; if they do, fail identically
             logger.critical("metadata log apply failed; entry rejected", exc_info=True)
             outcome = Rejected("internal-error")
@@ -412,6 +431,7 @@ class RaftQuorum:
         listeners: tuple[Listener, ...],
     ) -> None:
         self._closed = False
+        self._submit_lock = threading.Lock()
         self._claim_term: int | None = None
         self._listeners: list[Listener] = list(listeners)
         self._state = _LogStateConsumer(self._on_outcome)
@@ -447,12 +467,12 @@ class RaftQuorum:
 
     @property
     def high_watermark(self) -> int:
-        """The next metadata offset: batches below it are committed and applied here."""
+        """The next metadata offset: records below it are committed and applied here."""
         return int(self._state.high_watermark)
 
     @property
     def last_committed_offset(self) -> int:
-        """The offset of the last applied batch, -1 if none."""
+        """The offset of the last applied record, -1 if none."""
         return self.high_watermark - 1
 
     @property
@@ -469,25 +489,32 @@ class RaftQuorum:
         """
         self._listeners.append(listener)
 
-    def submit(self, payload: bytes, callback: SubmitCallback) -> None:
-        """Replicate one batch; ``callback`` gets its offset or why it was not applied.
+    def submit(self, payload: bytes, callback: SubmitCallback, count: int = 1) -> None:
+        """Replicate one batch of ``count`` records; ``callback`` gets the offset of its first
+        record, or why it was not applied.
 
-        The callback runs in the tick thread (or inline, for local refusals).
+        A payload larger than one Raft entry goes as consecutive fragments and is applied
+        atomically. The callback runs in the tick thread (or inline, for local refusals).
         """
         if self._closed:
             return _call(callback, SubmitResult(error=SubmitError.CLOSED))
-        if len(payload) > MAX_PAYLOAD_SIZE_BYTES:
+        if not 0 < len(payload) <= MAX_BATCH_SIZE_BYTES or not 1 <= count <= MAX_RECORD_COUNT:
             return _call(callback, SubmitResult(error=SubmitError.TOO_LARGE))
         epoch = self.epoch
         if not self.is_active or epoch < 0:
             return _call(callback, SubmitResult(error=SubmitError.NOT_ACTIVE))
-        entry = encode_entry(EntryKind.RECORDS, epoch, payload)
-        self._state.apply_entry(entry, callback=functools.partial(_on_submitted, callback))
+        *fragments, last = encode_batch(epoch, payload, count)
+        with self._submit_lock:  # a batch's fragments are consecutive in the queue
+            for fragment in fragments:
+                self._state.apply_entry(fragment)
+            self._state.apply_entry(last, callback=functools.partial(_on_submitted, callback))
 
-    def submit_future(self, payload: bytes) -> concurrent.futures.Future[SubmitResult]:
+    def submit_future(
+        self, payload: bytes, count: int = 1
+    ) -> concurrent.futures.Future[SubmitResult]:
         """:meth:`submit` as a future (``asyncio.wrap_future`` it in async code)."""
         future: concurrent.futures.Future[SubmitResult] = concurrent.futures.Future()
-        self.submit(payload, future.set_result)
+        self.submit(payload, future.set_result, count)
         return future
 
     def tick(self) -> None:

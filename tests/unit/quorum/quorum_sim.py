@@ -115,6 +115,9 @@ class SimCluster:
         return max(live, key=lambda i: self.nodes[i].epoch) if live else None
 
     def submit(self, node_id: str, payload: bytes) -> list[SubmitResult]:
+        return self.submit_batch(node_id, payload, count=1)
+
+    def submit_batch(self, node_id: str, payload: bytes, count: int) -> list[SubmitResult]:
         results: list[SubmitResult] = []
 
         def on_result(result: SubmitResult) -> None:
@@ -122,7 +125,7 @@ class SimCluster:
             if result.offset is not None:
                 self.acked.append((result.offset, payload))
 
-        self.nodes[node_id].submit(payload, on_result)
+        self.nodes[node_id].submit(payload, on_result, count)
         self.answers.append(results)
         return results
 

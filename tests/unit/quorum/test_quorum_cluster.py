@@ -107,3 +107,21 @@ def test_a_deposed_leaders_pending_submits_are_answered_without_further_writes()
         assert new is not None and new != old
         cluster.run_until(lambda: cluster.nodes[old].raft_term == cluster.nodes[new].raft_term)
         assert all(not a.payload.startswith(b"orphan") for a in cluster.applied[old])
+
+
+def test_a_batch_larger_than_one_entry_commits_atomically_everywhere() -> None:
+    cluster = SimCluster(seed=15)
+    with cluster.running():
+        cluster.run_until(lambda: cluster.active() is not None)
+        leader = cluster.active()
+        assert leader is not None
+        big = bytes(range(256)) * 1000  # 256 kB: five entries
+        results = cluster.submit_batch(leader, big, count=1000)
+        after = cluster.submit(leader, b"after")
+        cluster.run_until(lambda: bool(results) and bool(after))
+        assert results == [SubmitResult(offset=0)] and after == [SubmitResult(offset=1000)]
+        cluster.run_until(lambda: all(n.high_watermark == 1001 for n in cluster.nodes.values()))
+        for node_id in cluster.ids:
+            first, second = cluster.applied[node_id]
+            assert (first.offset, first.count, first.payload) == (0, 1000, big)
+            assert (second.offset, second.payload) == (1000, b"after")
