@@ -475,6 +475,22 @@ class RaftQuorum:
         """The offset of the last applied record, -1 if none."""
         return self.high_watermark - 1
 
+    def follower_lag(self) -> dict[str, int] | None:
+        """On the leader: Raft entries each peer (by address) is behind; else ``None``."""
+        obj = self._obj
+        if not obj._isLeader():
+            return None
+        for _attempt in range(3):  # the tick thread may resize the dict meanwhile
+            try:
+                match = dict(obj._SyncObj__raftMatchIndex)
+                break
+            except RuntimeError:
+                continue
+        else:
+            return None
+        last = int(obj._SyncObj__getCurrentLogIndex())
+        return {str(node.id): max(0, last - int(index)) for node, index in match.items()}
+
     @property
     def rejected_count(self) -> int:
         return int(self._state.rejected_count)

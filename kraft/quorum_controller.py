@@ -1,0 +1,319 @@
+"""``QuorumController``: the controller state machine on the Raft quorum (Kafka's
+``QuorumController`` driving ``KafkaRaftClient``).
+
+Theory of operation
+-------------------
+Every controller keeps the same committed state, built only from the replicated log::
+
+    command ──handle(image)──▶ records ──submit──▶ Raft ──commit──▶ apply (tick thread,
+                                                                    every controller)
+                                                        batch ◀── replay ◀─┘
+                                                 image, fetchable log, waiters woken
+
+- **Apply** (``_on_appended``, pysyncobj's tick thread, in log order): the payload of a
+  committed batch is one RecordBatch v2 of metadata records built by the active controller
+  with base offset 0; it gets its real base offset here (outside the CRC, so patched in
+  place), is replayed into the next immutable :class:`ClusterImage`, and is appended to the
+  in-memory fetchable log that brokers tail. Nothing here can fail on one controller and
+  not on another: a batch that does not decode is skipped identically everywhere (and
+  logged as the bug it is).
+- **Commands** run only on the active controller (Raft leader whose epoch claim is
+  applied), one at a time on the event loop: handle on the committed image, submit the
+  records, wait for their commit. So every command sees every earlier command's records,
+  and the image it handled is exactly the log before its batch (the broker epoch of a
+  registration is the offset of its record). A controller that is not active answers
+  NOT_CONTROLLER; a submit whose outcome is unknown (leadership lost) does too, and the
+  caller retries against the new active controller, which re-handles on its own image.
+- **Sessions** (soft state, like Kafka's ``BrokerHeartbeatManager``) live only on the active
+  controller: every registered broker gets a fresh session when a controller becomes
+  active, and brokers that stop heartbeating are fenced after ``broker.session.timeout.ms``.
+- **Snapshots.** The fetchable log keeps the batches after the newest in-memory snapshot;
+  every ``snapshot_interval_records`` the image is encoded as a snapshot and older batches
+  are dropped. A broker asking for an offset below the log start gets the snapshot id and
+  fetches the snapshot (FetchSnapshot). The Raft journal itself still holds every entry.
+
+Threads: pysyncobj's tick thread runs apply; the event loop runs commands and serves
+requests. The image and the fetchable log are swapped by reference (atomic under the
+GIL); loop-side waiters are woken with ``call_soon_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import itertools
+import logging
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, TypeVar
+
+from kafka_protocol.exceptions import ProtocolError
+from kafka_protocol.record_batch import RecordBatch, set_base_offset
+from kraft.controller.controller import Controller
+from kraft.controller.result import ControllerConfig, ControllerResult
+from kraft.quorum.raft import RaftQuorum, RaftSettings, SubmitError
+from kraft.quorum.state import Appended
+from metadata_log.delta import MetadataDelta
+from metadata_log.exceptions import InvalidMetadataRecordError
+from metadata_log.image import ClusterImage
+from metadata_log.records import build_metadata_batch, read_metadata_batch
+from metadata_log.snapshot import SnapshotId, encode_snapshot
+
+log = logging.getLogger("kraft.controller")
+
+R = TypeVar("R")
+Command = Callable[[ClusterImage], ControllerResult[R]]
+
+DEFAULT_SNAPSHOT_INTERVAL_RECORDS: Final = 20_000
+MAINTENANCE_PERIOD_S: Final = 0.05
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class NotControllerError(Exception):
+    """This controller is not (or is no longer) the active one; retry elsewhere."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedBatch:
+    base_offset: int
+    last_offset: int
+    data: bytes  # one RecordBatch v2, base offset patched
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataSnapshot:
+    snapshot_id: SnapshotId  # end_offset: the first offset not in it
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedMetadata:
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    snapshot_id: SnapshotId | None  # set when the offset is below the log start
+
+
+class QuorumController:
+    """One controller: the Raft node, the committed image, and (when active) commands."""
+
+    def __init__(
+        self,
+        settings: RaftSettings,
+        config: ControllerConfig,
+        *,
+        heartbeat_interval_ms: int = 2000,
+        snapshot_interval_records: int = DEFAULT_SNAPSHOT_INTERVAL_RECORDS,
+        clock: Callable[[], int] = monotonic_ms,
+    ) -> None:
+        self.config = config
+        self.controller = Controller(config)
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.snapshot_interval_records = snapshot_interval_records
+        self._clock = clock
+        self._image = ClusterImage.EMPTY
+        self._batches: list[CommittedBatch] = []
+        self._batch_offsets: list[int] = []  # last_offset of each batch, for bisect
+        self._snapshot: MetadataSnapshot | None = None
+        self._log_lock = threading.Lock()  # the fetchable log: tick thread vs. snapshots
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # constructed outside a loop (tests): no loop-side waiters
+            self._loop = None
+        self._committed = asyncio.Event()  # set and replaced on each commit (loop side)
+        self._lock = asyncio.Lock()
+        self._last_contact_ms: dict[int, int] = {}
+        self._active_epoch = -1  # the epoch whose sessions we track
+        self._skipped = 0
+        # Listeners must be in place before the journal replays (during construction).
+        self.quorum = RaftQuorum(settings, listeners=(self._on_appended,))
+
+    # --- committed state (any thread) ----------------------------------------------------------
+
+    @property
+    def image(self) -> ClusterImage:
+        return self._image
+
+    @property
+    def high_watermark(self) -> int:
+        """The next metadata offset: everything below it is committed and in the image."""
+        return self._image.offset + 1
+
+    @property
+    def is_active(self) -> bool:
+        return self.quorum.is_active
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._snapshot.snapshot_id.end_offset if self._snapshot else 0
+
+    def _on_appended(self, appended: Appended) -> None:
+        """Apply one committed batch (tick thread, every controller, in log order)."""
+        image = self._image
+        if appended.offset != image.offset + 1:
+            log.critical(
+                "metadata offset gap: image at %d, batch at %d", image.offset, appended.offset
+            )
+        data = bytearray(appended.payload)
+        try:
+            set_base_offset(data, appended.offset)  # outside the CRC
+            batch = RecordBatch(memoryview(data))
+            if batch.size_bytes != len(data):
+                raise InvalidMetadataRecordError("payload is not exactly one batch")
+            batch.validate()
+            records = read_metadata_batch(batch)
+            if len(records) != appended.count:
+                raise InvalidMetadataRecordError(
+                    f"batch says {appended.count} records, holds {len(records)}"
+                )
+            delta = MetadataDelta(image).replay_all(records)
+            new_image = delta.apply(offset=appended.last_offset, epoch=appended.epoch)
+        except (ProtocolError, InvalidMetadataRecordError, ValueError, struct.error) as exc:
+            # Identical on every controller: the bytes are the same everywhere.
+            self._skipped += 1
+            log.critical("skipping undecodable metadata batch at %d: %s", appended.offset, exc)
+            return
+        with self._log_lock:
+            self._batches.append(CommittedBatch(appended.offset, appended.last_offset, bytes(data)))
+            self._batch_offsets.append(appended.last_offset)
+            self._image = new_image
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._wake_fetchers)
+
+    def _wake_fetchers(self) -> None:
+        committed, self._committed = self._committed, asyncio.Event()
+        committed.set()
+
+    # --- serving the log ------------------------------------------------------------------------
+
+    def read(self, fetch_offset: int, max_bytes: int) -> FetchedMetadata:
+        """Committed batches from ``fetch_offset`` (the batch containing it first), at least
+        one batch even if larger than ``max_bytes``."""
+        out: list[bytes] = []
+        size = 0
+        with self._log_lock:
+            snapshot, hw = self._snapshot, self.high_watermark
+            start = snapshot.snapshot_id.end_offset if snapshot else 0
+            if fetch_offset < start and snapshot is not None:
+                return FetchedMetadata(b"", hw, start, snapshot.snapshot_id)
+            index = bisect.bisect_left(self._batch_offsets, fetch_offset)
+            for batch in itertools.islice(self._batches, index, None):
+                if out and size + len(batch.data) > max_bytes:
+                    break
+                out.append(batch.data)
+                size += len(batch.data)
+        return FetchedMetadata(b"".join(out), hw, start, None)
+
+    async def wait_for_commit_after(self, offset: int) -> None:
+        """Return once the high watermark passes ``offset`` (callers bound the wait)."""
+        while self.high_watermark <= offset:
+            await self._committed.wait()
+
+    def snapshot(self, snapshot_id: SnapshotId) -> MetadataSnapshot | None:
+        snapshot = self._snapshot
+        return snapshot if snapshot is not None and snapshot.snapshot_id == snapshot_id else None
+
+    def _maybe_snapshot(self) -> None:
+        image = self._image
+        since = image.offset + 1 - self.log_start_offset
+        if since < self.snapshot_interval_records:
+            return
+        data = encode_snapshot(image, timestamp_ms=wall_clock_ms())
+        snapshot_id = SnapshotId(image.offset + 1, max(image.epoch, 0))
+        with self._log_lock:
+            keep = bisect.bisect_right(self._batch_offsets, image.offset)
+            self._snapshot = MetadataSnapshot(snapshot_id, data)
+            del self._batches[:keep], self._batch_offsets[:keep]
+        log.info("metadata snapshot at offset %d (%d bytes)", snapshot_id.end_offset, len(data))
+
+    # --- commands (event loop, active controller only) -------------------------------------------
+
+    async def submit(self, command: Command[R]) -> R:
+        """Handle ``command`` on the committed image and commit its records.
+
+        Raises :class:`NotControllerError` when not active, or when leadership was lost
+        before the records committed (they may or may not have: the caller retries).
+        """
+        async with self._lock:
+            if not self.quorum.is_active:
+                raise NotControllerError("not the active controller")
+            image = self._image
+            result = command(image)
+            if not result.records:
+                return result.response
+            epoch = self.quorum.epoch
+            payload = build_metadata_batch(
+                result.records, base_offset=0, epoch=epoch, timestamp_ms=wall_clock_ms()
+            )
+            future = self.quorum.submit_future(payload, len(result.records))
+            outcome = await asyncio.wrap_future(future)
+            if outcome.error is not None:
+                if outcome.error is SubmitError.TOO_LARGE:
+                    raise ValueError("a controller command produced more than 8 MiB of records")
+                raise NotControllerError(f"records not committed: {outcome.error.value}")
+            if outcome.offset != image.offset + 1:
+                log.critical("command handled at %d committed at %s", image.offset, outcome.offset)
+            await self.wait_for_commit_after(image.offset)  # the apply may still be waking us
+            return result.response
+
+    def touch_session(self, broker_id: int) -> None:
+        self._last_contact_ms[broker_id] = self._clock()
+
+    def has_valid_session(self, broker_id: int) -> bool:
+        last = self._last_contact_ms.get(broker_id)
+        return last is not None and self._clock() - last < self.config.broker_session_timeout_ms
+
+    # --- maintenance ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Bootstrap, session expiry and snapshots; runs until cancelled."""
+        self._loop = asyncio.get_running_loop()
+        self._wake_fetchers()  # commits applied before the loop was known
+        while True:
+            try:
+                await self._maintain()
+            except NotControllerError:
+                pass
+            except Exception:
+                log.exception("controller maintenance failed; retrying")
+            await asyncio.sleep(MAINTENANCE_PERIOD_S)
+
+    async def _maintain(self) -> None:
+        if self.log_start_offset + self.snapshot_interval_records <= self.high_watermark:
+            await asyncio.to_thread(self._maybe_snapshot)
+        if not self.quorum.is_active:
+            self._active_epoch = -1
+            return
+        if self._active_epoch != self.quorum.epoch:
+            # Newly active: every registered broker gets a full session from now.
+            self._active_epoch = self.quorum.epoch
+            now = self._clock()
+            self._last_contact_ms = {broker: now for broker in self._image.brokers}
+            log.info("active controller, epoch %d", self._active_epoch)
+        if not self._image.metadata_version:
+            await self.submit(self.controller.bootstrap)
+        expired = [
+            broker_id
+            for broker_id, broker in self._image.brokers.items()
+            if not broker.fenced and not self.has_valid_session(broker_id)
+        ]
+        if expired:
+            fenced = await self.submit(
+                lambda image: self.controller.handle_fence_brokers(expired, image)
+            )
+            if fenced:
+                log.warning("fenced brokers %s: no heartbeat within the session timeout", fenced)
+
+    def close(self) -> None:
+        self.quorum.close()
