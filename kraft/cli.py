@@ -53,11 +53,20 @@ def _announce(line: str) -> None:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
+    if args.controllers != 1 or args.brokers != 1:
+        from kraft.dev_cluster import run_dev_cluster
+
+        return run_dev_cluster(
+            Path(args.data_dir),
+            args.controllers,
+            args.brokers,
+            args.port,
+            args.admin_port,
+            parse_overrides(args.override or []),
+            _announce,
+        )
     from kraft.node import run, serve
 
-    if args.controllers != 1 or args.brokers != 1:
-        print("kraft dev: multi-node clusters arrive with the controller quorum", file=sys.stderr)
-        return 2
     cfg = dev_config(args)
     run(lambda: serve(cfg, _announce))
     return 0
@@ -73,6 +82,22 @@ def cmd_server(args: argparse.Namespace) -> int:
     return 0
 
 
+_DEV_EPILOG = """\
+With --controllers 1 --brokers 1 (the default) one process is both controller and broker.
+Otherwise controllers get node ids 1..M and brokers M+1..M+N (racks rack-1..rack-3 in turn),
+with P = --port and A = --admin-port, counting brokers i and controllers j from 0:
+
+  node            Kafka listener            Raft (pysyncobj)   REST admin API
+  broker i        PLAINTEXT   P + i         -                  A + i
+  controller j    CONTROLLER  P + 100 + j   P + 200 + j        A + 100 + j
+
+e.g. 3 + 3 nodes: brokers 9092-9094 (admin 8080-8082), controllers 9192-9194 (Raft
+9292-9294, admin 8180-8182). --port 0 / --admin-port 0 pick free ports. The READY line lists
+every broker: READY bootstrap=127.0.0.1:9092,127.0.0.1:9093,... admin=http://127.0.0.1:8080.
+DIR/cluster.properties keeps the cluster id and Raft password, so a restart on the same
+--data-dir resumes the same cluster; each node's files are under DIR/node-<id>/."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kraft", description="A Kafka-compatible streaming platform in Python."
@@ -80,13 +105,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kraft {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    dev = sub.add_parser("dev", help="run one combined node for development")
-    dev.add_argument("--data-dir", default="./kraft-data")
+    dev = sub.add_parser(
+        "dev",
+        help="run one combined node, or a local cluster, for development",
+        description="Run one combined node (the default), or with --controllers/--brokers a\n"
+        "local cluster of separate `kraft server` processes, until Ctrl-C / SIGTERM.",
+        epilog=_DEV_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    dev.add_argument("--data-dir", default="./kraft-data", metavar="DIR")
     dev.add_argument("--port", type=int, default=9092, help="Kafka port (0: any free port)")
-    dev.add_argument("--admin-port", type=int, default=None, help="REST port (default 8080)")
-    dev.add_argument("--controllers", type=int, default=1)
-    dev.add_argument("--brokers", type=int, default=1)
-    dev.add_argument("--override", action="append", metavar="KEY=VALUE")
+    dev.add_argument(
+        "--admin-port", type=int, default=None, help="REST port (default: --port - 1012, so 8080)"
+    )
+    dev.add_argument(
+        "--controllers", type=int, default=1, choices=(1, 3, 5), help="controller processes"
+    )
+    dev.add_argument("--brokers", type=int, default=1, help="broker processes (1 to 100)")
+    dev.add_argument(
+        "--override", action="append", metavar="KEY=VALUE", help="a setting for every node"
+    )
     dev.set_defaults(func=cmd_dev)
 
     server = sub.add_parser("server", help="run one node from a properties file and KRAFT_* env")

@@ -24,6 +24,8 @@ from kafka_protocol.messages import (
     AllocateProducerIdsResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
     ApiVersionsRequest,
     ApiVersionsResponse,
     BrokerHeartbeatRequest,
@@ -80,6 +82,7 @@ class ControllerApis:
             ApiHandler(37, 0, 3, self.create_partitions, "CreatePartitions"),
             ApiHandler(44, 0, 1, self.incremental_alter_configs, "IncrementalAlterConfigs"),
             ApiHandler(55, 0, 2, self.describe_quorum, "DescribeQuorum"),
+            ApiHandler(56, 0, 3, self.alter_partition, "AlterPartition"),
             ApiHandler(59, 0, 1, self.fetch_snapshot, "FetchSnapshot"),
             ApiHandler(62, 0, 4, self.broker_registration, "BrokerRegistration"),
             ApiHandler(63, 0, 1, self.broker_heartbeat, "BrokerHeartbeat"),
@@ -120,6 +123,13 @@ class ControllerApis:
         if response.error_code == ErrorCode.NONE:
             self.qc.touch_session(req.broker_id)
         return response
+
+    async def alter_partition(
+        self, ctx: RequestContext, req: AlterPartitionRequest
+    ) -> AlterPartitionResponse:
+        handle = self.qc.controller.handle_alter_partition
+        response = await self._run(lambda image: handle(req, image))
+        return response or AlterPartitionResponse(error_code=NOT_CONTROLLER)
 
     async def allocate_producer_ids(
         self, ctx: RequestContext, req: AllocateProducerIdsRequest

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from broker.broker import Broker, BrokerConfig
 from broker.log.config import LogConfig
@@ -27,7 +28,9 @@ from broker.storage import FileStorage
 from kraft.config import ConfigError, NodeConfig, StartupError
 from kraft.controller.result import ControllerConfig
 from kraft.local_controller import ControllerError, LocalControllerChannel
+from kraft.quorum_member import BrokerLifecycleError, BrokerMember, QuorumMember
 from metadata_log.configs import effective_topic_config
+from metadata_log.image import ClusterImage
 
 log = logging.getLogger("kraft.node")
 
@@ -118,22 +121,79 @@ class Node:
     config: NodeConfig
     broker: Broker | None = None
     channel: LocalControllerChannel | None = None
+    quorum: QuorumMember | None = None
+    follower: BrokerMember | None = None
     admin_port: int | None = None
+    cluster_id: str = ""
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     _cleanups: list[Callable[[], object]] = field(default_factory=list)
 
     @property
     def ready(self) -> bool:
-        return self.broker is not None and self.broker.listener is not None
+        if self.quorum is not None and not self.quorum.ready:
+            return False
+        if self.follower is not None:
+            return self.follower.ready
+        if self.config.is_broker:
+            return self.broker is not None and self.broker.listener is not None
+        return self.quorum is not None
+
+    @property
+    def image(self) -> ClusterImage | None:
+        if self.broker is not None:
+            return self.broker.image
+        return self.quorum.controller.image if self.quorum is not None else None
+
+    async def controller_status(self) -> dict[str, Any]:
+        """The quorum as this node sees it (REST ``/v1/cluster``)."""
+        if self.quorum is not None:
+            return self.quorum.status()
+        if self.follower is not None:
+            return await self.follower.controller_status()
+        node_id, image = self.config.node_id, self.image
+        voter = {"id": node_id, "address": None, "lag": 0}
+        return {"leader_id": node_id, "epoch": image.epoch if image else -1, "voters": [voter]}
 
     async def start(self) -> None:
         cfg = self.config
+        if not cfg.get("controller.quorum.voters") and not cfg.get(
+            "controller.quorum.bootstrap.servers"
+        ):
+            await self._start_single()
+        else:
+            await self._start_in_quorum()
+        if cfg.admin_listener is not None:
+            from kraft.rest import start_admin_api
+
+            host, port = cfg.admin_listener
+            runner, self.admin_port = await start_admin_api(self, host, port)
+            self._cleanups.append(runner.cleanup)
+
+    async def _start_in_quorum(self) -> None:
+        cfg = self.config
+        if not cfg.get("cluster.id") and not (cfg.metadata_log_dir / "meta.properties").exists():
+            raise ConfigError(
+                "cluster.id is required in a multi-node cluster: give every node the same id"
+                " (kraft dev generates one)"
+            )
+        cluster_id = self.cluster_id = ensure_meta_properties(cfg)
+        if cfg.is_controller:
+            self.quorum = await QuorumMember.start(cfg, cluster_id)
+            self._cleanups.append(self.quorum.stop)
+        if cfg.is_broker:
+            self.follower = await BrokerMember.start(cfg, cluster_id, broker_config(cfg))
+            self.broker = self.follower.broker
+            self._cleanups.append(self.follower.stop)
+
+    async def _start_single(self) -> None:
+        cfg = self.config
         if not (cfg.is_broker and cfg.is_controller):
             raise ConfigError(
-                "process.roles: only the combined broker,controller node runs until the"
-                " controller quorum lands"
+                "process.roles: a broker-only or controller-only node needs"
+                " controller.quorum.voters (controllers) or"
+                " controller.quorum.bootstrap.servers (brokers)"
             )
-        cluster_id = ensure_meta_properties(cfg)
+        cluster_id = self.cluster_id = ensure_meta_properties(cfg)
         try:
             controller_config = ControllerConfig.from_properties(cfg.values, cluster_id=cluster_id)
         except ValueError as exc:
@@ -146,12 +206,6 @@ class Node:
         self.broker = Broker(bcfg, FileStorage(), self.channel, self.channel.image, cluster_id)
         self.channel.subscribe(self.broker.on_metadata)
         await self.broker.start()
-        if cfg.admin_listener is not None:
-            from kraft.rest import start_admin_api
-
-            host, port = cfg.admin_listener
-            runner, self.admin_port = await start_admin_api(self, host, port)
-            self._cleanups.append(runner.cleanup)
 
     async def stop(self) -> None:
         for cleanup in reversed(self._cleanups):
@@ -159,20 +213,29 @@ class Node:
             if asyncio.iscoroutine(result):
                 await result
         try:
-            if self.broker is not None:
+            if self.broker is not None and self.follower is None:
                 await self.broker.stop()
         finally:
             if self.channel is not None:
                 self.channel.close()
 
+    async def wait_ready(self) -> None:
+        """Return once the node serves (a broker in a quorum: registered, unfenced, caught
+        up; a controller: the quorum has an active controller)."""
+        while not self.ready:
+            await asyncio.sleep(0.05)
+
     def ready_line(self) -> str:
-        assert self.broker is not None and self.broker.listener is not None
-        host, port = self.broker.advertised
         admin = ""
         if self.config.admin_listener is not None:
             admin_host = self.config.admin_listener[0]
             admin_host = "127.0.0.1" if admin_host in ("0.0.0.0", "") else admin_host
             admin = f" admin=http://{admin_host}:{self.admin_port}"
+        if self.broker is None:
+            assert self.quorum is not None
+            return f"READY controller={self.quorum.advertised}{admin}"
+        assert self.broker.listener is not None
+        host, port = self.broker.advertised
         return f"READY bootstrap={host}:{port}{admin}"
 
 
@@ -194,8 +257,13 @@ async def serve(cfg: NodeConfig, announce: Callable[[str], None]) -> None:
             return
         try:
             starting.result()
-        except (OSError, ControllerError, LogError) as exc:
+        except (OSError, ControllerError, LogError, BrokerLifecycleError) as exc:
             raise StartupError(str(exc)) from exc
+        ready = asyncio.ensure_future(node.wait_ready())
+        await asyncio.wait({ready, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if not ready.done():
+            ready.cancel()
+            return
         announce(node.ready_line())
         await stop
         log.info("stopping node %d", cfg.node_id)

@@ -271,6 +271,11 @@ class QuorumController:
         self._last_contact_ms[broker_id] = self._clock()
 
     def has_valid_session(self, broker_id: int) -> bool:
+        """Kafka's rule: a fenced broker has no session (a restarted broker that shut down
+        cleanly may register its new incarnation at once)."""
+        broker = self._image.brokers.get(broker_id)
+        if broker is None or broker.fenced:
+            return False
         last = self._last_contact_ms.get(broker_id)
         return last is not None and self._clock() - last < self.config.broker_session_timeout_ms
 

@@ -14,11 +14,11 @@ Broker lifecycle, as the image records it::
   command's batch), so it grows with every registration.
 * A broker starts fenced; a heartbeat unfences it once ``current_metadata_offset`` reaches its
   registration (it has replayed its own registration) and it does not ask to stay fenced.
-* Fencing and controlled shutdown remove the broker from every ISR and move its leaderships
-  (``partitions.records_for_broker_leaving``); unfencing elects leaders for leaderless
-  partitions. A broker in controlled shutdown is told to shut down at its next heartbeat, by
-  which time its leaderships have moved (Kafka waits for the other brokers to catch up; with
-  no heartbeat offsets in the image we do not).
+* Fencing, controlled shutdown and re-registration (which fences) remove the broker from every
+  ISR and move its leaderships (``partitions.records_for_broker_leaving``); unfencing elects
+  leaders for leaderless partitions. A broker in controlled shutdown is told to shut down at
+  its next heartbeat, by which time its leaderships have moved (Kafka waits for the other
+  brokers to catch up; with no heartbeat offsets in the image we do not).
 * Session expiry is soft state: the driver tracks heartbeat times and calls
   :func:`fence_brokers` for brokers whose session ran out.
 """
@@ -105,7 +105,13 @@ def register_broker(
         in_controlled_shutdown=False,
         log_dirs=list(request.log_dirs),
     )
-    return ControllerResult([record], BrokerRegistrationResponse(broker_epoch=epoch))
+    records: list[MetadataRecord] = [record]
+    if request.broker_id in image.brokers:
+        # The new registration is fenced: like fencing, it takes the broker's leaderships and
+        # ISR memberships away (Kafka's handleBrokerShutdown on a new incarnation), or a fenced
+        # broker would still lead. After the RegisterBrokerRecord, whose offset is the epoch.
+        records.extend(records_for_broker_leaving(image, request.broker_id))
+    return ControllerResult(records, BrokerRegistrationResponse(broker_epoch=epoch))
 
 
 def _check_registration(

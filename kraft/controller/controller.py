@@ -19,6 +19,8 @@ from kafka_protocol.messages import (
     AllocateProducerIdsResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
@@ -32,7 +34,7 @@ from kafka_protocol.messages import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
-from kraft.controller import cluster, configuration, producer_ids, topics
+from kraft.controller import alter_partition, cluster, configuration, producer_ids, topics
 from kraft.controller.cluster import HasValidSession
 from kraft.controller.result import ControllerConfig, ControllerResult
 from metadata_log.image import ClusterImage
@@ -117,3 +119,9 @@ class Controller:
     ) -> ControllerResult[AllocateProducerIdsResponse]:
         """A block of producer ids never handed out before."""
         return producer_ids.allocate_producer_ids(request, image, block_size)
+
+    def handle_alter_partition(
+        self, request: AlterPartitionRequest, image: ClusterImage
+    ) -> ControllerResult[AlterPartitionResponse]:
+        """A partition leader's new ISR (topics by id in v2+, by name in v0-1)."""
+        return alter_partition.alter_partition(request, image)

@@ -8,8 +8,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from kraft import __version__
-from kraft.config import NodeConfig
-from kraft.rest.common import broker_of, error_response, node_of
+from kraft.rest.common import ApiError, broker_of, error_response, node_of
 from metadata_log.image import BrokerRegistration
 
 PROMETHEUS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
@@ -26,14 +25,6 @@ async def get_ready(request: web.Request) -> web.Response:
     return error_response(503, "NOT_READY", "the node is not serving clients yet", ready=False)
 
 
-def _voter_address(cfg: NodeConfig) -> str | None:
-    for voter in (cfg.get("controller.quorum.voters") or "").split(","):
-        node_id, _, address = voter.strip().partition("@")
-        if node_id == str(cfg.node_id) and address:
-            return address
-    return None
-
-
 def broker_json(reg: BrokerRegistration) -> dict[str, Any]:
     endpoint = reg.listener("PLAINTEXT") or (reg.listeners[0] if reg.listeners else None)
     return {
@@ -47,21 +38,15 @@ def broker_json(reg: BrokerRegistration) -> dict[str, Any]:
 
 
 async def get_cluster(request: web.Request) -> web.Response:
-    node, broker = node_of(request), broker_of(request)
-    image = broker.image
+    node = node_of(request)
+    image = node.image
+    if image is None:
+        raise ApiError(503, "NOT_READY", "the node has no metadata yet")
     brokers = [broker_json(image.brokers[b]) for b in sorted(image.brokers)]
-    if not brokers:  # not registered in the image (yet): describe this broker
-        host, port = broker.advertised
-        rack = broker.config.rack
-        fallback = {"id": broker.node_id, "host": host, "port": port, "rack": rack}
-        brokers = [{**fallback, "fenced": False, "epoch": -1}]
-    node_id = node.config.node_id
-    voter = {"id": node_id, "address": _voter_address(node.config), "lag": 0}
-    controller = {"leader_id": node_id, "epoch": image.epoch, "voters": [voter]}
     return web.json_response(
         {
-            "cluster_id": broker.cluster_id,
-            "controller": controller,
+            "cluster_id": node.cluster_id,
+            "controller": await node.controller_status(),
             "brokers": brokers,
             "metadata_offset": image.offset,
             "version": __version__,

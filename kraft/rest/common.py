@@ -52,6 +52,16 @@ class AdminNode(Protocol):
     @property
     def ready(self) -> bool: ...
 
+    @property
+    def image(self) -> ClusterImage | None: ...
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    async def controller_status(self) -> dict[str, Any]:
+        """``{"leader_id", "epoch", "voters": [{"id", "address", "lag"}]}``."""
+        ...
+
 
 NODE: Final = web.AppKey["AdminNode"]("node")
 

@@ -6,38 +6,59 @@ and partition epochs never decrease; topic ids never reused; image -> snapshot r
 is the identity; every requested topic is answered once, and successes are visible in the image;
 producer-id blocks never overlap.
 A seeded controller replays the same commands into the same records.
+
+``ControllerMachine`` (hypothesis stateful) adds AlterPartition, session expiry and brokers on
+racks, and checks after every command: every record fits the image it is replayed on; nobody
+fenced or in controlled shutdown leads; a new leader comes from the previous ISR (no unclean
+election) with a higher leader epoch; broker epochs never decrease; replicas of a placed
+partition are on distinct racks when every usable broker has a rack and there are enough racks;
+an accepted AlterPartition came from the leader with the current epochs and is answered with the
+registration after it.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, TypeVar
 
+import pytest
 from controller_helpers import (
+    add_partitions,
     alter,
     apply,
     check_invariants,
+    cluster,
+    create,
+    heartbeat,
     make_controller,
     new_topic,
     registration,
+    run,
 )
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     AllocateProducerIdsRequest,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
     BrokerHeartbeatRequest,
+    BrokerRegistrationRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteTopicsRequest,
 )
-from kafka_protocol.metadata import TopicRecord
-from kraft.controller import Controller
+from kafka_protocol.metadata import RegisterBrokerRecord, TopicRecord
+from kafka_protocol.types import BrokerId, TopicName
+from kraft.controller import Controller, ControllerResult
 from kraft.controller.configuration import OpType
-from metadata_log.delta import replay_records
-from metadata_log.image import ClusterImage
+from metadata_log.delta import MetadataDelta, replay_records
+from metadata_log.image import ClusterImage, PartitionImage
 from metadata_log.records import MetadataRecord, decode_record, encode_record
+
+R = TypeVar("R")
 
 NAMES = ["a", "b", "c.d", "c_d", "e", "", "bad name", "__cluster_metadata"]
 BROKER_IDS = st.integers(0, 4)
@@ -228,3 +249,381 @@ def test_random_commands_keep_the_invariants(
     first = run_commands(make_controller(seed, num_partitions=2), script)
     second = run_commands(make_controller(seed, num_partitions=2), script)
     assert first == second, "a seeded controller is deterministic"
+
+
+# --- a rule-based machine over the controller ------------------------------------------------
+#
+# Brokers 0-4 with fixed racks, a few topic names; every rule runs one command against the
+# current image, replays its records (each must fit the image) and checks the invariants of
+# ``ControllerMachine.step``. AlterPartition requests come from the current leader with the
+# current epochs (shrink or expand), or with stale epochs, from a follower, or are requests
+# sent earlier and delivered late.
+
+MACHINE_BROKERS = st.integers(0, 4)
+MACHINE_NAMES = st.sampled_from(["a", "b", "c.d", "c_d"]) | st.sampled_from(["", "bad name"])
+RACKS = ["r1", "r2", "r3"]
+rack_plans = st.one_of(
+    st.permutations(["r1", "r2", "r3", "r1", "r2"]),
+    st.lists(st.sampled_from(RACKS), min_size=5, max_size=5),
+    st.lists(st.sampled_from([None, *RACKS]), min_size=5, max_size=5),
+)
+machine_topics: st.SearchStrategy[tuple[Any, ...]] = st.one_of(
+    placed_topics,
+    placed_topics,
+    st.tuples(MACHINE_NAMES, st.integers(1, 4), st.integers(1, 4), st.just({}), st.none()),
+    manual_topics,
+    odd_topics,
+)
+ALTER_MODES = ["shrink", "expand", "expand", "stale_leader_epoch", "stale_partition_epoch"]
+ALTER_MODES += ["follower", "stale_broker_epoch"]
+
+AlterTopicData = AlterPartitionRequest.TopicData
+
+
+def placement_is_rack_aware(image: ClusterImage, replication_factor: int) -> bool:
+    """Whether the placer must put every replica of a partition on a distinct rack: every
+    broker it may use (not in controlled shutdown) has a rack, and there are enough racks."""
+    usable = [b for b in image.brokers.values() if not b.in_controlled_shutdown]
+    racks = {b.rack for b in usable}
+    return None not in racks and len(racks) >= replication_factor
+
+
+class ControllerMachine(RuleBasedStateMachine):
+    @initialize(
+        seed=st.integers(0, 3),
+        racks=rack_plans,
+        brokers=st.lists(MACHINE_BROKERS, min_size=1, max_size=5, unique=True),
+        default_rf=st.integers(1, 3),
+    )
+    def start(
+        self, seed: int, racks: list[str | None], brokers: list[int], default_rf: int
+    ) -> None:
+        self.controller = make_controller(
+            seed, num_partitions=2, default_replication_factor=default_rf
+        )
+        self.racks = racks
+        self.image = ClusterImage.EMPTY
+        self.epochs: dict[tuple[uuid.UUID, int], tuple[int, int]] = {}
+        self.broker_epochs: dict[int, int] = {}
+        self.sent: list[AlterPartitionRequest] = []  # earlier requests, to deliver late
+        self.step(self.controller.bootstrap(self.image))
+        for broker_id in brokers:
+            self.step(
+                self.controller.handle_register_broker(self.registration(broker_id), self.image)
+            )
+        for broker_id in brokers:
+            self.step(
+                self.controller.handle_broker_heartbeat(self.heartbeat(broker_id), self.image)
+            )
+
+    # --- running a command and checking the invariants ----------------------------------------
+
+    def step(self, result: ControllerResult[R]) -> R:
+        records = [decode_record(encode_record(r)) for r in result.records]
+        assert records == result.records
+        delta = MetadataDelta(self.image).replay_all(records)
+        assert delta.ignored_records == 0, "every record the controller writes fits the image"
+        before, after = self.image, delta.apply()
+        check_invariants(after, self.epochs)
+        self.check_leaders(before, after)
+        for broker_id, broker in after.brokers.items():
+            assert broker.epoch >= self.broker_epochs.get(broker_id, -1), "broker epochs grow"
+            self.broker_epochs[broker_id] = broker.epoch
+        rebuilt = replay_records(
+            ClusterImage.EMPTY, after.to_records(), offset=after.offset, epoch=after.epoch
+        )
+        assert rebuilt == after, "image -> records -> image"
+        self.image = after
+        return result.response
+
+    def check_leaders(self, before: ClusterImage, after: ClusterImage) -> None:
+        for topic in after.topics.by_id.values():
+            old_topic = before.topics.by_id.get(topic.topic_id)
+            for pid, p in topic.partitions.items():
+                if p.has_leader:
+                    assert after.brokers[p.leader].is_active, ("fenced or shutting down", p)
+                old = None if old_topic is None else old_topic.partitions.get(pid)
+                if old is not None and p.leader not in (old.leader, -1):
+                    assert p.leader in old.isr, ("unclean election", old, p)
+                if old is not None and p.leader != old.leader:
+                    assert p.leader_epoch > old.leader_epoch
+
+    def registration(self, broker_id: int, incarnation: int = 0) -> BrokerRegistrationRequest:
+        return registration(broker_id, self.racks[broker_id], incarnation=incarnation)
+
+    def heartbeat(self, broker_id: int, **fields: Any) -> BrokerHeartbeatRequest:
+        broker = self.image.brokers.get(broker_id)
+        fields.setdefault("current_metadata_offset", self.image.offset)
+        epoch = broker.epoch if broker is not None else 0
+        return BrokerHeartbeatRequest(broker_id=BrokerId(broker_id), broker_epoch=epoch, **fields)
+
+    # --- brokers --------------------------------------------------------------------------------
+
+    @rule(broker_id=MACHINE_BROKERS, incarnation=st.integers(0, 2), live=st.booleans())
+    def register(self, broker_id: int, incarnation: int, live: bool) -> None:
+        existing = self.image.brokers.get(broker_id)
+        result = self.controller.handle_register_broker(
+            self.registration(broker_id, incarnation), self.image, lambda _: live
+        )
+        response = self.step(result)
+        if live and existing is not None and existing.incarnation_id != uuid.UUID(int=incarnation):
+            assert response.error_code == ErrorCode.DUPLICATE_BROKER_REGISTRATION
+        else:
+            assert response.error_code == ErrorCode.NONE
+            assert self.image.brokers[broker_id].fenced
+
+    @rule(
+        broker_id=MACHINE_BROKERS,
+        want_fence=st.booleans(),
+        want_shut_down=st.booleans(),
+        behind=st.sampled_from([0, 0, 0, 3]),
+        stale=st.sampled_from([False, False, False, True]),
+    )
+    def heartbeat_rule(
+        self, broker_id: int, want_fence: bool, want_shut_down: bool, behind: int, stale: bool
+    ) -> None:
+        request = self.heartbeat(
+            broker_id,
+            current_metadata_offset=self.image.offset - behind,
+            want_fence=want_fence,
+            want_shut_down=want_shut_down,
+        )
+        request.broker_epoch -= int(stale)
+        response = self.step(self.controller.handle_broker_heartbeat(request, self.image))
+        broker = self.image.brokers.get(broker_id)
+        if response.error_code == ErrorCode.NONE:
+            assert broker is not None and broker.fenced == response.is_fenced
+            if response.should_shut_down:
+                assert broker.fenced
+
+    @rule(broker_ids=st.lists(MACHINE_BROKERS, max_size=3))
+    def session_expiry(self, broker_ids: list[int]) -> None:
+        fenced = self.step(self.controller.handle_fence_brokers(broker_ids, self.image))
+        assert all(self.image.brokers[b].fenced for b in fenced)
+
+    # --- topics and configs ---------------------------------------------------------------------
+
+    @rule(specs=st.lists(machine_topics, min_size=1, max_size=3), validate_only=st.booleans())
+    def create_topics(self, specs: list[tuple[Any, ...]], validate_only: bool) -> None:
+        before = self.image
+        requested = [
+            new_topic(name, n, rf, configs, None if manual is None else dict(enumerate(manual)))
+            for name, n, rf, configs, manual in specs
+        ]
+        request = CreateTopicsRequest(topics=requested, validate_only=validate_only)
+        response = self.step(self.controller.handle_create_topics(request, self.image))
+        check_response("handle_create_topics", request, response, self.image)
+        placed = {t.name for t in requested if not t.assignments}
+        for result in response.topics:
+            if result.error_code != ErrorCode.NONE or validate_only or result.name not in placed:
+                continue
+            topic = self.image.topics.by_name[result.name]
+            self.check_rack_aware(before, topic.partitions.values(), result.replication_factor)
+
+    @rule(name=MACHINE_NAMES, count=st.integers(0, 6))
+    def create_partitions(self, name: str, count: int) -> None:
+        before = self.image
+        request = add_partitions(name, count)
+        response = self.step(self.controller.handle_create_partitions(request, self.image))
+        (result,) = response.results
+        if result.error_code == ErrorCode.NONE:
+            old, new = before.topics.by_name[name], self.image.topics.by_name[name]
+            assert len(new.partitions) == count
+            added = [p for i, p in new.partitions.items() if i not in old.partitions]
+            self.check_rack_aware(before, added, len(added[0].replicas))
+
+    def check_rack_aware(self, before: ClusterImage, partitions: Any, rf: int) -> None:
+        if placement_is_rack_aware(before, rf):
+            event(f"rack-aware placement checked, RF {rf}")
+            for p in partitions:
+                racks = [before.brokers[b].rack for b in p.replicas]
+                assert len(set(racks)) == len(racks), ("replicas share a rack", racks, p)
+
+    @rule(names=st.lists(MACHINE_NAMES, max_size=2))
+    def delete_topics(self, names: list[str]) -> None:
+        request = DeleteTopicsRequest(
+            topics=[DeleteTopicsRequest.DeleteTopicState(name=TopicName(n)) for n in names]
+        )
+        response = self.step(self.controller.handle_delete_topics(request, self.image))
+        check_response("handle_delete_topics", request, response, self.image)
+
+    @rule(name=MACHINE_NAMES, op=alters.map(lambda command: command[2]))
+    def alter_configs(self, name: str, op: tuple[str, int, str | None]) -> None:
+        self.step(self.controller.handle_incremental_alter_configs(alter(2, name, op), self.image))
+
+    # --- AlterPartition ---------------------------------------------------------------------------
+
+    @precondition(lambda self: len(self.image.topics) > 0)
+    @rule(data=st.data())
+    def alter_partition(self, data: st.DataObject) -> None:
+        image = self.image
+        name = data.draw(st.sampled_from(sorted(image.topics.by_name)), label="topic")
+        topic = image.topics.by_name[name]
+        pid = data.draw(st.sampled_from(sorted(topic.partitions)), label="partition")
+        p = topic.partitions[pid]
+        mode = data.draw(st.sampled_from(ALTER_MODES), label="mode")
+        followers = [b for b in p.replicas if b != p.leader]
+        if mode == "follower" or not p.has_leader:
+            requester = data.draw(st.sampled_from(followers or list(p.replicas)))
+        else:
+            requester = p.leader
+        others = [b for b in p.isr if b != requester]
+        outside = [b for b in p.replicas if b not in p.isr]
+        kept = data.draw(st.lists(st.sampled_from(others), unique=True) if others else st.just([]))
+        isr = [requester, *kept]
+        if mode == "expand" and outside:
+            isr += data.draw(st.lists(st.sampled_from(outside), min_size=1, unique=True))
+        # v3 names topics by id and gives broker epochs; v2 by id without; v1 by name.
+        version = data.draw(st.sampled_from([1, 2, 3]), label="version")
+        epochs = {b: image.brokers[b].epoch for b in isr}
+        if version == 3:
+            for b in isr:
+                epochs[b] = data.draw(st.sampled_from([epochs[b], epochs[b], -1, epochs[b] - 1]))
+        partition = AlterPartitionRequest.PartitionData(
+            partition_index=pid,
+            leader_epoch=p.leader_epoch - (mode == "stale_leader_epoch"),
+            partition_epoch=p.partition_epoch - (mode == "stale_partition_epoch"),
+            new_isr=[BrokerId(b) for b in isr] if version < 3 else [],
+            new_isr_with_epochs=[
+                AlterPartitionRequest.BrokerState(broker_id=BrokerId(b), broker_epoch=epochs[b])
+                for b in isr
+            ]
+            if version == 3
+            else [],
+        )
+        topic_data = (
+            AlterTopicData(topic_name=TopicName(name), partitions=[partition])
+            if version == 1
+            else AlterTopicData(topic_id=topic.topic_id, partitions=[partition])
+        )
+        request = AlterPartitionRequest(
+            broker_id=BrokerId(requester),
+            broker_epoch=image.brokers[requester].epoch - (mode == "stale_broker_epoch"),
+            topics=[topic_data],
+        )
+        response = self.send(request)
+        expected = self.expected_error(p, request, version)
+        actual = response.error_code or response.topics[0].partitions[0].error_code
+        assert actual == expected, (ErrorCode(actual), expected, mode, p, request)
+        event(f"alter_partition: {expected.name}")
+        self.sent = [*self.sent[-4:], request]
+
+    def expected_error(
+        self, p: PartitionImage, request: AlterPartitionRequest, version: int
+    ) -> ErrorCode:
+        """What the request built by ``alter_partition`` must get (a model of the checks)."""
+        data = request.topics[0].partitions[0]
+        requester = self.image.brokers[request.broker_id]
+        if requester.epoch != request.broker_epoch:
+            return ErrorCode.STALE_BROKER_EPOCH
+        if data.leader_epoch != p.leader_epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if request.broker_id != p.leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if data.partition_epoch != p.partition_epoch:
+            return ErrorCode.INVALID_UPDATE_VERSION
+        members = [(s.broker_id, s.broker_epoch) for s in data.new_isr_with_epochs] or [
+            (b, -1) for b in data.new_isr
+        ]
+        for b, epoch in members:
+            broker = self.image.brokers[b]
+            if not broker.is_active or epoch not in (-1, broker.epoch):
+                return (
+                    ErrorCode.INELIGIBLE_REPLICA
+                    if version > 1
+                    else ErrorCode.OPERATION_NOT_ATTEMPTED
+                )
+        return ErrorCode.NONE
+
+    @precondition(lambda self: bool(self.sent))
+    @rule(data=st.data())
+    def deliver_late(self, data: st.DataObject) -> None:
+        """An AlterPartition sent earlier arrives now: it applies only if nothing changed."""
+        self.send(data.draw(st.sampled_from(self.sent), label="late request"))
+
+    def send(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
+        before = self.image
+        result = self.controller.handle_alter_partition(request, self.image)
+        response = self.step(result)
+        if response.error_code != ErrorCode.NONE:
+            assert response.topics == [] and result.records == []
+            return response
+        for sent, answered in zip(request.topics, response.topics, strict=True):
+            topic = (
+                before.topics.by_id.get(sent.topic_id)
+                if sent.topic_id != uuid.UUID(int=0)
+                else before.topics.get(sent.topic_name)
+            )
+            for data, answer in zip(sent.partitions, answered.partitions, strict=True):
+                assert answer.partition_index == data.partition_index
+                if topic is None or answer.error_code != ErrorCode.NONE:
+                    continue
+                self.check_accepted(request, data, answer, before, topic.topic_id)
+        return response
+
+    def check_accepted(
+        self,
+        request: AlterPartitionRequest,
+        data: AlterPartitionRequest.PartitionData,
+        answer: AlterPartitionResponse.PartitionData,
+        before: ClusterImage,
+        topic_id: uuid.UUID,
+    ) -> None:
+        """An accepted change was made by the leader, from the current registration, and
+        answers the registration after it."""
+        old = before.topics.by_id[topic_id].partitions[data.partition_index]
+        new = self.image.topics.by_id[topic_id].partitions[data.partition_index]
+        assert (request.broker_id, data.leader_epoch, data.partition_epoch) == (
+            old.leader,
+            old.leader_epoch,
+            old.partition_epoch,
+        )
+        isr = tuple(s.broker_id for s in data.new_isr_with_epochs) or tuple(data.new_isr)
+        assert (new.isr, new.leader, new.leader_epoch) == (isr, old.leader, old.leader_epoch)
+        assert new.partition_epoch == old.partition_epoch + (isr != old.isr)
+        assert (answer.leader_id, answer.leader_epoch, tuple(answer.isr)) == (
+            new.leader,
+            new.leader_epoch,
+            new.isr,
+        )
+        assert answer.partition_epoch == new.partition_epoch
+
+
+ControllerMachine.TestCase.settings = settings(
+    ControllerMachine.TestCase.settings, stateful_step_count=50
+)
+TestControllerMachine = ControllerMachine.TestCase
+
+
+# --- regressions found by the machine ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("incarnation", [None, 7], ids=["same-incarnation", "new-incarnation"])
+def test_reregistration_moves_leaderships_away(incarnation: int | None) -> None:
+    """A registration fences the broker, so it must not keep leading (the machine found a fenced
+    leader after ``register(broker_id=0)`` of an unfenced leader)."""
+    controller = make_controller()
+    image = cluster(controller, {0: "r1", 1: "r2"})
+    image, _ = run(
+        controller,
+        image,
+        "handle_create_topics",
+        create(new_topic("t", 2, 2), new_topic("alone", -1, -1, assignments={0: [0]})),
+    )
+    result = controller.handle_register_broker(registration(0, "r1", incarnation), image)
+    assert isinstance(result.records[0], RegisterBrokerRecord)
+    image = apply(image, result)
+    assert image.brokers[0].fenced and image.brokers[0].epoch == result.response.broker_epoch
+    assert result.response.broker_epoch == image.offset - len(result.records) + 1
+    for p in image.topics.by_name["t"].partitions.values():
+        assert p.leader == 1 and p.isr == (1,)
+    alone = part_of(image, "alone")
+    assert (alone.leader, alone.isr) == (-1, (0,)), "the last ISR member stays"
+    image, _ = run(controller, image, "handle_broker_heartbeat", heartbeat(image, 0))
+    assert part_of(image, "alone").leader == 0
+
+
+def part_of(image: ClusterImage, topic: str) -> PartitionImage:
+    p = image.topics.partition(topic, 0)
+    assert p is not None
+    return p

@@ -1,0 +1,429 @@
+"""A small asyncio Kafka client: one pipelined connection, and a client of the controller quorum.
+
+Theory of operation
+-------------------
+:class:`KafkaConnection` owns one TCP connection and one reader task.  ``send()`` gives each
+request the next correlation id, parks a future under it in ``_pending``, writes the frame and
+waits; the reader task reads size-prefixed frames (at most :data:`MAX_FRAME_BYTES`), matches
+each to its future by correlation id and decodes it at the version it was sent with.  Any
+number of requests may be in flight (up to :data:`MAX_IN_FLIGHT_REQUESTS`); the peer answers
+them in order.  When the connection fails (EOF, reset, a frame we cannot accept) every pending
+future fails with :class:`KafkaConnectionError` and so does every later ``send()``.  A caller
+that gives up (cancellation) leaves its entry behind so that the late answer is still
+recognised and dropped.
+
+Opening a connection negotiates versions: ApiVersions v3 first, and if the peer answers
+UNSUPPORTED_VERSION (as a v0 body, KIP-511) once more at the highest version it advertises for
+ApiVersions.  ``version_for(api_key, max)`` is then the highest version both sides support.
+
+:class:`ControllerClient` sends requests to a controller quorum given as bootstrap addresses.
+It keeps two *routes*, each one connection: one to the controller it believes active (admin
+requests, registration, heartbeats) and one to any reachable controller (metadata fetches, so a
+500 ms long poll never delays a heartbeat queued behind it).  A route that fails (connection
+lost, no answer within ``request_timeout_ms``, or NOT_CONTROLLER on the active route) closes its
+connection and moves to the next bootstrap address; the request is retried with backoff (50 ms
+doubling to 1 s) until the caller's deadline (``asyncio.timeout``).  A caller whose deadline
+expires, or who gets an answer only another controller can cure, calls ``rotate()``.
+
+Local failures (remote outcomes are Kafka error codes in the responses)::
+
+    KafkaClientError
+    ├── KafkaConnectionError     connect failed, connection lost or closed, ApiVersions refused
+    │                            (also a ConnectionError, so an OSError)
+    └── NoUsableVersionError     the peer supports no version of the api that we can send
+
+A response that does not decode raises the codec's ``RemoteProtocolError`` from ``send()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from kafka_protocol._codec import Buffer, FileRegion, Request, Response
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.exceptions import FrameTooLargeError, InvalidFrameError, ProtocolError
+from kafka_protocol.framing import (
+    API_VERSIONS_KEY,
+    DEFAULT_MAX_FRAME_BYTES,
+    api_classes,
+    decode_response,
+    encode_request,
+)
+from kafka_protocol.messages import ApiVersionsRequest, ApiVersionsResponse, RequestHeader
+
+log = logging.getLogger(__name__)
+
+MAX_FRAME_BYTES: Final = DEFAULT_MAX_FRAME_BYTES  # 100 MiB, as socket.request.max.bytes
+MAX_IN_FLIGHT_REQUESTS: Final = 1000
+API_VERSIONS_VERSION: Final = 3
+CLIENT_SOFTWARE_NAME: Final = "kraft-platform-broker"
+CLIENT_SOFTWARE_VERSION: Final = "0.1.0"
+DEFAULT_REQUEST_TIMEOUT_MS: Final = 5000
+_SIZE = struct.Struct(">i")
+_MAX_CORRELATION_ID = 0x7FFFFFFF
+# Per-item result lists of the admin responses (CreateTopics, DeleteTopics, CreatePartitions,
+# AlterConfigs, IncrementalAlterConfigs) checked for NOT_CONTROLLER.
+_RESULT_LISTS: Final = ("topics", "responses", "results")
+
+
+class KafkaClientError(Exception):
+    """Base of the local failures of this module."""
+
+
+class KafkaConnectionError(KafkaClientError, ConnectionError):
+    """The connection could not be opened, was lost or closed, or refused ApiVersions."""
+
+
+class NoUsableVersionError(KafkaClientError):
+    """The peer supports no version of an api that we can send (or does not know the api)."""
+
+    def __init__(self, api_key: int, max_version: int, peer: str) -> None:
+        super().__init__(f"{peer} supports no version of api {api_key} up to v{max_version}")
+        self.api_key = api_key
+
+
+class Backoff:
+    """Retry delays: 50 ms doubling to 1 s (Kafka's retry.backoff.ms / retry.backoff.max.ms)."""
+
+    def __init__(self, initial_s: float = 0.05, max_s: float = 1.0) -> None:
+        assert 0 < initial_s <= max_s
+        self.initial_s = initial_s
+        self.max_s = max_s
+        self._next_s = initial_s
+
+    def next_delay(self) -> float:
+        delay = self._next_s
+        self._next_s = min(self._next_s * 2, self.max_s)
+        return delay
+
+    def reset(self) -> None:
+        self._next_s = self.initial_s
+
+    async def sleep(self) -> None:
+        await asyncio.sleep(self.next_delay())
+
+
+@dataclass(slots=True)
+class _Pending:
+    api_key: int
+    version: int
+    future: asyncio.Future[Response]
+
+
+def _decode(api_key: int, version: int, frame: Buffer) -> Response:
+    try:
+        return decode_response(api_key, version, frame)[1]
+    except ProtocolError:
+        if api_key != API_VERSIONS_KEY or version == 0:
+            raise
+        # KIP-511: a broker that does not support our ApiVersions version answers as v0.
+        return decode_response(api_key, 0, frame)[1]
+
+
+class KafkaConnection:
+    """One Kafka connection with pipelined requests (see the module docstring)."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        client_id: str,
+        peer: str,
+    ) -> None:
+        self.peer = peer
+        self.client_id = client_id
+        self._reader = reader
+        self._writer = writer
+        self._pending: dict[int, _Pending] = {}
+        self._correlation_id = 0
+        self._failure: str | None = None
+        self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT_REQUESTS)
+        self._api_versions: dict[int, tuple[int, int]] = {}
+        self._read_task = asyncio.create_task(self._read_loop(), name=f"kafka-reader {peer}")
+
+    @classmethod
+    async def open(cls, host: str, port: int, client_id: str) -> KafkaConnection:
+        """Connect and negotiate versions with ApiVersions."""
+        peer = f"{host}:{port}"
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+        except OSError as exc:
+            raise KafkaConnectionError(f"cannot connect to {peer}: {exc}") from exc
+        conn = cls(reader, writer, client_id, peer)
+        try:
+            await conn._negotiate_api_versions()
+        except ProtocolError as exc:
+            conn.close()
+            raise KafkaConnectionError(f"{peer} sent a bad ApiVersions response: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @property
+    def closed(self) -> bool:
+        return self._failure is not None
+
+    @property
+    def api_versions(self) -> dict[int, tuple[int, int]]:
+        """The peer's (min, max) version per api key."""
+        return dict(self._api_versions)
+
+    def version_for(self, api_key: int, max_supported: int) -> int | None:
+        """The highest version of ``api_key`` both sides support, at most ``max_supported``."""
+        theirs = self._api_versions.get(api_key)
+        if theirs is None:
+            return None
+        request_cls, _ = api_classes(api_key)
+        low = max(theirs[0], request_cls.MIN_VERSION)
+        high = min(theirs[1], request_cls.MAX_VERSION, max_supported)
+        return high if high >= low else None
+
+    async def send(self, request: Request, version: int) -> Response:
+        """Send ``request`` at ``version`` and wait for its response."""
+        api_key = request.API_KEY
+        assert api_key is not None, request.NAME
+        async with self._in_flight:
+            if self._failure is not None:
+                raise KafkaConnectionError(self._failure)
+            correlation_id = self._next_correlation_id()
+            header = RequestHeader(
+                request_api_key=api_key,
+                request_api_version=version,
+                correlation_id=correlation_id,
+                client_id=self.client_id,
+            )
+            chunks = encode_request(header, request)
+            future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+            self._pending[correlation_id] = _Pending(api_key, version, future)
+            self._writer.writelines(c for c in chunks if not isinstance(c, FileRegion))
+            try:
+                await self._writer.drain()
+            except OSError as exc:
+                self._fail(f"write to {self.peer} failed: {exc}")
+            return await future
+
+    def close(self) -> None:
+        """Close the connection; requests in flight fail with :class:`KafkaConnectionError`."""
+        self._fail(f"connection to {self.peer} closed")
+        self._read_task.cancel()
+
+    async def wait_closed(self) -> None:
+        """Wait until the reader task has finished (after :meth:`close` or a failure)."""
+        await asyncio.wait([self._read_task])
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _next_correlation_id(self) -> int:
+        self._correlation_id = (self._correlation_id + 1) & _MAX_CORRELATION_ID
+        return self._correlation_id
+
+    async def _negotiate_api_versions(self) -> None:
+        request = ApiVersionsRequest(
+            client_software_name=CLIENT_SOFTWARE_NAME,
+            client_software_version=CLIENT_SOFTWARE_VERSION,
+        )
+        response = await self.send(request, API_VERSIONS_VERSION)
+        assert isinstance(response, ApiVersionsResponse)
+        if response.error_code == ErrorCode.UNSUPPORTED_VERSION:
+            theirs = {k.api_key: k.max_version for k in response.api_keys}
+            fallback = min(theirs.get(API_VERSIONS_KEY, 0), API_VERSIONS_VERSION)
+            response = await self.send(request, fallback)
+            assert isinstance(response, ApiVersionsResponse)
+        if response.error_code != ErrorCode.NONE:
+            name = ErrorCode.from_code(response.error_code).name
+            raise KafkaConnectionError(f"{self.peer} refused ApiVersions: {name}")
+        self._api_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                self._deliver(await self._read_frame())
+        except (asyncio.IncompleteReadError, OSError, ProtocolError) as exc:
+            self._fail(f"connection to {self.peer} lost: {exc!r}")
+        except Exception as exc:  # a bug here must not leave requests waiting forever
+            log.exception("reader of the connection to %s failed", self.peer)
+            self._fail(f"connection to {self.peer} failed: {exc!r}")
+
+    async def _read_frame(self) -> bytes:
+        (size,) = _SIZE.unpack(await self._reader.readexactly(_SIZE.size))
+        if size < 0:
+            raise InvalidFrameError(f"negative frame size {size}")
+        if size > MAX_FRAME_BYTES:
+            raise FrameTooLargeError(size, MAX_FRAME_BYTES)
+        return await self._reader.readexactly(size)
+
+    def _deliver(self, frame: bytes) -> None:
+        if len(frame) < _SIZE.size:
+            raise InvalidFrameError(f"response of {len(frame)} bytes has no correlation id")
+        (correlation_id,) = _SIZE.unpack_from(frame, 0)
+        pending = self._pending.pop(correlation_id, None)
+        if pending is None:
+            raise InvalidFrameError(f"response with unknown correlation id {correlation_id}")
+        if pending.future.done():  # the caller gave up waiting
+            return
+        try:
+            response = _decode(pending.api_key, pending.version, frame)
+        except ProtocolError as exc:  # this response is bad; the framing is still intact
+            pending.future.set_exception(exc)
+            return
+        pending.future.set_result(response)
+
+    def _fail(self, reason: str) -> None:
+        if self._failure is not None:
+            return
+        self._failure = reason
+        log.debug("%s", reason)
+        pending, self._pending = self._pending, {}
+        for p in pending.values():
+            if not p.future.done():
+                p.future.set_exception(KafkaConnectionError(reason))
+        self._writer.close()
+
+
+def is_not_controller(response: Response) -> bool:
+    """True if ``response`` says NOT_CONTROLLER: at the top level, or for every item."""
+    top = getattr(response, "error_code", None)
+    if top is not None:
+        return bool(top == ErrorCode.NOT_CONTROLLER)
+    for name in _RESULT_LISTS:
+        items = getattr(response, name, None)
+        if isinstance(items, list) and items and hasattr(items[0], "error_code"):
+            return all(item.error_code == ErrorCode.NOT_CONTROLLER for item in items)
+    return False
+
+
+class _Route:
+    """The connection one kind of traffic goes to, and the bootstrap address it points at."""
+
+    __slots__ = ("conn", "index", "lock", "name")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.index = 0
+        self.conn: KafkaConnection | None = None
+        self.lock = asyncio.Lock()  # one connection attempt at a time
+
+
+class ControllerClient:
+    """Requests to the controller quorum (see the module docstring)."""
+
+    def __init__(
+        self,
+        bootstrap: Sequence[tuple[str, int]],
+        client_id: str,
+        *,
+        request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
+    ) -> None:
+        assert bootstrap, "no controller addresses"
+        self.bootstrap = list(bootstrap)
+        self.client_id = client_id
+        self.request_timeout_s = request_timeout_ms / 1000
+        self._active = _Route("active controller")
+        self._any = _Route("any controller")
+        self._closed = False
+
+    async def request(
+        self, request: Request, max_version: int, *, to_active: bool = True
+    ) -> Response:
+        """Send ``request`` at the highest common version up to ``max_version``; retry on
+        connection failures (and NOT_CONTROLLER when ``to_active``) until the caller's
+        deadline.  Raises :class:`NoUsableVersionError` if the controller cannot take it."""
+        route = self._active if to_active else self._any
+        backoff = Backoff()
+        failures = 0
+        while True:
+            if self._closed:
+                raise KafkaConnectionError("controller client closed")
+            response = await self._attempt(route, request, max_version, to_active)
+            if response is not None:
+                return response
+            # Try every controller once before backing off: during a failover the new
+            # active controller is usually the next address, and a backoff between each
+            # one would delay heartbeats past the brokers' session timeout.
+            failures += 1
+            if failures % len(self.bootstrap) == 0:
+                await backoff.sleep()
+
+    def rotate(self, *, to_active: bool, reason: str) -> None:
+        """Drop the route's connection and move it to the next address: the caller found the
+        controller there unusable (no answer within the caller's deadline, or an error only
+        another controller can cure, such as NOT_LEADER_OR_FOLLOWER to a fetch)."""
+        route = self._active if to_active else self._any
+        if route.conn is not None:
+            route.conn.close()
+            route.conn = None
+        self._advance(route, reason)
+
+    def close(self) -> None:
+        self._closed = True
+        for route in (self._active, self._any):
+            if route.conn is not None:
+                route.conn.close()
+                route.conn = None
+
+    async def _attempt(
+        self, route: _Route, request: Request, max_version: int, to_active: bool
+    ) -> Response | None:
+        """One try on the route's connection; None (after moving the route on) if it failed."""
+        conn: KafkaConnection | None = None
+        try:
+            async with asyncio.timeout(self.request_timeout_s):
+                conn = await self._connection(route)
+                api_key = request.API_KEY
+                assert api_key is not None
+                version = conn.version_for(api_key, max_version)
+                if version is None:
+                    raise NoUsableVersionError(api_key, max_version, conn.peer)
+                response = await conn.send(request, version)
+        except TimeoutError:
+            self._move_on(route, conn, f"no answer within {self.request_timeout_s:g} s")
+            return None
+        except OSError as exc:  # KafkaConnectionError included
+            self._move_on(route, conn, str(exc))
+            return None
+        if to_active and is_not_controller(response):
+            self._move_on(route, conn, f"answered {request.NAME} with NOT_CONTROLLER")
+            return None
+        return response
+
+    async def _connection(self, route: _Route) -> KafkaConnection:
+        async with route.lock:
+            if route.conn is not None and not route.conn.closed:
+                return route.conn
+            route.conn = None
+            host, port = self.bootstrap[route.index]
+            try:
+                route.conn = await KafkaConnection.open(host, port, self.client_id)
+            except (OSError, asyncio.CancelledError) as exc:  # re-raised: the caller decides
+                self._advance(route, f"cannot be reached ({exc!r})")
+                raise
+            return route.conn
+
+    def _move_on(self, route: _Route, conn: KafkaConnection | None, reason: str) -> None:
+        """Drop ``conn`` and point the route at the next address, unless someone already did
+        (or the connection attempt itself failed, which moved the route already)."""
+        if conn is None or route.conn is not conn:
+            return
+        conn.close()
+        route.conn = None
+        self._advance(route, reason)
+
+    def _advance(self, route: _Route, reason: str) -> None:
+        host, port = self.bootstrap[route.index]
+        route.index = (route.index + 1) % len(self.bootstrap)
+        next_host, next_port = self.bootstrap[route.index]
+        log.debug(
+            "%s route: controller %s:%d %s; trying %s:%d",
+            route.name,
+            host,
+            port,
+            reason,
+            next_host,
+            next_port,
+        )

@@ -1,0 +1,281 @@
+"""The broker's session with the controller quorum (Kafka's ``BrokerLifecycleManager``).
+
+Theory of operation
+-------------------
+A broker starts fenced: it serves no partitions until the controller unfences it.
+
+1. ``register()`` sends BrokerRegistration (listeners, ``metadata.version`` range, rack, a
+   fresh ``incarnation_id``) to the active controller and gets a ``broker_epoch``.  While the
+   previous incarnation's session is still alive the controller answers
+   DUPLICATE_BROKER_REGISTRATION; we keep asking until that session expires.
+2. ``run()`` heartbeats every ``heartbeat_interval_ms`` with the offset of the last metadata
+   record the follower replayed.  The controller unfences the broker once that offset has
+   reached the record of its registration, so while fenced the next heartbeat goes out as soon
+   as the follower has caught up (then backing off towards the interval) rather than a whole
+   interval later.  STALE_BROKER_EPOCH or BROKER_ID_NOT_REGISTERED means the controller no
+   longer knows this registration (our session expired): register again.
+3. ``controlled_shutdown()`` heartbeats with ``want_shut_down`` every 250 ms until the
+   controller answers ``should_shut_down`` (it has moved leadership away from us).
+
+States, as the flags say them::
+
+    unregistered --register--> fenced --heartbeat (caught up)--> unfenced --shutdown--> done
+         ^                       |  ^                                |
+         +---- stale epoch ------+  +----------- fenced again -------+
+
+Connection failures and NOT_CONTROLLER are retried inside :class:`ControllerClient`; the
+caller bounds ``register()`` and ``controlled_shutdown()`` with ``asyncio.timeout``, and
+``run()`` gives each heartbeat ``request_deadline_ms`` (logging the first of a streak of
+unanswered heartbeats at WARNING) before trying again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import Final
+
+from broker.kafka_client import Backoff, ControllerClient
+from broker.metadata_follower import MetadataFollower
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.messages import (
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+)
+from kafka_protocol.types import BrokerId
+
+log = logging.getLogger(__name__)
+
+BROKER_REGISTRATION_VERSION: Final = 4
+BROKER_HEARTBEAT_VERSION: Final = 1
+METADATA_VERSION_FEATURE: Final = "metadata.version"
+MIN_METADATA_VERSION: Final = 1
+MAX_METADATA_VERSION: Final = 25  # 4.0-IV3, what the controller bootstraps a cluster with
+SECURITY_PROTOCOL_PLAINTEXT: Final = 0
+SHUTDOWN_HEARTBEAT_S: Final = 0.25
+UNFENCE_FIRST_RETRY_S: Final = 0.02
+# How long one heartbeat may take, the client's retries included, before it is reported as
+# unanswered and the next one is due.
+DEFAULT_REQUEST_DEADLINE_MS: Final = 5000
+_REREGISTER: Final = frozenset({ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED})
+
+
+class BrokerLifecycleError(Exception):
+    """The controller refused this broker with an error retrying cannot cure."""
+
+    def __init__(self, error: ErrorCode, what: str) -> None:
+        super().__init__(f"{what}: {error.name}")
+        self.error_code = error
+
+
+class BrokerLifecycle:
+    """Registration and heartbeats of one broker (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: ControllerClient,
+        follower: MetadataFollower,
+        broker_id: int,
+        cluster_id: str,
+        incarnation_id: uuid.UUID,
+        listeners: Sequence[tuple[str, str, int]],
+        rack: str | None,
+        heartbeat_interval_ms: int,
+        *,
+        request_deadline_ms: int = DEFAULT_REQUEST_DEADLINE_MS,
+    ) -> None:
+        assert heartbeat_interval_ms > 0
+        self.client = client
+        self.follower = follower
+        self.broker_id = broker_id
+        self.cluster_id = cluster_id
+        self.incarnation_id = incarnation_id
+        self.listeners = list(listeners)
+        self.rack = rack
+        self.heartbeat_interval_s = heartbeat_interval_ms / 1000
+        self.request_deadline_s = request_deadline_ms / 1000
+        self.broker_epoch = -1
+        self.is_fenced = True
+        self.is_caught_up = False  # as the controller last said
+        self.should_shut_down = False
+        self._want_shut_down = False
+        self._unanswered = 0  # heartbeats in a row that no controller answered
+        self._unfence_backoff = Backoff(UNFENCE_FIRST_RETRY_S, self.heartbeat_interval_s)
+
+    @property
+    def registered(self) -> bool:
+        return self.broker_epoch >= 0
+
+    @property
+    def ready(self) -> bool:
+        """Registered, unfenced, and holding the metadata up to the high watermark."""
+        return self.registered and not self.is_fenced and self.follower.caught_up
+
+    # --- registration -------------------------------------------------------------------------
+
+    async def register(self) -> int:
+        """Register (retrying while the previous incarnation's session lives); the epoch."""
+        backoff = Backoff()
+        warned = False
+        while True:
+            response = await self.client.request(
+                self._registration_request(), BROKER_REGISTRATION_VERSION
+            )
+            assert isinstance(response, BrokerRegistrationResponse)
+            error = ErrorCode.from_code(response.error_code)
+            if error is ErrorCode.NONE:
+                self._registered(response.broker_epoch)
+                return response.broker_epoch
+            if error is ErrorCode.DUPLICATE_BROKER_REGISTRATION:
+                if not warned:
+                    log.warning(
+                        "broker %d is still registered by its previous incarnation; retrying "
+                        "until that session expires",
+                        self.broker_id,
+                    )
+                    warned = True
+            elif error.retriable:
+                log.debug("broker %d registration answered %s", self.broker_id, error.name)
+            else:
+                raise BrokerLifecycleError(error, f"broker {self.broker_id} registration refused")
+            await backoff.sleep()
+
+    def _registration_request(self) -> BrokerRegistrationRequest:
+        return BrokerRegistrationRequest(
+            broker_id=BrokerId(self.broker_id),
+            cluster_id=self.cluster_id,
+            incarnation_id=self.incarnation_id,
+            listeners=[
+                BrokerRegistrationRequest.Listener(
+                    name=name, host=host, port=port, security_protocol=SECURITY_PROTOCOL_PLAINTEXT
+                )
+                for name, host, port in self.listeners
+            ],
+            features=[
+                BrokerRegistrationRequest.Feature(
+                    name=METADATA_VERSION_FEATURE,
+                    min_supported_version=MIN_METADATA_VERSION,
+                    max_supported_version=MAX_METADATA_VERSION,
+                )
+            ],
+            rack=self.rack,
+            log_dirs=[],
+        )
+
+    def _registered(self, broker_epoch: int) -> None:
+        log.info("broker %d registered with broker epoch %d", self.broker_id, broker_epoch)
+        self.broker_epoch = broker_epoch
+        self.is_fenced = True
+        self.is_caught_up = False
+        self._unfence_backoff.reset()
+
+    # --- heartbeats ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Register if needed, then heartbeat until cancelled."""
+        if not self.registered:
+            await self.register()
+        while True:
+            await self._heartbeat_round()
+            await self._until_next_heartbeat()
+
+    async def controlled_shutdown(self) -> None:
+        """Ask to shut down until the controller says we may (bounded by the caller)."""
+        self._want_shut_down = True
+        while self.registered and not self.should_shut_down:
+            await self._heartbeat_round()
+            if not self.should_shut_down:
+                await asyncio.sleep(SHUTDOWN_HEARTBEAT_S)
+
+    async def _heartbeat_round(self) -> None:
+        try:
+            async with asyncio.timeout(self.request_deadline_s):
+                response = await self._heartbeat()
+        except TimeoutError:
+            self._heartbeat_unanswered()
+            self.client.rotate(to_active=True, reason="left a heartbeat unanswered")
+            return
+        self._heartbeat_answered()
+        error = ErrorCode.from_code(response.error_code)
+        if error is ErrorCode.NONE:
+            self._heard(response)
+        elif error in _REREGISTER:
+            log.warning(
+                "broker %d heartbeat answered %s: registering again", self.broker_id, error.name
+            )
+            self.broker_epoch = -1
+            self.is_fenced = True
+            if not self._want_shut_down:  # a broker on its way out need not come back
+                await self.register()
+        elif error.retriable:
+            log.warning("broker %d heartbeat answered %s", self.broker_id, error.name)
+        else:
+            raise BrokerLifecycleError(error, f"broker {self.broker_id} heartbeat refused")
+
+    async def _heartbeat(self) -> BrokerHeartbeatResponse:
+        request = BrokerHeartbeatRequest(
+            broker_id=BrokerId(self.broker_id),
+            broker_epoch=self.broker_epoch,
+            current_metadata_offset=self.follower.image.offset,
+            want_fence=False,
+            want_shut_down=self._want_shut_down,
+        )
+        response = await self.client.request(request, BROKER_HEARTBEAT_VERSION)
+        assert isinstance(response, BrokerHeartbeatResponse)
+        return response
+
+    def _heartbeat_unanswered(self) -> None:
+        self._unanswered += 1
+        level = logging.WARNING if self._unanswered == 1 else logging.DEBUG
+        log.log(
+            level,
+            "broker %d: no controller answered a heartbeat within %g s; retrying",
+            self.broker_id,
+            self.request_deadline_s,
+        )
+
+    def _heartbeat_answered(self) -> None:
+        if self._unanswered:
+            log.info(
+                "broker %d heartbeats answered again after %d unanswered",
+                self.broker_id,
+                self._unanswered,
+            )
+        self._unanswered = 0
+
+    def _heard(self, response: BrokerHeartbeatResponse) -> None:
+        if self.is_fenced != response.is_fenced:
+            log.info(
+                "broker %d is now %s (broker epoch %d, metadata offset %d)",
+                self.broker_id,
+                "fenced" if response.is_fenced else "unfenced",
+                self.broker_epoch,
+                self.follower.image.offset,
+            )
+        self.is_fenced = response.is_fenced
+        self.is_caught_up = response.is_caught_up
+        self.should_shut_down = self.should_shut_down or response.should_shut_down
+        if not self.is_fenced:
+            self._unfence_backoff.reset()
+
+    async def _until_next_heartbeat(self) -> None:
+        if self._want_shut_down:
+            await asyncio.sleep(SHUTDOWN_HEARTBEAT_S)
+        elif not self.registered or not self.is_fenced:
+            await asyncio.sleep(self.heartbeat_interval_s)
+        elif self.follower.caught_up:
+            await self._unfence_backoff.sleep()  # soon: the controller may unfence us now
+        else:
+            await self._follower_caught_up_or(self.heartbeat_interval_s)
+
+    async def _follower_caught_up_or(self, delay_s: float) -> None:
+        """Wait until the follower catches up, or ``delay_s`` at most."""
+        try:
+            async with asyncio.timeout(delay_s):
+                await self.follower.wait_caught_up()
+        except TimeoutError:
+            pass  # our own deadline: time for the regular heartbeat

@@ -1,0 +1,236 @@
+"""The controller channel of a broker in a multi-node cluster: requests go over the wire.
+
+Each admin request a client sends to this broker is forwarded, as the same dataclass, to the
+active controller through :class:`ControllerClient` (Kafka forwards them the same way, wrapped in
+an Envelope).  It is sent at the client's version when the controller supports it (always, for a
+controller of this project: both advertise Kafka's ranges), else at the highest version below it
+that both support.  The generated dataclasses do not depend on the version, and a response
+decoded at a version no higher than the client's holds only fields the client's version can
+carry, so the controller's answer goes back to the client unchanged, encoded at the client's
+version.  Never forwarding *above* the client's version is what makes this safe: a v6 DeleteTopics
+result may name no topic, which v0-5 cannot say, and a v0-5 request's ``topic_names`` would be
+dropped by the v6 encoder.
+
+This adapter is the top of the call chain of a client request, so it owns the deadline: when no
+controller answers within ``unreachable_timeout_s`` every item is answered REQUEST_TIMED_OUT, and
+a request the controller cannot take at any version gets UNSUPPORTED_VERSION per item.
+``allocate_producer_ids`` has no items: it raises :class:`ControllerRequestError` instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Final, Protocol, TypeVar
+
+from broker.kafka_client import ControllerClient, NoUsableVersionError
+from kafka_protocol._codec import Request, Response
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.exceptions import LocalProtocolError
+from kafka_protocol.messages import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from kafka_protocol.types import BrokerId
+
+log = logging.getLogger(__name__)
+
+CREATE_TOPICS_MAX_VERSION: Final = 7
+DELETE_TOPICS_MAX_VERSION: Final = 6
+CREATE_PARTITIONS_MAX_VERSION: Final = 3
+ALTER_CONFIGS_MAX_VERSION: Final = 2
+INCREMENTAL_ALTER_CONFIGS_MAX_VERSION: Final = 1
+ALLOCATE_PRODUCER_IDS_VERSION: Final = 0
+DEFAULT_UNREACHABLE_TIMEOUT_S: Final = 5.0
+
+R = TypeVar("R", bound=Response)
+Q = TypeVar("Q", bound=Request)
+
+
+class ControllerRequestError(Exception):
+    """A controller call that has no per-item answer failed with ``error_code``."""
+
+    def __init__(self, error_code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(f"{error_code.name}: {message or error_code.message}")
+        self.error_code = error_code
+
+
+class BrokerEpochSource(Protocol):
+    """Where the current broker epoch comes from (:class:`broker.lifecycle.BrokerLifecycle`)."""
+
+    @property
+    def broker_epoch(self) -> int: ...
+
+
+class RemoteControllerChannel:
+    """:class:`broker.controller_channel.ControllerChannel` over the controller listeners."""
+
+    def __init__(
+        self,
+        client: ControllerClient,
+        lifecycle: BrokerEpochSource,
+        *,
+        unreachable_timeout_s: float = DEFAULT_UNREACHABLE_TIMEOUT_S,
+    ) -> None:
+        self.client = client
+        self.lifecycle = lifecycle
+        self.unreachable_timeout_s = unreachable_timeout_s
+
+    async def create_topics(
+        self, request: CreateTopicsRequest, version: int
+    ) -> CreateTopicsResponse:
+        cap = min(version, CREATE_TOPICS_MAX_VERSION)
+        return await self._forward(request, cap, CreateTopicsResponse, _create_topics_failed)
+
+    async def delete_topics(
+        self, request: DeleteTopicsRequest, version: int
+    ) -> DeleteTopicsResponse:
+        cap = min(version, DELETE_TOPICS_MAX_VERSION)
+        return await self._forward(request, cap, DeleteTopicsResponse, _delete_topics_failed)
+
+    async def create_partitions(
+        self, request: CreatePartitionsRequest, version: int
+    ) -> CreatePartitionsResponse:
+        cap = min(version, CREATE_PARTITIONS_MAX_VERSION)
+        return await self._forward(
+            request, cap, CreatePartitionsResponse, _create_partitions_failed
+        )
+
+    async def alter_configs(
+        self, request: AlterConfigsRequest, version: int
+    ) -> AlterConfigsResponse:
+        cap = min(version, ALTER_CONFIGS_MAX_VERSION)
+        return await self._forward(request, cap, AlterConfigsResponse, _alter_configs_failed)
+
+    async def incremental_alter_configs(
+        self, request: IncrementalAlterConfigsRequest, version: int
+    ) -> IncrementalAlterConfigsResponse:
+        cap = min(version, INCREMENTAL_ALTER_CONFIGS_MAX_VERSION)
+        return await self._forward(
+            request, cap, IncrementalAlterConfigsResponse, _incremental_alter_configs_failed
+        )
+
+    async def allocate_producer_ids(self, broker_id: int, count: int) -> tuple[int, int]:
+        """A block of producer ids: (first id, count).  The controller chooses the block size
+        (the request has no count field; Kafka's is 1000), so ``count`` is only a hint."""
+        request = AllocateProducerIdsRequest(
+            broker_id=BrokerId(broker_id), broker_epoch=self.lifecycle.broker_epoch
+        )
+        try:
+            async with asyncio.timeout(self.unreachable_timeout_s):
+                response = await self.client.request(request, ALLOCATE_PRODUCER_IDS_VERSION)
+        except TimeoutError:
+            raise ControllerRequestError(
+                ErrorCode.REQUEST_TIMED_OUT, "no controller answered AllocateProducerIds"
+            ) from None
+        assert isinstance(response, AllocateProducerIdsResponse)
+        if response.error_code != ErrorCode.NONE:
+            raise ControllerRequestError(ErrorCode.from_code(response.error_code))
+        return response.producer_id_start, response.producer_id_len
+
+    async def _forward(
+        self,
+        request: Q,
+        max_version: int,
+        response_type: type[R],
+        failed: Callable[[Q, ErrorCode, str], R],
+    ) -> R:
+        """The active controller's answer, or every item failed with one error code."""
+        try:
+            async with asyncio.timeout(self.unreachable_timeout_s):
+                response = await self.client.request(request, max_version)
+        except TimeoutError:
+            log.warning(
+                "no controller answered %s within %g s", request.NAME, self.unreachable_timeout_s
+            )
+            message = f"no controller answered within {self.unreachable_timeout_s:g} s"
+            return failed(request, ErrorCode.REQUEST_TIMED_OUT, message)
+        except (NoUsableVersionError, LocalProtocolError) as exc:
+            # LocalProtocolError: the request uses a field the controller's version lacks.
+            return failed(request, ErrorCode.UNSUPPORTED_VERSION, str(exc))
+        assert isinstance(response, response_type)
+        return response
+
+
+# --- every item failed, per api ---------------------------------------------------------------
+
+
+def _create_topics_failed(
+    request: CreateTopicsRequest, error: ErrorCode, message: str
+) -> CreateTopicsResponse:
+    return CreateTopicsResponse(
+        topics=[
+            CreateTopicsResponse.CreatableTopicResult(
+                name=t.name, error_code=error, error_message=message
+            )
+            for t in request.topics
+        ]
+    )
+
+
+def _delete_topics_failed(
+    request: DeleteTopicsRequest, error: ErrorCode, message: str
+) -> DeleteTopicsResponse:
+    Result = DeleteTopicsResponse.DeletableTopicResult
+    by_name = [Result(name=n, error_code=error, error_message=message) for n in request.topic_names]
+    by_state = [
+        Result(name=t.name, topic_id=t.topic_id, error_code=error, error_message=message)
+        for t in request.topics
+    ]
+    return DeleteTopicsResponse(responses=by_name + by_state)
+
+
+def _create_partitions_failed(
+    request: CreatePartitionsRequest, error: ErrorCode, message: str
+) -> CreatePartitionsResponse:
+    return CreatePartitionsResponse(
+        results=[
+            CreatePartitionsResponse.CreatePartitionsTopicResult(
+                name=t.name, error_code=error, error_message=message
+            )
+            for t in request.topics
+        ]
+    )
+
+
+def _alter_configs_failed(
+    request: AlterConfigsRequest, error: ErrorCode, message: str
+) -> AlterConfigsResponse:
+    return AlterConfigsResponse(
+        responses=[
+            AlterConfigsResponse.AlterConfigsResourceResponse(
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                error_code=error,
+                error_message=message,
+            )
+            for r in request.resources
+        ]
+    )
+
+
+def _incremental_alter_configs_failed(
+    request: IncrementalAlterConfigsRequest, error: ErrorCode, message: str
+) -> IncrementalAlterConfigsResponse:
+    return IncrementalAlterConfigsResponse(
+        responses=[
+            IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                error_code=error,
+                error_message=message,
+            )
+            for r in request.resources
+        ]
+    )

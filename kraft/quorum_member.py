@@ -1,0 +1,270 @@
+"""The two roles of a node in a multi-node cluster, as the node starts and stops them.
+
+``QuorumMember`` (``process.roles`` has ``controller``): one Raft voter running the
+controller state machine (:class:`QuorumController`) and the CONTROLLER listener that
+brokers talk to (:class:`ControllerApis`).
+
+``BrokerMember`` (``process.roles`` has ``broker``): a broker that follows the quorum. It
+starts its Kafka listener, tails the committed metadata log (every change reaches the
+broker as an image delta), registers, and heartbeats; it is ready once unfenced and caught
+up. Admin requests it receives are forwarded to the active controller. On shutdown it asks
+the controller to move its leaderships away first (controlled shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from broker.broker import Broker, BrokerConfig
+from broker.dispatcher import RequestDispatcher
+from broker.kafka_client import ControllerClient
+from broker.lifecycle import BrokerLifecycle, BrokerLifecycleError
+from broker.metadata_follower import MetadataFollower
+from broker.metrics import BrokerMetrics
+from broker.remote_controller import RemoteControllerChannel
+from broker.server import KafkaListener
+from broker.storage import FileStorage
+from kafka_protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
+from kafka_protocol.types import TopicName
+from kraft.config import ConfigError, NodeConfig
+from kraft.controller.result import ControllerConfig
+from kraft.controller_api import ControllerApis
+from kraft.quorum.raft import RaftSettings
+from kraft.quorum_controller import QuorumController
+from metadata_log.delta import MetadataDelta
+from metadata_log.image import ClusterImage
+
+__all__ = ["BrokerLifecycleError", "BrokerMember", "QuorumMember", "parse_voters"]
+
+log = logging.getLogger("kraft.node")
+
+CONTROLLED_SHUTDOWN_TIMEOUT_S: Final = 10.0
+STATUS_TIMEOUT_S: Final = 2.0
+RAFT_SUBDIR: Final = "raft"
+
+
+def parse_voters(value: str) -> dict[int, str]:
+    """``controller.quorum.voters``: ``id@host:port,...`` -> {id: "host:port"}."""
+    voters: dict[int, str] = {}
+    for item in filter(None, (v.strip() for v in value.split(","))):
+        node_id, at, address = item.partition("@")
+        host, colon, port = address.rpartition(":")
+        if not at or not colon or not host or not port.isdigit() or not node_id.isdigit():
+            raise ConfigError(f"controller.quorum.voters: {item!r} is not id@host:port")
+        if int(node_id) in voters:
+            raise ConfigError(f"controller.quorum.voters: node {node_id} is listed twice")
+        voters[int(node_id)] = address
+    if not voters:
+        raise ConfigError("controller.quorum.voters is empty")
+    if len(voters) % 2 == 0:
+        log.warning(
+            "%d voters tolerate no more failures than %d: use an odd number",
+            len(voters),
+            len(voters) - 1,
+        )
+    return voters
+
+
+def parse_bootstrap(value: str) -> list[tuple[str, int]]:
+    out = []
+    for item in filter(None, (v.strip() for v in value.split(","))):
+        host, colon, port = item.rpartition(":")
+        if not colon or not host or not port.isdigit():
+            raise ConfigError(f"controller.quorum.bootstrap.servers: {item!r} is not host:port")
+        out.append((host, int(port)))
+    if not out:
+        raise ConfigError("controller.quorum.bootstrap.servers is empty")
+    return out
+
+
+@dataclass
+class QuorumMember:
+    controller: QuorumController
+    apis: ControllerApis
+    listener: KafkaListener
+    dispatcher: RequestDispatcher
+    advertised: str
+    _task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(cls, cfg: NodeConfig, cluster_id: str) -> QuorumMember:
+        voters = parse_voters(cfg.get("controller.quorum.voters") or "")
+        if cfg.node_id not in voters:
+            raise ConfigError(
+                f"controller.quorum.voters does not list this controller (node.id={cfg.node_id})"
+            )
+        password = cfg.get("controller.quorum.password") or ""
+        if not password:
+            raise ConfigError(
+                "controller.quorum.password is required on controllers"
+                " (or KRAFT_CONTROLLER_QUORUM_PASSWORD)"
+            )
+        listener_cfg = cfg.listener("CONTROLLER")
+        if listener_cfg is None:
+            raise ConfigError("listeners: a controller needs a CONTROLLER listener")
+        me = voters[cfg.node_id]
+        settings = RaftSettings(
+            self_address=me,
+            peer_addresses=tuple(a for i, a in sorted(voters.items()) if i != cfg.node_id),
+            bind_address=cfg.get("controller.quorum.bind.address") or me,
+            password=password,
+            data_dir=cfg.metadata_log_dir / RAFT_SUBDIR,
+        )
+        try:
+            config = ControllerConfig.from_properties(cfg.values, cluster_id=cluster_id)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        controller = QuorumController(
+            settings,
+            config,
+            heartbeat_interval_ms=cfg.get_int("broker.heartbeat.interval.ms", 2000),
+        )
+        apis = ControllerApis(controller, cfg.node_id, voters)
+        dispatcher = RequestDispatcher(apis.specs(), BrokerMetrics())
+        apis.dispatcher = dispatcher
+        try:
+            listener = KafkaListener(dispatcher, listener_cfg.host, listener_cfg.port)
+        except OSError:
+            controller.close()
+            raise
+        adv = cfg.advertised("CONTROLLER") or listener_cfg
+        advertised = f"{adv.host}:{adv.port or listener.port}"
+        member = cls(controller, apis, listener, dispatcher, advertised)
+        member._task = asyncio.create_task(controller.run(), name="controller")
+        return member
+
+    @property
+    def ready(self) -> bool:
+        """The quorum has a leader (INTERFACE.md's readiness of a controller)."""
+        return self.controller.quorum.leader is not None
+
+    def status(self) -> dict[str, Any]:
+        leader = self.controller.quorum.leader
+        leader_id = next((i for i, a in self.apis.voters.items() if a == leader), None)
+        return {
+            "leader_id": leader_id,
+            "epoch": self.controller.quorum.epoch,
+            "voters": self.apis.voter_status(),
+        }
+
+    async def stop(self) -> None:
+        self.listener.close()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.dispatcher.close()
+        await asyncio.to_thread(self.controller.close)
+
+
+@dataclass
+class BrokerMember:
+    broker: Broker
+    client: ControllerClient
+    follower: MetadataFollower
+    lifecycle: BrokerLifecycle
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @classmethod
+    async def start(cls, cfg: NodeConfig, cluster_id: str, bcfg: BrokerConfig) -> BrokerMember:
+        bootstrap = parse_bootstrap(cfg.get("controller.quorum.bootstrap.servers") or "")
+        # A controller that stops answering (SIGSTOP, a partition) keeps its TCP connection:
+        # give up on it after 1.5 s and try the next one (a long-poll fetch waits 0.5 s).
+        client = ControllerClient(
+            bootstrap, client_id=f"broker-{cfg.node_id}", request_timeout_ms=1500
+        )
+        holder: list[Broker] = []
+
+        def on_update(delta: MetadataDelta, image: ClusterImage) -> None:
+            if holder:
+                holder[0].on_metadata(delta, image)
+
+        follower = MetadataFollower(client, cfg.node_id, on_update, cluster_id=cluster_id)
+        epoch = _EpochHolder()
+        channel = RemoteControllerChannel(client, epoch)
+        broker = Broker(bcfg, FileStorage(), channel, ClusterImage.EMPTY, cluster_id)
+        holder.append(broker)
+        await broker.start()
+        host, port = broker.advertised
+        lifecycle = BrokerLifecycle(
+            client,
+            follower,
+            cfg.node_id,
+            cluster_id,
+            uuid.uuid4(),
+            [("PLAINTEXT", host, port)],
+            bcfg.rack,
+            cfg.get_int("broker.heartbeat.interval.ms", 2000),
+        )
+        epoch.lifecycle = lifecycle
+        member = cls(broker, client, follower, lifecycle)
+        member._tasks.append(asyncio.create_task(follower.run(), name="metadata-follower"))
+        await lifecycle.register()
+        member._tasks.append(asyncio.create_task(lifecycle.run(), name="broker-heartbeats"))
+        return member
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.lifecycle.ready) and self.broker.listener is not None
+
+    async def controller_status(self) -> dict[str, Any]:
+        """DescribeQuorum, asked of the active controller."""
+        topic = DescribeQuorumRequest.TopicData(
+            topic_name=TopicName("__cluster_metadata"),
+            partitions=[DescribeQuorumRequest.PartitionData(partition_index=0)],
+        )
+        try:
+            async with asyncio.timeout(STATUS_TIMEOUT_S):
+                response = await self.client.request(DescribeQuorumRequest(topics=[topic]), 2)
+        except (TimeoutError, OSError) as exc:
+            return {"leader_id": None, "epoch": -1, "voters": [], "error": str(exc) or "timeout"}
+        assert isinstance(response, DescribeQuorumResponse)
+        part = response.topics[0].partitions[0]
+        addresses = {
+            n.node_id: f"{n.listeners[0].host}:{n.listeners[0].port}"
+            for n in response.nodes
+            if n.listeners
+        }
+        voters = [
+            {
+                "id": v.replica_id,
+                "address": addresses.get(v.replica_id),
+                "lag": None if v.log_end_offset < 0 else part.high_watermark - v.log_end_offset,
+            }
+            for v in part.current_voters
+        ]
+        return {"leader_id": part.leader_id, "epoch": part.leader_epoch, "voters": voters}
+
+    async def stop(self) -> None:
+        if self.lifecycle.broker_epoch >= 0:
+            try:
+                async with asyncio.timeout(CONTROLLED_SHUTDOWN_TIMEOUT_S):
+                    await self.lifecycle.controlled_shutdown()
+            except TimeoutError:
+                log.warning("controlled shutdown timed out; stopping anyway")
+            except Exception:
+                log.warning("controlled shutdown failed; stopping anyway", exc_info=True)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        try:
+            await self.broker.stop()
+        finally:
+            self.client.close()
+
+
+class _EpochHolder:
+    """The broker epoch for the controller channel, known once the lifecycle exists."""
+
+    lifecycle: BrokerLifecycle | None = None
+
+    @property
+    def broker_epoch(self) -> int:
+        return -1 if self.lifecycle is None else self.lifecycle.broker_epoch

@@ -1,0 +1,230 @@
+"""A multi-node cluster of real ``kraft server`` processes on 127.0.0.1, for end-to-end tests.
+
+Each node is the container entry point (``python -m kraft.cli server --config FILE``) with a
+generated properties file and its own data directory, so a test can ``kill -9``, SIGSTOP,
+restart or stop any one of them. Ports are picked free once and kept across restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+READY = re.compile(r"READY (?:bootstrap|controller)=(\S+)(?: admin=(\S+))?")
+START_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http_json(url: str, method: str = "GET", body: Any = None, timeout_s: float = 5.0) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            payload = response.read()
+    except urllib.error.HTTPError as exc:
+        payload = exc.read()
+        raise AssertionError(f"{method} {url} -> {exc.code}: {payload!r}") from None
+    return json.loads(payload) if payload else None
+
+
+@dataclass
+class ServerProcess:
+    node_id: int
+    data_dir: Path
+    properties: dict[str, str]
+    proc: subprocess.Popen[str] | None = None
+    address: str = ""
+    admin: str = ""
+    log_path: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.data_dir / "node.stderr.log"
+        admin_port = self.properties["admin.listener"].rsplit(":", 1)[1]
+        self.admin = f"http://127.0.0.1:{admin_port}"
+
+    @property
+    def config_path(self) -> Path:
+        return self.data_dir / "server.properties"
+
+    def launch(self) -> ServerProcess:
+        """Start the process without waiting for READY."""
+        self.config_path.write_text("".join(f"{k}={v}\n" for k, v in self.properties.items()))
+        cmd = [sys.executable, "-m", "kraft.cli", "server", "--config", str(self.config_path)]
+        env = {**os.environ, "KRAFT_LOG_LEVEL": os.environ.get("KRAFT_LOG_LEVEL", "INFO")}
+        stderr = self.log_path.open("a")
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, bufsize=1
+        )
+        return self
+
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> ServerProcess:
+        assert self.proc is not None and self.proc.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            if m := READY.search(line):
+                self.address = m.group(1)
+                return self
+        self.kill()
+        raise AssertionError(f"node {self.node_id} did not become ready:\n{self.log_tail()}")
+
+    def stop(self, timeout_s: float = 20.0) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(
+                f"node {self.node_id} ignored SIGTERM:\n{self.log_tail()}"
+            ) from None
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def pause(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def get(self, path: str) -> Any:
+        return http_json(self.admin + path)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text().splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+@dataclass
+class LocalCluster:
+    root: Path
+    controllers: dict[int, ServerProcess] = field(default_factory=dict)
+    brokers: dict[int, ServerProcess] = field(default_factory=dict)
+
+    @classmethod
+    def create(
+        cls,
+        root: Path,
+        n_controllers: int = 3,
+        n_brokers: int = 3,
+        extra: dict[str, str] | None = None,
+    ) -> LocalCluster:
+        cluster = cls(root)
+        cluster_id = secrets.token_urlsafe(16)[:22]
+        password = secrets.token_hex(16)
+        controller_ids = range(1, n_controllers + 1)
+        raft = {i: f"127.0.0.1:{free_port()}" for i in controller_ids}
+        kafka = {i: free_port() for i in controller_ids}
+        voters = ",".join(f"{i}@{a}" for i, a in raft.items())
+        bootstrap = ",".join(f"127.0.0.1:{p}" for p in kafka.values())
+        common = {"cluster.id": cluster_id, **(extra or {})}
+        for i in controller_ids:
+            cluster.controllers[i] = ServerProcess(
+                i,
+                root / f"controller-{i}",
+                {
+                    **common,
+                    "node.id": str(i),
+                    "process.roles": "controller",
+                    "controller.quorum.voters": voters,
+                    "controller.quorum.password": password,
+                    "listeners": f"CONTROLLER://127.0.0.1:{kafka[i]}",
+                    "metadata.log.dir": str(root / f"controller-{i}" / "metadata"),
+                    "log.dirs": str(root / f"controller-{i}" / "logs"),
+                    "admin.listener": f"http://127.0.0.1:{free_port()}",
+                },
+            )
+        for j in range(n_brokers):
+            i = n_controllers + 1 + j
+            cluster.brokers[i] = ServerProcess(
+                i,
+                root / f"broker-{i}",
+                {
+                    **common,
+                    "node.id": str(i),
+                    "process.roles": "broker",
+                    "controller.quorum.bootstrap.servers": bootstrap,
+                    "listeners": f"PLAINTEXT://127.0.0.1:{free_port()}",
+                    "broker.rack": f"rack-{j % 3 + 1}",
+                    "metadata.log.dir": str(root / f"broker-{i}" / "metadata"),
+                    "log.dirs": str(root / f"broker-{i}" / "logs"),
+                    "admin.listener": f"http://127.0.0.1:{free_port()}",
+                },
+            )
+        return cluster
+
+    @property
+    def nodes(self) -> list[ServerProcess]:
+        return [*self.controllers.values(), *self.brokers.values()]
+
+    def start(self) -> LocalCluster:
+        for node in self.nodes:
+            node.launch()
+        for node in self.nodes:
+            node.wait_ready()
+        return self
+
+    def stop(self) -> None:
+        for node in [*self.brokers.values(), *self.controllers.values()]:
+            if node.alive():
+                node.stop()
+
+    def kill_all(self) -> None:
+        for node in self.nodes:
+            if node.proc is not None and node.alive():
+                node.resume()
+                node.kill()
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.address for b in self.brokers.values() if b.alive())
+
+    def any_broker(self) -> ServerProcess:
+        return next(b for b in self.brokers.values() if b.alive())
+
+    def active_controller(self) -> int | None:
+        """The leader id reported by a live controller (None if none is known)."""
+        for c in self.controllers.values():
+            if c.alive():
+                try:
+                    leader = c.get("/v1/cluster")["controller"]["leader_id"]
+                except (AssertionError, OSError):
+                    continue
+                if leader is not None:
+                    return int(leader)
+        return None
+
+    def logs(self) -> str:
+        return "\n\n".join(f"--- node {n.node_id}\n{n.log_tail(25)}" for n in self.nodes)
