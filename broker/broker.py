@@ -26,7 +26,7 @@ from broker.server import KafkaListener, ListenerLimits
 from broker.storage import Storage
 from metadata_log.configs import effective_topic_config
 from metadata_log.delta import MetadataDelta
-from metadata_log.image import ClusterImage, TopicImage
+from metadata_log.image import ClusterImage, ConfigResourceType, TopicImage
 
 log = logging.getLogger("broker")
 
@@ -81,8 +81,35 @@ class Broker:
     # --- metadata -----------------------------------------------------------------------------
 
     def on_metadata(self, delta: MetadataDelta, image: ClusterImage) -> None:
+        """React to one delta (Kafka's ``ReplicaManager.applyDelta``): only partitions whose
+        registration changed for this broker, or whose topic's configs changed, are touched,
+        so a delta costs what it changed, not the size of the cluster."""
+        if delta.image is not self.image:  # not built on what we hold (a snapshot): reconcile
+            self.apply_image(image)
+            return
         self.image = image
-        self.apply_image(image)
+        changes = delta.local_changes(self.node_id)
+        for tp in changes.deleted:
+            if (tp.topic, tp.partition) in self.replicas.partitions:
+                log.info("deleting partition %s-%d", tp.topic, tp.partition)
+                self.replicas.remove_partition(tp.topic, tp.partition)
+        touched = {(tp.topic, tp.partition) for tp in (*changes.leaders, *changes.followers)}
+        if delta.configs_delta is not None:
+            if any(
+                r.resource_type == ConfigResourceType.BROKER for r in delta.configs_delta.changes
+            ):
+                touched.update(self.replicas.partitions)  # broker defaults reach every topic
+            changed = {
+                r.name
+                for r in delta.configs_delta.changes
+                if r.resource_type == ConfigResourceType.TOPIC
+            }
+            touched.update(key for key in self.replicas.partitions if key[0] in changed)
+        for name, index in touched:
+            topic = image.topics.get(name)
+            partition = topic.partitions.get(index) if topic is not None else None
+            if topic is not None and partition is not None and self.node_id in partition.replicas:
+                self._open(topic, index, partition.leader_epoch, len(partition.isr))
 
     def apply_image(self, image: ClusterImage) -> None:
         """Open, reconfigure or delete hosted partitions to match the image."""

@@ -1,0 +1,870 @@
+"""Controller quorum benchmark: topic creates, batched partitions, metadata propagation,
+controller failover and a large metadata image, on a real local cluster.
+
+    python scripts/bench_controller.py [--quick] [--json PATH] [--data-dir DIR]
+        [--creates N] [--confluent-creates N] [--visibility N] [--failovers N]
+        [--metadata-requests N] [--log-level LEVEL]
+
+The cluster is 3 controllers + 3 brokers, each a ``python -m kraft.cli server --config FILE``
+process on free 127.0.0.1 ports, configured by ``kraft.dev_cluster`` (``plan_cluster``,
+``write_node_configs``) in a temporary directory; ``--data-dir DIR`` keeps the directory, with
+each node's stderr in ``DIR/node-<id>/stderr.log`` (``--log-level``, default INFO, timestamps
+every line).  Requests go to the brokers, which forward admin requests to the active
+controller.  The client is this repo's asyncio ``KafkaConnection``, which sends a request the
+moment it is asked to: it measures the platform, not a client's batching.
+
+Steps (progress on stderr, a results table on stdout, everything in ``--json PATH``):
+
+1. Sequential creates: N CreateTopics v7 (one topic, 1 partition, RF 3), one at a time to one
+   broker: creates/s and p50/p99 latency; then M more through confluent-kafka's AdminClient.
+2. Visibility: for each of K new topics, the time from its CreateTopics response until
+   Metadata v12 on every broker shows it with a leader (the three brokers polled concurrently,
+   back to back, each on its own connection).
+3. Batched partitions: one CreateTopics of 10 topics x 1,000 partitions RF 3, then one of
+   1 topic x 10,000 partitions RF 1: partitions/s from the response, and the time until every
+   broker's image holds the batch (``metadata_offset`` of ``GET /v1/cluster``).
+4. Large image, after each batch: full Metadata v12 requests (all topics) to one broker, timed
+   to the last byte of the response without decoding it (p50/p99), the client's decode timed
+   separately; the RSS of every node (VmRSS).
+5. Failover, R times: ``kill -9`` of the active controller (``leader_id`` of ``/v1/cluster``),
+   then the time until a CreateTopics through a broker succeeds, and until the survivors report
+   a new leader; the killed controller is restarted and caught up before the next run.
+
+Each figure with an acceptance target is printed with PASS/MISS.  ``--quick`` (about a minute)
+cuts the counts, runs 3 failovers and makes only the 10 x 1,000 batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import platform
+import select
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from broker.kafka_client import KafkaConnection
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.framing import decode_response, encode_request
+from kafka_protocol.messages import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    MetadataRequest,
+    MetadataResponse,
+    RequestHeader,
+)
+from kafka_protocol.types import TopicName
+from kraft.dev_cluster import (
+    NodeSpec,
+    child_environment,
+    load_or_create_identity,
+    plan_cluster,
+    server_command,
+    write_node_configs,
+)
+
+CREATE_TOPICS_VERSION = 7
+METADATA_VERSION = 12
+METADATA_KEY = 3
+READY_TIMEOUT_S = 60.0
+STOP_GRACE_S = 5.0
+STEP_TIMEOUT_S = 600.0
+VISIBLE_TIMEOUT_S = 10.0
+FAILOVER_TIMEOUT_S = 30.0
+CREATE_TIMEOUT_MS = 30_000
+TAIL_LINES = 25
+CLIENT_ID = "bench-controller"
+
+FULL = {
+    "creates": 300,
+    "confluent_creates": 100,
+    "visibility": 100,
+    "failovers": 5,
+    "metadata_requests": 20,
+    "batches": [(10, 1000, 3), (1, 10_000, 1)],
+}
+QUICK = {
+    "creates": 100,
+    "confluent_creates": 30,
+    "visibility": 50,
+    "failovers": 3,
+    "metadata_requests": 10,
+    "batches": [(10, 1000, 3)],
+}
+
+# (result key, metric, label, higher is better, bound)
+TARGETS = [
+    ("sequential", "creates_s", "sequential creates/s", True, 100.0),
+    ("sequential", "p99_ms", "sequential create p99 ms", False, 20.0),
+    ("batch_10x1000_rf3", "partitions_s", "batched partitions/s (10 x 1,000 RF 3)", True, 1000.0),
+    ("batch_1x10000_rf1", "partitions_s", "batched partitions/s (1 x 10,000 RF 1)", True, 1000.0),
+    ("visibility", "p99_ms", "visible on all brokers p99 ms", False, 100.0),
+    ("failover", "median_s", "failover median s", False, 2.0),
+    ("image_10x1000_rf3", "p99_ms", "full Metadata p99 ms (>= 10,000 partitions)", False, 200.0),
+]
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+class StepError(Exception):
+    """A step failed; ``nodes`` are the nodes whose stderr explains it."""
+
+    def __init__(self, message: str, nodes: list[Node] | None = None) -> None:
+        super().__init__(message)
+        self.nodes = nodes or []
+
+
+# --- statistics ---------------------------------------------------------------------------------
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest rank."""
+    return sorted_values[max(0, math.ceil(q * len(sorted_values)) - 1)]
+
+
+def latency_summary(samples_s: list[float]) -> dict[str, float]:
+    ordered = sorted(samples_s)
+    return {
+        "n": len(ordered),
+        "p50_ms": 1000 * percentile(ordered, 0.50),
+        "p99_ms": 1000 * percentile(ordered, 0.99),
+        "max_ms": 1000 * ordered[-1],
+        "mean_ms": 1000 * statistics.fmean(ordered),
+    }
+
+
+# --- node processes -----------------------------------------------------------------------------
+
+
+@dataclass
+class Node:
+    """One ``kraft server`` process; its stdout after READY and its stderr go to files."""
+
+    spec: NodeSpec
+    config: Path
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes] | None = None
+    killed: bool = False  # by this benchmark: its exit is not a failure
+
+    @property
+    def name(self) -> str:
+        return f"{self.spec.name} ({self.spec.role})"
+
+    @property
+    def stderr_path(self) -> Path:
+        return self.config.parent / "stderr.log"
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.spec.port)
+
+    def launch(self) -> None:
+        cmd = server_command(self.spec, self.config)
+        with self.stderr_path.open("ab") as err:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                cmd, cwd=REPO, env=self.env, stdout=subprocess.PIPE, stderr=err, bufsize=0
+            )
+        self.killed = False
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Block until the READY line; then copy the rest of stdout to a file in a thread."""
+        assert self.proc is not None and self.proc.stdout is not None
+        stdout = self.proc.stdout
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StepError(f"{self.name} not READY after {timeout_s:g} s", [self])
+            if not select.select([stdout], [], [], left)[0]:
+                continue
+            line = stdout.readline()  # unbuffered: select stays truthful
+            if not line:
+                raise StepError(f"{self.name} exited ({self.proc.wait()}) before READY", [self])
+            if line.startswith(b"READY"):
+                break
+        sink = (self.config.parent / "stdout.log").open("ab")
+        threading.Thread(target=_copy_and_close, args=(stdout, sink), daemon=True).start()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def died(self) -> bool:
+        """Exited without being killed or stopped by us."""
+        return self.proc is not None and not self.killed and self.proc.poll() is not None
+
+    def kill(self) -> None:
+        self.killed = True
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def rss_mib(self) -> float | None:
+        if not self.alive():
+            return None
+        assert self.proc is not None
+        with contextlib.suppress(OSError), open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        return None
+
+    def tail(self, lines: int = TAIL_LINES) -> list[str]:
+        try:
+            return self.stderr_path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return ["(no stderr file)"]
+
+    def get(self, path: str, timeout_s: float = 2.0) -> Any:
+        url = self.spec.admin_url + path
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return json.loads(response.read())
+
+
+def _copy_and_close(src: BinaryIO, dst: BinaryIO) -> None:
+    with dst:
+        shutil.copyfileobj(src, dst)
+
+
+class Cluster:
+    """3 controllers and 3 brokers from ``kraft.dev_cluster``'s plan, as child processes."""
+
+    def __init__(self, root: Path, log_level: str) -> None:
+        plan = plan_cluster(3, 3, port=0, admin_port=0)
+        identity = load_or_create_identity(root, 3)
+        configs = write_node_configs(plan, identity, root, overrides={})
+        env = child_environment(os.environ)
+        env["KRAFT_LOG_LEVEL"] = log_level
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        self.controllers = [Node(s, configs[s.node_id], env) for s in plan.controllers]
+        self.brokers = [Node(s, configs[s.node_id], env) for s in plan.brokers]
+        self.leader_id: int | None = None  # last known active controller
+
+    @property
+    def nodes(self) -> list[Node]:
+        return self.controllers + self.brokers
+
+    def start(self) -> None:
+        for node in self.nodes:
+            node.launch()
+        for node in self.nodes:
+            node.wait_ready()
+
+    def stop(self) -> None:
+        """SIGTERM to the brokers, then the controllers; SIGKILL whatever is left."""
+        for group in (self.brokers, self.controllers):
+            live = [n for n in group if n.alive()]
+            for node in live:
+                node.killed = True
+                with contextlib.suppress(ProcessLookupError):
+                    node.proc.terminate()  # type: ignore[union-attr]
+            deadline = time.monotonic() + STOP_GRACE_S
+            for node in live:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    node.proc.wait(max(0.0, deadline - time.monotonic()))  # type: ignore[union-attr]
+        for node in self.nodes:
+            if node.alive():
+                log(f"{node.name} ignored SIGTERM: kill -9")
+                node.kill()
+
+    def controller(self, node_id: int) -> Node:
+        return next(c for c in self.controllers if c.spec.node_id == node_id)
+
+    def leader(self) -> int | None:
+        """The active controller as reported by a live controller (None: not known)."""
+        for node in self.controllers:
+            if not node.alive():
+                continue
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                leader = node.get("/v1/cluster")["controller"]["leader_id"]
+                if leader is not None and leader >= 0:
+                    self.leader_id = int(leader)
+                    return self.leader_id
+        return None
+
+    def suspects(self) -> list[Node]:
+        """The nodes whose stderr to show when a step fails."""
+        dead = [n for n in self.nodes if n.died()]
+        if dead:
+            return dead
+        leader = [c for c in self.controllers if c.spec.node_id == self.leader_id]
+        return [self.brokers[0], *leader]
+
+    def rss(self) -> dict[str, float | None]:
+        return {n.spec.name: n.rss_mib() for n in self.nodes}
+
+
+async def http_get(node: Node, path: str) -> Any:
+    return await asyncio.to_thread(node.get, path)
+
+
+async def wait_until(what: str, check: Callable[[], Awaitable[Any]], timeout_s: float) -> Any:
+    """Poll ``check`` every 10 ms until it returns a truthy value."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            if value := await check():
+                return value
+        await asyncio.sleep(0.01)
+    raise StepError(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+async def wait_cluster_formed(cluster: Cluster) -> None:
+    async def formed() -> bool:
+        view = await http_get(cluster.brokers[0], "/v1/cluster")
+        unfenced = sum(not b["fenced"] for b in view["brokers"])
+        return unfenced == len(cluster.brokers) and view["controller"]["leader_id"] is not None
+
+    await wait_until("3 unfenced brokers and a leader", formed, READY_TIMEOUT_S)
+    cluster.leader()
+
+
+# --- requests -----------------------------------------------------------------------------------
+
+
+async def connect(node: Node) -> KafkaConnection:
+    host, port = node.address
+    return await KafkaConnection.open(host, port, CLIENT_ID)
+
+
+def create_request(topics: list[tuple[str, int, int]]) -> CreateTopicsRequest:
+    return CreateTopicsRequest(
+        topics=[
+            CreateTopicsRequest.CreatableTopic(
+                name=TopicName(name), num_partitions=partitions, replication_factor=rf
+            )
+            for name, partitions, rf in topics
+        ],
+        timeout_ms=CREATE_TIMEOUT_MS,
+    )
+
+
+async def create_topics(conn: KafkaConnection, topics: list[tuple[str, int, int]]) -> list[str]:
+    """Create ``(name, partitions, rf)`` topics in one request; the error names (none: ok)."""
+    response = await conn.send(create_request(topics), CREATE_TOPICS_VERSION)
+    assert isinstance(response, CreateTopicsResponse)
+    return [
+        ErrorCode.from_code(t.error_code).name
+        for t in response.topics
+        if t.error_code != ErrorCode.NONE
+    ]
+
+
+async def create_one(conn: KafkaConnection, name: str) -> float:
+    """Seconds for one CreateTopics (1 partition, RF 3); raises StepError on an error."""
+    start = time.perf_counter()
+    errors = await create_topics(conn, [(name, 1, 3)])
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise StepError(f"creating {name}: {', '.join(errors)}")
+    return elapsed
+
+
+def metadata_request(topics: list[str] | None) -> MetadataRequest:
+    wanted = (
+        None
+        if topics is None
+        else [MetadataRequest.MetadataRequestTopic(name=TopicName(t)) for t in topics]
+    )
+    return MetadataRequest(topics=wanted, allow_auto_topic_creation=False)
+
+
+def has_leader(response: MetadataResponse, topic: str) -> bool:
+    for t in response.topics:
+        if t.name == topic and t.error_code == ErrorCode.NONE and t.partitions:
+            return all(p.leader_id >= 0 for p in t.partitions)
+    return False
+
+
+# --- step 1: sequential creates -----------------------------------------------------------------
+
+
+async def bench_sequential(cluster: Cluster, count: int) -> dict[str, Any]:
+    conn = await connect(cluster.brokers[0])
+    try:
+        for i in range(10):  # warm-up: connections from the broker to the controller
+            await create_one(conn, f"warmup-{i}")
+        latencies = []
+        start = time.perf_counter()
+        for i in range(count):
+            latencies.append(await create_one(conn, f"seq-{i}"))
+        wall = time.perf_counter() - start
+    finally:
+        conn.close()
+    return {"creates_s": count / wall, "wall_s": wall, **latency_summary(latencies)}
+
+
+def confluent_sequential(bootstrap: str, count: int) -> dict[str, Any]:
+    """The same creates through librdkafka's AdminClient, one future at a time."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": CLIENT_ID})
+
+    def create(name: str) -> float:
+        start = time.perf_counter()
+        future = admin.create_topics([NewTopic(name, 1, 3)], request_timeout=30)[name]
+        future.result(timeout=30)
+        return time.perf_counter() - start
+
+    for i in range(3):
+        create(f"ck-warmup-{i}")
+    start = time.perf_counter()
+    latencies = [create(f"ck-seq-{i}") for i in range(count)]
+    wall = time.perf_counter() - start
+    return {"creates_s": count / wall, "wall_s": wall, **latency_summary(latencies)}
+
+
+# --- step 2: visibility -------------------------------------------------------------------------
+
+
+async def seen_after(conn: KafkaConnection, topic: str, start: float) -> float:
+    """Seconds from ``start`` until Metadata on ``conn`` shows ``topic`` with a leader."""
+    request = metadata_request([topic])
+    async with asyncio.timeout(VISIBLE_TIMEOUT_S):
+        while True:
+            response = await conn.send(request, METADATA_VERSION)
+            assert isinstance(response, MetadataResponse)
+            if has_leader(response, topic):
+                return time.perf_counter() - start
+
+
+async def bench_visibility(cluster: Cluster, count: int) -> dict[str, Any]:
+    creator = await connect(cluster.brokers[0])
+    pollers = [await connect(b) for b in cluster.brokers]
+    visible, per_broker = [], [[] for _ in pollers]
+    try:
+        for i in range(count):
+            name = f"vis-{i}"
+            await create_one(creator, name)
+            start = time.perf_counter()
+            try:
+                seen = await asyncio.gather(*(seen_after(c, name, start) for c in pollers))
+            except TimeoutError:
+                raise StepError(f"{name} not on every broker after {VISIBLE_TIMEOUT_S:g} s") from None
+            visible.append(max(seen))
+            for samples, s in zip(per_broker, seen, strict=True):
+                samples.append(s)
+    finally:
+        for conn in [creator, *pollers]:
+            conn.close()
+    out: dict[str, Any] = latency_summary(visible)
+    out["per_broker_p99_ms"] = {
+        b.spec.name: latency_summary(s)["p99_ms"]
+        for b, s in zip(cluster.brokers, per_broker, strict=True)
+    }
+    return out
+
+
+# --- step 3: batched partitions -----------------------------------------------------------------
+
+
+async def metadata_offset(node: Node) -> int:
+    return int((await http_get(node, "/v1/cluster"))["metadata_offset"])
+
+
+async def bench_batch(cluster: Cluster, topics: int, partitions: int, rf: int) -> dict[str, Any]:
+    batch = [(f"batch-{topics}x{partitions}-{i}", partitions, rf) for i in range(topics)]
+    total = topics * partitions
+    conn = await connect(cluster.brokers[0])
+    try:
+        start = time.perf_counter()
+        errors = await create_topics(conn, batch)
+        created_s = time.perf_counter() - start
+    finally:
+        conn.close()
+    if errors:
+        raise StepError(f"batched create of {total} partitions: {', '.join(sorted(set(errors)))}")
+    leader = cluster.controller(cluster.leader() or 0)
+    committed = await metadata_offset(leader)
+
+    async def on_all_brokers() -> bool:
+        offsets = await asyncio.gather(*(metadata_offset(b) for b in cluster.brokers))
+        return min(offsets) >= committed
+
+    await wait_until(f"the {total} partitions on every broker", on_all_brokers, 120)
+    visible_s = time.perf_counter() - start
+    return {
+        "partitions": total,
+        "replicas": total * rf,
+        "create_s": created_s,
+        "partitions_s": total / created_s,
+        "visible_on_all_brokers_s": visible_s,
+    }
+
+
+# --- step 4: a large image ----------------------------------------------------------------------
+
+
+async def raw_metadata(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+    """One full Metadata v12 round trip on a plain socket: the response frame, not decoded."""
+    header = RequestHeader(
+        request_api_key=METADATA_KEY,
+        request_api_version=METADATA_VERSION,
+        correlation_id=1,
+        client_id=CLIENT_ID,
+    )
+    writer.writelines(encode_request(header, metadata_request(None)))
+    await writer.drain()
+    size = int.from_bytes(await reader.readexactly(4), "big")
+    return await reader.readexactly(size)
+
+
+async def bench_image(cluster: Cluster, requests: int) -> dict[str, Any]:
+    host, port = cluster.brokers[0].address
+    reader, writer = await asyncio.open_connection(host, port)
+    round_trips = []
+    try:
+        frame = await raw_metadata(reader, writer)  # warm-up
+        for _ in range(requests):
+            start = time.perf_counter()
+            frame = await raw_metadata(reader, writer)
+            round_trips.append(time.perf_counter() - start)
+    finally:
+        writer.close()
+    start = time.perf_counter()
+    response = decode_response(METADATA_KEY, METADATA_VERSION, frame)[1]
+    decode_s = time.perf_counter() - start
+    assert isinstance(response, MetadataResponse)
+    out: dict[str, Any] = latency_summary(round_trips)
+    out["topics"] = len(response.topics)
+    out["partitions"] = sum(len(t.partitions) for t in response.topics)
+    out["response_bytes"] = len(frame) + 4
+    out["client_decode_ms"] = 1000 * decode_s
+    out["rss_mib"] = cluster.rss()
+    return out
+
+
+# --- step 5: failover ---------------------------------------------------------------------------
+
+
+async def create_until_ok(cluster: Cluster, name: str) -> int:
+    """Send CreateTopics through a broker until one succeeds; the number of attempts."""
+    attempts = 0
+    conn: KafkaConnection | None = None
+    while True:
+        attempts += 1
+        try:
+            conn = conn if conn is not None and not conn.closed else await connect(cluster.brokers[0])
+            errors = await create_topics(conn, [(name, 1, 3)])
+        except OSError:
+            errors = ["connection failed"]
+        if not errors or errors == ["TOPIC_ALREADY_EXISTS"]:  # an earlier attempt committed
+            if conn is not None:
+                conn.close()
+            return attempts
+        await asyncio.sleep(0.005)
+
+
+async def new_leader_after(cluster: Cluster, old: int, start: float) -> float:
+    while (leader := await asyncio.to_thread(cluster.leader)) in (None, old):
+        await asyncio.sleep(0.01)
+    return time.perf_counter() - start
+
+
+async def failover_run(cluster: Cluster, run: int) -> dict[str, Any]:
+    old = await wait_until("an active controller", lambda: asyncio.to_thread(cluster.leader), 30)
+    victim = cluster.controller(old)
+    start = time.perf_counter()
+    victim.kill()
+    try:
+        async with asyncio.timeout(FAILOVER_TIMEOUT_S):
+            election = asyncio.ensure_future(new_leader_after(cluster, old, start))
+            attempts = await create_until_ok(cluster, f"failover-{run}")
+            create_s = time.perf_counter() - start
+            elected_s = await election
+    except TimeoutError:
+        raise StepError(f"no create succeeded {FAILOVER_TIMEOUT_S:g} s after killing {old}")
+    log(f"  run {run}: killed controller {old}; create ok after {create_s:.3f} s"
+        f" ({attempts} attempts), new leader {cluster.leader_id} seen after {elected_s:.3f} s")
+    restart_s = await restart_controller(cluster, victim)
+    return {
+        "killed": old,
+        "new_leader": cluster.leader_id,
+        "create_ok_s": create_s,
+        "elected_s": elected_s,
+        "attempts": attempts,
+        "restart_caught_up_s": restart_s,
+    }
+
+
+async def restart_controller(cluster: Cluster, node: Node) -> float:
+    """Start ``node`` again; seconds until READY and its image reaches the leader's."""
+    start = time.perf_counter()
+    node.launch()
+    await asyncio.to_thread(node.wait_ready)
+
+    async def caught_up() -> bool:
+        leader = cluster.leader()
+        if leader is None or leader == node.spec.node_id:
+            return False
+        target = await metadata_offset(cluster.controller(leader))
+        view = await http_get(node, "/v1/cluster")
+        return view["controller"]["leader_id"] == leader and view["metadata_offset"] >= target
+
+    await wait_until(f"{node.name} caught up", caught_up, READY_TIMEOUT_S)
+    await wait_cluster_formed(cluster)
+    return time.perf_counter() - start
+
+
+async def bench_failover(cluster: Cluster, runs: int) -> dict[str, Any]:
+    results = [await failover_run(cluster, run) for run in range(runs)]
+    times = [r["create_ok_s"] for r in results]
+    elected = [r["elected_s"] for r in results]
+    return {
+        "runs": results,
+        "median_s": statistics.median(times),
+        "max_s": max(times),
+        "elected_median_s": statistics.median(elected),
+        "restart_median_s": statistics.median(r["restart_caught_up_s"] for r in results),
+    }
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+async def run_step(
+    report: dict[str, Any], cluster: Cluster, key: str, step: Callable[[], Awaitable[Any]]
+) -> bool:
+    """Run one step into ``report['results'][key]``; on failure say which, with stderr tails."""
+    log(f"step {key} ...")
+    start = time.monotonic()
+    try:
+        async with asyncio.timeout(STEP_TIMEOUT_S):
+            report["results"][key] = await step()
+    except (StepError, OSError, TimeoutError, AssertionError) as exc:
+        message = str(exc) or type(exc).__name__
+        report["errors"][key] = message
+        log(f"step {key} FAILED: {message}")
+        nodes = exc.nodes if isinstance(exc, StepError) and exc.nodes else cluster.suspects()
+        for node in nodes:
+            log(f"last stderr lines of {node.name} ({node.stderr_path}):")
+            for line in node.tail():
+                print(f"    {line}", file=sys.stderr)
+        return not any(n.died() for n in cluster.nodes)
+    log(f"step {key} done in {time.monotonic() - start:.1f} s")
+    return True
+
+
+async def run_all(cluster: Cluster, cfg: dict[str, Any], report: dict[str, Any]) -> None:
+    await wait_cluster_formed(cluster)
+    report["results"]["rss_idle_mib"] = cluster.rss()
+    bootstrap = ",".join(f"{h}:{p}" for h, p in (b.address for b in cluster.brokers))
+    steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+        ("sequential", lambda: bench_sequential(cluster, cfg["creates"])),
+        (
+            "sequential_confluent",
+            lambda: asyncio.to_thread(confluent_sequential, bootstrap, cfg["confluent_creates"]),
+        ),
+        ("visibility", lambda: bench_visibility(cluster, cfg["visibility"])),
+    ]
+    for topics, partitions, rf in cfg["batches"]:
+        tag = f"{topics}x{partitions}_rf{rf}"
+        steps.append((f"batch_{tag}", lambda t=topics, p=partitions, r=rf: bench_batch(cluster, t, p, r)))
+        steps.append((f"image_{tag}", lambda: bench_image(cluster, cfg["metadata_requests"])))
+    steps.append(("failover", lambda: bench_failover(cluster, cfg["failovers"])))
+    for key, step in steps:
+        if not await run_step(report, cluster, key, step):
+            log("a node died: stopping")
+            return
+
+
+# --- report -------------------------------------------------------------------------------------
+
+
+def targets(results: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(target, measured, PASS/MISS/n/a)."""
+    out = []
+    for key, metric, label, higher, bound in TARGETS:
+        op = ">=" if higher else "<="
+        name = f"{label} {op} {bound:g}"
+        value = results.get(key, {}).get(metric)
+        if value is None:
+            out.append((name, "n/a", "n/a"))
+            continue
+        ok = value >= bound if higher else value <= bound
+        out.append((name, fmt(value), "PASS" if ok else "MISS"))
+    return out
+
+
+def fmt(value: float) -> str:
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+
+
+def result_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    for key, label in (("sequential", "ours"), ("sequential_confluent", "confluent-kafka")):
+        if r := results.get(key):
+            rows.append(
+                (
+                    f"sequential creates ({label}, {r['n']})",
+                    f"{r['creates_s']:.1f}/s  p50 {r['p50_ms']:.2f}  p99 {r['p99_ms']:.2f}"
+                    f"  max {r['max_ms']:.2f} ms",
+                )
+            )
+    if r := results.get("visibility"):
+        per = "  ".join(f"{k} {v:.1f}" for k, v in r["per_broker_p99_ms"].items())
+        rows.append(
+            (
+                f"visible on all brokers ({r['n']} topics)",
+                f"p50 {r['p50_ms']:.2f}  p99 {r['p99_ms']:.2f}  max {r['max_ms']:.2f} ms",
+            )
+        )
+        rows.append(("  p99 per broker (ms)", per))
+    rows += batch_rows(results)
+    if r := results.get("failover"):
+        times = "  ".join(f"{x['create_ok_s']:.2f}" for x in r["runs"])
+        rows.append(
+            (
+                f"failover: kill -9 to a create ({len(r['runs'])} runs)",
+                f"median {r['median_s']:.3f}  max {r['max_s']:.3f} s  ({times})",
+            )
+        )
+        rows.append(("  new leader reported, median", f"{r['elected_median_s']:.3f} s"))
+        rows.append(("  restart to caught up, median", f"{r['restart_median_s']:.2f} s"))
+    return rows
+
+
+def batch_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    for key in [k for k in results if k.startswith("batch_")]:
+        r, tag = results[key], key.removeprefix("batch_")
+        rows.append(
+            (
+                f"batched create {tag} ({r['partitions']:,} partitions)",
+                f"{r['partitions_s']:,.0f} partitions/s  ({r['create_s']:.3f} s; on every"
+                f" broker after {r['visible_on_all_brokers_s']:.2f} s)",
+            )
+        )
+        if image := results.get(f"image_{tag}"):
+            rows += image_rows(image)
+    return rows
+
+
+def image_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+    rss = r["rss_mib"]
+    controllers = [v for k, v in rss.items() if v is not None and int(k.split("-")[1]) <= 3]
+    brokers = [v for k, v in rss.items() if v is not None and int(k.split("-")[1]) > 3]
+    return [
+        (
+            f"  full Metadata v12, {r['partitions']:,} partitions ({r['n']})",
+            f"p50 {r['p50_ms']:.1f}  p99 {r['p99_ms']:.1f} ms  ({r['response_bytes'] / 1e6:.2f} MB;"
+            f" client decode {r['client_decode_ms']:.0f} ms)",
+        ),
+        (
+            "  RSS MiB controllers / brokers",
+            f"{' '.join(f'{v:.0f}' for v in controllers)} / {' '.join(f'{v:.0f}' for v in brokers)}",
+        ),
+    ]
+
+
+def render(report: dict[str, Any]) -> str:
+    results = report["results"]
+    rows = result_rows(results)
+    width = max((len(label) for label, _ in rows), default=20) + 2
+    lines = [f"{label:{width}}{value}" for label, value in rows]
+    if idle := results.get("rss_idle_mib"):
+        lines.append(f"{'RSS MiB at start':{width}}" + " ".join(f"{v:.0f}" for v in idle.values() if v))
+    lines.append("\ntargets:")
+    for name, value, verdict in report["targets"]:
+        lines.append(f"  {verdict:5} {name:50} {value}")
+    for key, message in report["errors"].items():
+        lines.append(f"  ERROR in step {key}: {message}")
+    return "\n".join(lines)
+
+
+def machine_info() -> dict[str, Any]:
+    model = ""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[:3]
+    return {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version(), "loadavg_at_start": load}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller counts, about a minute")
+    parser.add_argument("--json", metavar="PATH", help="write the report as JSON")
+    parser.add_argument("--data-dir", type=Path, help="keep the nodes' files and logs here")
+    parser.add_argument("--creates", type=int, help="sequential creates (our client)")
+    parser.add_argument("--confluent-creates", type=int, help="sequential creates (0: skip)")
+    parser.add_argument("--visibility", type=int, help="topics timed until on every broker")
+    parser.add_argument("--failovers", type=int, help="kill -9 runs of the active controller")
+    parser.add_argument("--metadata-requests", type=int, help="full Metadata requests per image")
+    parser.add_argument("--log-level", default="INFO", help="KRAFT_LOG_LEVEL of the nodes")
+    return parser.parse_args()
+
+
+def config_of(args: argparse.Namespace) -> dict[str, Any]:
+    cfg = dict(QUICK if args.quick else FULL)
+    for key in ("creates", "confluent_creates", "visibility", "failovers", "metadata_requests"):
+        if (value := getattr(args, key)) is not None:
+            cfg[key] = value
+    return cfg
+
+
+def bench(root: Path, cfg: dict[str, Any], log_level: str) -> dict[str, Any]:
+    report: dict[str, Any] = {"machine": machine_info(), "config": cfg, "results": {}, "errors": {}}
+    cluster = Cluster(root, log_level)
+    try:
+        log(f"starting 3 controllers and 3 brokers in {root}")
+        start = time.monotonic()
+        cluster.start()
+        log(f"cluster up in {time.monotonic() - start:.1f} s")
+        asyncio.run(run_all(cluster, cfg, report))
+    except StepError as exc:
+        report["errors"]["startup"] = str(exc)
+        log(f"FAILED: {exc}")
+        for node in exc.nodes or cluster.suspects():
+            log(f"last stderr lines of {node.name} ({node.stderr_path}):")
+            for line in node.tail():
+                print(f"    {line}", file=sys.stderr)
+    finally:
+        cluster.stop()
+    return report
+
+
+def main() -> int:
+    args = parse_args()
+    cfg = config_of(args)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # finally blocks stop the nodes
+    started = time.monotonic()
+    if args.data_dir is not None:
+        args.data_dir.mkdir(parents=True, exist_ok=True)
+        report = bench(args.data_dir.resolve(), cfg, args.log_level)
+    else:
+        with tempfile.TemporaryDirectory(prefix="bench-controller-") as tmp:
+            report = bench(Path(tmp), cfg, args.log_level)
+    report["targets"] = targets(report["results"])
+    report["elapsed_s"] = time.monotonic() - started
+    print(render(report))
+    print(f"\n{report['elapsed_s']:.0f} s; loadavg at start {report['machine']['loadavg_at_start']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2, default=str))
+    return 1 if report["errors"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
