@@ -55,12 +55,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from broker.kafka_client import KafkaConnection
 from kafka_protocol.errors import ErrorCode
@@ -82,6 +81,7 @@ from kraft.dev_cluster import (
     write_node_configs,
 )
 
+REPO = Path(__file__).resolve().parent.parent
 CREATE_TOPICS_VERSION = 7
 METADATA_VERSION = 12
 METADATA_KEY = 3
@@ -460,7 +460,9 @@ async def bench_visibility(cluster: Cluster, count: int) -> dict[str, Any]:
             try:
                 seen = await asyncio.gather(*(seen_after(c, name, start) for c in pollers))
             except TimeoutError:
-                raise StepError(f"{name} not on every broker after {VISIBLE_TIMEOUT_S:g} s") from None
+                raise StepError(
+                    f"{name} not on every broker after {VISIBLE_TIMEOUT_S:g} s"
+                ) from None
             visible.append(max(seen))
             for samples, s in zip(per_broker, seen, strict=True):
                 samples.append(s)
@@ -564,7 +566,9 @@ async def create_until_ok(cluster: Cluster, name: str) -> int:
     while True:
         attempts += 1
         try:
-            conn = conn if conn is not None and not conn.closed else await connect(cluster.brokers[0])
+            conn = (
+                conn if conn is not None and not conn.closed else await connect(cluster.brokers[0])
+            )
             errors = await create_topics(conn, [(name, 1, 3)])
         except OSError:
             errors = ["connection failed"]
@@ -576,7 +580,7 @@ async def create_until_ok(cluster: Cluster, name: str) -> int:
 
 
 async def new_leader_after(cluster: Cluster, old: int, start: float) -> float:
-    while (leader := await asyncio.to_thread(cluster.leader)) in (None, old):
+    while await asyncio.to_thread(cluster.leader) in (None, old):
         await asyncio.sleep(0.01)
     return time.perf_counter() - start
 
@@ -586,16 +590,21 @@ async def failover_run(cluster: Cluster, run: int) -> dict[str, Any]:
     victim = cluster.controller(old)
     start = time.perf_counter()
     victim.kill()
+    election = asyncio.ensure_future(new_leader_after(cluster, old, start))
     try:
         async with asyncio.timeout(FAILOVER_TIMEOUT_S):
-            election = asyncio.ensure_future(new_leader_after(cluster, old, start))
             attempts = await create_until_ok(cluster, f"failover-{run}")
             create_s = time.perf_counter() - start
             elected_s = await election
     except TimeoutError:
-        raise StepError(f"no create succeeded {FAILOVER_TIMEOUT_S:g} s after killing {old}")
-    log(f"  run {run}: killed controller {old}; create ok after {create_s:.3f} s"
-        f" ({attempts} attempts), new leader {cluster.leader_id} seen after {elected_s:.3f} s")
+        message = f"no create succeeded {FAILOVER_TIMEOUT_S:g} s after killing controller {old}"
+        raise StepError(message) from None
+    finally:
+        election.cancel()
+    log(
+        f"  run {run}: killed controller {old}; create ok after {create_s:.3f} s"
+        f" ({attempts} attempts), new leader {cluster.leader_id} seen after {elected_s:.3f} s"
+    )
     restart_s = await restart_controller(cluster, victim)
     return {
         "killed": old,
@@ -679,7 +688,9 @@ async def run_all(cluster: Cluster, cfg: dict[str, Any], report: dict[str, Any])
     ]
     for topics, partitions, rf in cfg["batches"]:
         tag = f"{topics}x{partitions}_rf{rf}"
-        steps.append((f"batch_{tag}", lambda t=topics, p=partitions, r=rf: bench_batch(cluster, t, p, r)))
+        steps.append(
+            (f"batch_{tag}", lambda t=topics, p=partitions, r=rf: bench_batch(cluster, t, p, r))
+        )
         steps.append((f"image_{tag}", lambda: bench_image(cluster, cfg["metadata_requests"])))
     steps.append(("failover", lambda: bench_failover(cluster, cfg["failovers"])))
     for key, step in steps:
@@ -774,9 +785,13 @@ def image_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         ),
         (
             "  RSS MiB controllers / brokers",
-            f"{' '.join(f'{v:.0f}' for v in controllers)} / {' '.join(f'{v:.0f}' for v in brokers)}",
+            f"{_mib(controllers)} / {_mib(brokers)}",
         ),
     ]
+
+
+def _mib(values: list[float]) -> str:
+    return " ".join(f"{v:.0f}" for v in values)
 
 
 def render(report: dict[str, Any]) -> str:
@@ -785,7 +800,9 @@ def render(report: dict[str, Any]) -> str:
     width = max((len(label) for label, _ in rows), default=20) + 2
     lines = [f"{label:{width}}{value}" for label, value in rows]
     if idle := results.get("rss_idle_mib"):
-        lines.append(f"{'RSS MiB at start':{width}}" + " ".join(f"{v:.0f}" for v in idle.values() if v))
+        lines.append(
+            f"{'RSS MiB at start':{width}}" + " ".join(f"{v:.0f}" for v in idle.values() if v)
+        )
     lines.append("\ntargets:")
     for name, value, verdict in report["targets"]:
         lines.append(f"  {verdict:5} {name:50} {value}")
@@ -800,7 +817,12 @@ def machine_info() -> dict[str, Any]:
         model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
-    return {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version(), "loadavg_at_start": load}
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "loadavg_at_start": load,
+    }
 
 
 def parse_args() -> argparse.Namespace:
@@ -860,7 +882,9 @@ def main() -> int:
     report["targets"] = targets(report["results"])
     report["elapsed_s"] = time.monotonic() - started
     print(render(report))
-    print(f"\n{report['elapsed_s']:.0f} s; loadavg at start {report['machine']['loadavg_at_start']}")
+    print(
+        f"\n{report['elapsed_s']:.0f} s; loadavg at start {report['machine']['loadavg_at_start']}"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2, default=str))
     return 1 if report["errors"] else 0

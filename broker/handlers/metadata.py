@@ -1,7 +1,8 @@
 """Metadata 0-12 from the broker's image, with topic auto-creation.
 
-``controller_id`` is this broker (clients need a listed broker there, and controllers are not
-client-reachable).  A request for unknown topics creates them when the request allows it (v4+,
+The brokers listed are the registered, unfenced brokers of the image with their PLAINTEXT
+endpoint (Kafka lists the alive brokers), and always this broker. ``controller_id`` is this
+broker (clients need a listed broker there, and controllers are not client-reachable).  A request for unknown topics creates them when the request allows it (v4+,
 always before v4) and ``auto.create.topics.enable`` is on, with the broker's
 ``num.partitions`` and ``default.replication.factor``.  Topic ids are reported from v10.
 """
@@ -93,15 +94,23 @@ class MetadataHandler:
                 else:
                     error = errors.get(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     topics.append(Topic(error_code=error, name=TopicName(name)))
+        brokers = {
+            self.broker.node_id: MetadataResponse.MetadataResponseBroker(
+                node_id=BrokerId(self.broker.node_id),
+                host=host,
+                port=port,
+                rack=self.broker.config.rack,
+            )
+        }
+        for reg in image.brokers.values():
+            endpoint = reg.listener("PLAINTEXT")
+            if reg.fenced or endpoint is None or reg.id == self.broker.node_id:
+                continue
+            brokers[reg.id] = MetadataResponse.MetadataResponseBroker(
+                node_id=BrokerId(reg.id), host=endpoint.host, port=endpoint.port, rack=reg.rack
+            )
         return MetadataResponse(
-            brokers=[
-                MetadataResponse.MetadataResponseBroker(
-                    node_id=BrokerId(self.broker.node_id),
-                    host=host,
-                    port=port,
-                    rack=self.broker.config.rack,
-                )
-            ],
+            brokers=[brokers[b] for b in sorted(brokers)],
             cluster_id=self.broker.cluster_id,
             controller_id=BrokerId(self.broker.node_id),
             topics=topics,

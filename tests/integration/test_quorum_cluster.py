@@ -7,12 +7,14 @@ timeout and its partitions led elsewhere within timeout + 1 s), measured from th
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from integration.cluster_process import LocalCluster, ServerProcess
@@ -107,6 +109,24 @@ def test_a_topic_created_through_any_broker_reaches_every_broker(cluster: LocalC
             assert p.leader in p.isrs
     described = cluster.any_broker().get("/v1/topics/everywhere")
     assert len(described["partitions"]) == 6
+
+
+def test_clients_produce_and_consume_across_the_brokers(cluster: LocalCluster) -> None:
+    """Partitions led by every broker: a client must learn all of them from Metadata."""
+    create_topic(cluster, "spread", partitions=6, rf=1)
+    assert set(leaders(cluster, "spread").values()) == set(cluster.brokers), "rack striping"
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
+    for i in range(600):
+        producer.produce("spread", key=b"k%d" % i, value=b"v%d" % i)
+    assert producer.flush(15) == 0
+    out = subprocess.run(
+        ["kcat", "-C", "-b", cluster.bootstrap, "-t", "spread", "-e", "-o", "beginning", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert sorted(out.stdout.split()) == sorted(f"v{i}" for i in range(600))
 
 
 def test_kill_9_of_the_active_controller(cluster: LocalCluster) -> None:
