@@ -2,9 +2,10 @@
 
 The brokers listed are the registered, unfenced brokers of the image with their PLAINTEXT
 endpoint (Kafka lists the alive brokers), and always this broker. ``controller_id`` is this
-broker (clients need a listed broker there, and controllers are not client-reachable).  A request for unknown topics creates them when the request allows it (v4+,
-always before v4) and ``auto.create.topics.enable`` is on, with the broker's
-``num.partitions`` and ``default.replication.factor``.  Topic ids are reported from v10.
+broker (clients need a listed broker there, and controllers are not client-reachable).
+A request for unknown topics creates them when the request allows it (v4+, always before
+v4) and ``auto.create.topics.enable`` is on, with the broker's ``num.partitions`` and
+``default.replication.factor``.  Topic ids are reported from v10.
 """
 
 from __future__ import annotations

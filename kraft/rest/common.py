@@ -292,7 +292,15 @@ def node_of(request: web.Request) -> AdminNode:
 
 
 def broker_of(request: web.Request) -> Broker:
-    broker = request.app[NODE].broker
+    node = request.app[NODE]
+    broker = node.broker
+    if broker is None and not node.config.is_broker:
+        raise ApiError(
+            404,
+            "NOT_A_BROKER",
+            "this node is a controller; topics, records and groups are served by the brokers'"
+            " admin API (GET /v1/cluster lists them)",
+        )
     if broker is None:
         raise ApiError(503, "NOT_READY", "the broker has not started yet")
     return broker

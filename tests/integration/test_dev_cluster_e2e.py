@@ -1,0 +1,72 @@
+"""``kraft dev --controllers 3 --brokers 3`` as a user runs it: READY, a working cluster,
+and a clean stop that leaves no process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+READY = re.compile(r"READY bootstrap=(\S+) admin=(\S+)")
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def test_a_three_by_three_dev_cluster(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "kraft.cli", "dev", "--controllers", "3", "--brokers", "3"]
+    cmd += ["--port", "0", "--admin-port", "0", "--data-dir", str(tmp_path / "data")]
+    stderr = (tmp_path / "stderr.log").open("w")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KRAFT_")}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        m = READY.search(line)
+        assert m, f"no READY line: {line!r}\n{(tmp_path / 'stderr.log').read_text()[-3000:]}"
+        bootstrap, admin = m.group(1), m.group(2)
+        assert len(bootstrap.split(",")) == 3
+        with urllib.request.urlopen(admin + "/v1/cluster", timeout=5) as response:
+            view = json.load(response)
+        assert len(view["controller"]["voters"]) == 3
+        assert view["controller"]["leader_id"] in {1, 2, 3}
+        assert sorted(b["id"] for b in view["brokers"]) == [4, 5, 6]
+        subprocess.run(
+            ["kcat", "-P", "-b", bootstrap, "-t", "dev-e2e"],
+            input="a\nb\nc\n",
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        out = subprocess.run(
+            ["kcat", "-C", "-b", bootstrap, "-t", "dev-e2e", "-e", "-o", "beginning", "-q"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        assert out.stdout.split() == ["a", "b", "c"]
+        children = _children(proc.pid)
+        assert len(children) == 6
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(Path(f"/proc/{c}").exists() for c in children):
+            time.sleep(0.1)
+        assert not [c for c in children if Path(f"/proc/{c}").exists()], "children left behind"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
