@@ -28,9 +28,11 @@ Every controller keeps the same committed state, built only from the replicated 
   controller: every registered broker gets a fresh session when a controller becomes
   active, and brokers that stop heartbeating are fenced after ``broker.session.timeout.ms``.
 - **Snapshots.** The fetchable log keeps the batches after the newest in-memory snapshot;
-  every ``snapshot_interval_records`` the image is encoded as a snapshot and older batches
-  are dropped. A broker asking for an offset below the log start gets the snapshot id and
-  fetches the snapshot (FetchSnapshot). The Raft journal itself still holds every entry.
+  once the batches after it exceed ``snapshot_interval_bytes`` (Kafka's
+  ``metadata.log.max.record.bytes.between.snapshots``) the image is encoded as a snapshot
+  and older batches are dropped. A broker asking for an offset below the log start gets
+  the snapshot id and fetches the snapshot (FetchSnapshot). The Raft journal itself still
+  holds every entry.
 
 Threads: pysyncobj's tick thread runs apply; the event loop runs commands and serves
 requests. The image and the fetchable log are swapped by reference (atomic under the
@@ -67,7 +69,7 @@ log = logging.getLogger("kraft.controller")
 R = TypeVar("R")
 Command = Callable[[ClusterImage], ControllerResult[R]]
 
-DEFAULT_SNAPSHOT_INTERVAL_RECORDS: Final = 20_000
+DEFAULT_SNAPSHOT_INTERVAL_BYTES: Final = 20 << 20  # Kafka's default
 MAINTENANCE_PERIOD_S: Final = 0.05
 
 
@@ -113,13 +115,14 @@ class QuorumController:
         config: ControllerConfig,
         *,
         heartbeat_interval_ms: int = 2000,
-        snapshot_interval_records: int = DEFAULT_SNAPSHOT_INTERVAL_RECORDS,
+        snapshot_interval_bytes: int = DEFAULT_SNAPSHOT_INTERVAL_BYTES,
         clock: Callable[[], int] = monotonic_ms,
     ) -> None:
         self.config = config
         self.controller = Controller(config)
         self.heartbeat_interval_ms = heartbeat_interval_ms
-        self.snapshot_interval_records = snapshot_interval_records
+        self.snapshot_interval_bytes = snapshot_interval_bytes
+        self._bytes_since_snapshot = 0
         self._clock = clock
         self._image = ClusterImage.EMPTY
         self._batches: list[CommittedBatch] = []
@@ -186,6 +189,7 @@ class QuorumController:
         with self._log_lock:
             self._batches.append(CommittedBatch(appended.offset, appended.last_offset, bytes(data)))
             self._batch_offsets.append(appended.last_offset)
+            self._bytes_since_snapshot += len(data)
             self._image = new_image
         loop = self._loop
         if loop is not None and not loop.is_closed():
@@ -226,14 +230,14 @@ class QuorumController:
 
     def _maybe_snapshot(self) -> None:
         image = self._image
-        since = image.offset + 1 - self.log_start_offset
-        if since < self.snapshot_interval_records:
+        if self._bytes_since_snapshot < self.snapshot_interval_bytes:
             return
         data = encode_snapshot(image, timestamp_ms=wall_clock_ms())
         snapshot_id = SnapshotId(image.offset + 1, max(image.epoch, 0))
         with self._log_lock:
             keep = bisect.bisect_right(self._batch_offsets, image.offset)
             self._snapshot = MetadataSnapshot(snapshot_id, data)
+            self._bytes_since_snapshot -= sum(len(b.data) for b in self._batches[:keep])
             del self._batches[:keep], self._batch_offsets[:keep]
         log.info("metadata snapshot at offset %d (%d bytes)", snapshot_id.end_offset, len(data))
 
@@ -295,7 +299,7 @@ class QuorumController:
             await asyncio.sleep(MAINTENANCE_PERIOD_S)
 
     async def _maintain(self) -> None:
-        if self.log_start_offset + self.snapshot_interval_records <= self.high_watermark:
+        if self._bytes_since_snapshot >= self.snapshot_interval_bytes:
             await asyncio.to_thread(self._maybe_snapshot)
         if not self.quorum.is_active:
             self._active_epoch = -1

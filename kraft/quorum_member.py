@@ -35,7 +35,7 @@ from kraft.config import ConfigError, NodeConfig
 from kraft.controller.result import ControllerConfig
 from kraft.controller_api import ControllerApis
 from kraft.quorum.raft import RaftSettings
-from kraft.quorum_controller import QuorumController
+from kraft.quorum_controller import DEFAULT_SNAPSHOT_INTERVAL_BYTES, QuorumController
 from metadata_log.delta import MetadataDelta
 from metadata_log.image import ClusterImage
 
@@ -123,6 +123,9 @@ class QuorumMember:
             settings,
             config,
             heartbeat_interval_ms=cfg.get_int("broker.heartbeat.interval.ms", 2000),
+            snapshot_interval_bytes=cfg.get_int(
+                "metadata.log.max.record.bytes.between.snapshots", DEFAULT_SNAPSHOT_INTERVAL_BYTES
+            ),
         )
         apis = ControllerApis(controller, cfg.node_id, voters)
         dispatcher = RequestDispatcher(apis.specs(), BrokerMetrics())

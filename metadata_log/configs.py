@@ -300,6 +300,7 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("log.dirs", _T.LIST, None),
     ConfigDef("log.dir", _T.STRING, "/tmp/kafka-logs"),
     ConfigDef("metadata.log.dir", _T.STRING, None),
+    ConfigDef("metadata.log.max.record.bytes.between.snapshots", _T.LONG, "20971520", at_least(1)),
     ConfigDef("num.partitions", _T.INT, "1", at_least(1), dynamic=True),
     ConfigDef("default.replication.factor", _T.INT, "1", at_least(1), dynamic=True),
     ConfigDef("auto.create.topics.enable", _T.BOOLEAN, "true"),

@@ -46,6 +46,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     extra = {
         "broker.session.timeout.ms": str(SESSION_TIMEOUT_MS),
         "broker.heartbeat.interval.ms": str(HEARTBEAT_MS),
+        # Small, so that brokers restarting later in the module start from a snapshot.
+        "metadata.log.max.record.bytes.between.snapshots": "4096",
     }
     cluster = LocalCluster.create(root, 3, 3, extra).start()
     try:
@@ -205,6 +207,19 @@ def test_a_paused_controller_cannot_commit_stale_records(cluster: LocalCluster) 
     assert offsets
     for broker in cluster.brokers.values():
         assert "while-paused" in {t["name"] for t in broker.get("/v1/topics")}
+
+
+def test_a_restarted_broker_catches_up_from_a_snapshot(cluster: LocalCluster) -> None:
+    controller = next(c for c in cluster.controllers.values() if c.alive())
+    for i in range(8):  # enough records for the controllers to snapshot and drop a prefix
+        create_topic(cluster, f"snap-{i}", partitions=3, rf=3)
+    broker = next(iter(cluster.brokers.values()))
+    broker.stop()
+    broker.launch().wait_ready()
+    assert "snap-7" in {t["name"] for t in broker.get("/v1/topics")}
+    log = broker.log_path.read_text()
+    assert "loaded metadata snapshot" in log, "the broker never loaded a snapshot"
+    assert controller.get("/v1/cluster")["metadata_offset"] > 0
 
 
 def test_full_restart_gives_identical_metadata(cluster: LocalCluster) -> None:
