@@ -1,8 +1,9 @@
 """The ``kraft`` command line.
 
     kraft dev [--data-dir DIR] [--port N] [--admin-port N]    one combined node, for development
+    kraft dev --controllers 3 --brokers 3                     a local cluster of processes
     kraft server [--config FILE] [--override key=value ...]   one node, exactly as a container runs
-    kraft topics|produce|consume ...                          admin commands over the REST API
+    kraft topics|produce|consume|cluster ...                  admin commands over the REST API
 
 Errors in configuration exit with status 2 and one line that names the key and its source.
 """
