@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     AlterConfigsRequest,
     AlterConfigsResponse,
@@ -22,6 +23,15 @@ from kafka_protocol.messages import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
+
+
+class ControllerRequestError(Exception):
+    """A controller call that has no per-item answer failed with ``error_code``
+    (``allocate_producer_ids``: controller unreachable, stale broker epoch, ...)."""
+
+    def __init__(self, error_code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(f"{error_code.name}: {message or error_code.message}")
+        self.error_code = error_code
 
 
 class ControllerChannel(Protocol):
@@ -46,5 +56,6 @@ class ControllerChannel(Protocol):
     ) -> IncrementalAlterConfigsResponse: ...
 
     async def allocate_producer_ids(self, broker_id: int, count: int) -> tuple[int, int]:
-        """A block of ``count`` producer ids never handed out before: (first id, count)."""
+        """A block of ``count`` producer ids never handed out before: (first id, count).
+        Raises :class:`ControllerRequestError`."""
         ...

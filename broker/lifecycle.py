@@ -104,7 +104,9 @@ class BrokerLifecycle:
         self.should_shut_down = False
         self._want_shut_down = False
         self._unanswered = 0  # heartbeats in a row that no controller answered
-        self._unfence_backoff = Backoff(UNFENCE_FIRST_RETRY_S, self.heartbeat_interval_s)
+        self._unfence_backoff = Backoff(
+            min(UNFENCE_FIRST_RETRY_S, self.heartbeat_interval_s), self.heartbeat_interval_s
+        )
 
     @property
     def registered(self) -> bool:

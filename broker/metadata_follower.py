@@ -153,6 +153,7 @@ class MetadataFollower:
                     exc,
                 )
                 self._failures += 1
+                self.client.rotate(to_active=False, reason="sent corrupt metadata")
             else:
                 self._succeeded()
                 backoff.reset()
@@ -242,7 +243,7 @@ class MetadataFollower:
         expected = self.next_offset
         for batch in iter_batches(records, allow_truncated_tail=True):
             if batch.last_offset < expected:
-                continue  # a batch we asked from the middle of, or already have
+                continue  # wholly replayed already
             if batch.last_offset >= high_watermark:
                 break  # not committed yet
             batch.validate()

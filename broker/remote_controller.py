@@ -24,6 +24,7 @@ import logging
 from collections.abc import Callable
 from typing import Final, Protocol, TypeVar
 
+from broker.controller_channel import ControllerRequestError
 from broker.kafka_client import ControllerClient, NoUsableVersionError
 from kafka_protocol._codec import Request, Response
 from kafka_protocol.errors import ErrorCode
@@ -58,12 +59,7 @@ R = TypeVar("R", bound=Response)
 Q = TypeVar("Q", bound=Request)
 
 
-class ControllerRequestError(Exception):
-    """A controller call that has no per-item answer failed with ``error_code``."""
-
-    def __init__(self, error_code: ErrorCode, message: str | None = None) -> None:
-        super().__init__(f"{error_code.name}: {message or error_code.message}")
-        self.error_code = error_code
+__all__ = ["BrokerEpochSource", "ControllerRequestError", "RemoteControllerChannel"]
 
 
 class BrokerEpochSource(Protocol):

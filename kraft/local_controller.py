@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+from broker.controller_channel import ControllerRequestError
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     AlterConfigsRequest,
@@ -31,7 +32,7 @@ from kafka_protocol.messages import (
 from kafka_protocol.types import BrokerId
 from kraft.controller.cluster import METADATA_VERSION_4_0_IV3
 from kraft.controller.local import LocalController
-from kraft.controller.result import ControllerConfig
+from kraft.controller.result import ControllerApiError, ControllerConfig
 from metadata_log.image import METADATA_VERSION_FEATURE, ClusterImage
 from metadata_log.log import LocalMetadataLog, MetadataListener
 
@@ -92,7 +93,10 @@ class LocalControllerChannel:
         return await self.controller.incremental_alter_configs(request)
 
     async def allocate_producer_ids(self, broker_id: int, count: int) -> tuple[int, int]:
-        return await self.controller.allocate_producer_ids(broker_id, count)
+        try:
+            return await self.controller.allocate_producer_ids(broker_id, count)
+        except ControllerApiError as exc:
+            raise ControllerRequestError(exc.error_code, str(exc)) from None
 
     # --- this node's broker -------------------------------------------------------------------
 

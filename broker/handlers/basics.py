@@ -15,8 +15,10 @@ producer's current id and epoch (KIP-360's epoch bump is for transactional produ
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
+from broker.controller_channel import ControllerRequestError
 from broker.dispatcher import ApiHandler, RequestContext
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
@@ -31,6 +33,8 @@ from kafka_protocol.types import BrokerId, ProducerId
 
 if TYPE_CHECKING:
     from broker.broker import Broker
+
+log = logging.getLogger("broker.handlers")
 
 GROUP_KEY = 0
 PRODUCER_ID_BLOCK = 1000
@@ -98,7 +102,13 @@ class InitProducerIdHandler:
             return InitProducerIdResponse(
                 error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
             )
-        return InitProducerIdResponse(producer_id=await self._allocate(), producer_epoch=0)
+        try:
+            producer_id = await self._allocate()
+        except ControllerRequestError as exc:
+            # Kafka's answer while no producer id block is available (KIP-730): retriable.
+            log.warning("no producer id block from the controller: %s", exc)
+            return InitProducerIdResponse(error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        return InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)
 
     async def _allocate(self) -> ProducerId:
         if self._next >= self._end:

@@ -101,3 +101,23 @@ def test_a_delta_not_built_on_the_current_image_reconciles_everything() -> None:
     delta = MetadataDelta(ClusterImage.EMPTY).replay_all(_topic("kept", kept, [[ME]]))
     broker.on_metadata(delta, delta.apply(offset=100))
     assert set(broker.replicas.partitions) == {("kept", 0)}
+
+
+def test_init_producer_id_answers_a_retriable_error_when_the_controller_fails() -> None:
+    import asyncio
+
+    from broker.controller_channel import ControllerRequestError
+    from broker.handlers.basics import InitProducerIdHandler
+    from kafka_protocol.errors import ErrorCode
+    from kafka_protocol.messages import InitProducerIdRequest
+
+    class Unreachable:
+        async def allocate_producer_ids(self, broker_id: int, count: int) -> tuple[int, int]:
+            raise ControllerRequestError(ErrorCode.REQUEST_TIMED_OUT)
+
+    broker = _broker()
+    broker.controller = Unreachable()  # type: ignore[assignment]
+    handler = InitProducerIdHandler(broker)
+    request = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1)
+    response = asyncio.run(handler.handle(None, request))  # type: ignore[arg-type]
+    assert response.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS

@@ -121,9 +121,10 @@ class FakeController:
         assert self._server is not None
         self._server.close()
         self.drop_connections()
-        for task in list(self._handlers):
-            task.cancel()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
+        while self._handlers:  # including connections accepted while we were closing
+            for task in self._handlers:
+                task.cancel()
+            await asyncio.gather(*self._handlers, return_exceptions=True)
         await self._server.wait_closed()
 
     # --- metadata log -------------------------------------------------------------------------
@@ -185,6 +186,8 @@ class FakeController:
             reading.cancel()
             writer.close()
             self._writers.discard(writer)
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()  # the socket is released before the loop ends
 
     async def _read_requests(
         self,
