@@ -64,6 +64,8 @@ class Broker:
         self.cluster_id = cluster_id
         self.controller = controller
         self.image = image
+        self._settings_image: ClusterImage | None = None
+        self._settings: dict[str, tuple[dict[str, str], LogConfig]] = {}
         self.metrics = BrokerMetrics()
         self.replicas = ReplicaManager(storage, config.log_dir)
         self.replicas.on_append = self._count_append
@@ -131,13 +133,24 @@ class Broker:
         # Internal keys (never described) are not among the entries; keep their overrides.
         return {**overrides, **{k: e.value for k, e in entries.items() if e.value is not None}}
 
+    def _topic_settings(self, name: str) -> tuple[dict[str, str], LogConfig]:
+        """A topic's effective configs, computed once per topic and image (a topic of 10,000
+        partitions would otherwise recompute them 10,000 times)."""
+        if self._settings_image is not self.image:
+            self._settings_image, self._settings = self.image, {}
+        settings = self._settings.get(name)
+        if settings is None:
+            cfg = self.topic_config(name)
+            settings = self._settings[name] = (cfg, LogConfig.from_topic_configs(cfg))
+        return settings
+
     def _open(self, topic: TopicImage, index: int, leader_epoch: int, isr_size: int) -> Partition:
-        cfg = self.topic_config(topic.name)
+        cfg, log_config = self._topic_settings(topic.name)
         return self.replicas.open_partition(
             topic.name,
             index,
             topic.topic_id,
-            LogConfig.from_topic_configs(cfg),
+            log_config,
             max_message_bytes=int(cfg.get("max.message.bytes", "1048588")),
             log_append_time=cfg.get("message.timestamp.type") == "LogAppendTime",
             leader_epoch=leader_epoch,

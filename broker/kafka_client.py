@@ -64,6 +64,7 @@ API_VERSIONS_VERSION: Final = 3
 CLIENT_SOFTWARE_NAME: Final = "kraft-platform-broker"
 CLIENT_SOFTWARE_VERSION: Final = "0.1.0"
 DEFAULT_REQUEST_TIMEOUT_MS: Final = 5000
+CONTROLLER_RETRY_MAX_S: Final = 0.2
 _SIZE = struct.Struct(">i")
 _MAX_CORRELATION_ID = 0x7FFFFFFF
 # Per-item result lists of the admin responses (CreateTopics, DeleteTopics, CreatePartitions,
@@ -335,7 +336,9 @@ class ControllerClient:
         connection failures (and NOT_CONTROLLER when ``to_active``) until the caller's
         deadline.  Raises :class:`NoUsableVersionError` if the controller cannot take it."""
         route = self._active if to_active else self._any
-        backoff = Backoff()
+        # Short and flat: during an election no controller is active for a few hundred ms,
+        # and a growing backoff would add up to a second to every failover.
+        backoff = Backoff(0.05, CONTROLLER_RETRY_MAX_S)
         failures = 0
         while True:
             if self._closed:

@@ -237,7 +237,7 @@ class ControllerApis:
         if self.qc.log_start_offset <= offset and self.qc.high_watermark <= offset:
             try:
                 async with asyncio.timeout(wait_s):
-                    await self.qc.wait_for_commit_after(offset - 1)
+                    await self.qc.wait_for_commit_after(offset)  # a record at ``offset``
             except TimeoutError:
                 pass
         max_bytes = max(1, min(part.partition_max_bytes, req.max_bytes or 1 << 30))

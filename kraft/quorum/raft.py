@@ -32,6 +32,9 @@ keeping a single one keeps the journal format ours, not an accident of method na
   ``nextIndex`` backwards on an acknowledgement. Without this, a duplicated or re-sent
   AppendEntries makes a follower drop entries it already acknowledged, and committed,
   acknowledged writes are lost at the next election. ``tests/unit/quorum`` reproduces it.
+  A candidate also counts each voter once per term: pysyncobj counts vote messages, so a
+  duplicated vote could elect a leader without a majority (found by the 5-controller
+  simulation in ``tests/unit/sim``).
 - **Durability** (hazard 2): we chose *flush before acknowledging*. A follower msyncs the
   journal before it acknowledges new entries, and the leader msyncs its journal at the
   start of each tick, before it counts itself towards a commit. Cost: one msync per
@@ -251,6 +254,8 @@ class _FixedSyncObj(SyncObj):  # type: ignore[misc]
         # Set before SyncObj.__init__ so that snapshots exclude them.
         self._kraft_flushed_mark: tuple[int, int] | None = None
         self._kraft_waits_term = 0
+        self._kraft_votes_term: object = None
+        self._kraft_voters: set[str] = set()
         super().__init__(*args, **kwargs)
         assert not self.conf.dynamicMembershipChange, "the fix assumes static membership"
 
@@ -265,8 +270,20 @@ class _FixedSyncObj(SyncObj):  # type: ignore[misc]
             self._follower_append_entries(node, message)
         elif kind == "next_node_idx" and self._SyncObj__raftState == _LEADER:
             self._leader_on_next_node_idx(node, message)
+        elif kind == "response_vote" and not self._first_vote_from(node, message):
+            return  # pysyncobj counts vote messages, not voters: a duplicate must not count
         else:
             SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _first_vote_from(self, node: Any, message: Any) -> bool:
+        """Whether this is ``node``'s first vote for us in the message's term."""
+        term = message.get("term")
+        if self._kraft_votes_term != term:
+            self._kraft_votes_term, self._kraft_voters = term, set()
+        if node.id in self._kraft_voters:
+            return False
+        self._kraft_voters.add(node.id)
+        return True
 
     def _follower_append_entries(self, node: Any, message: Any) -> None:
         entries = message.get("entries", [])

@@ -18,6 +18,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from integration.cluster_process import LocalCluster, ServerProcess
+from integration.raw_client import RawConnection
+from kafka_protocol.messages import FetchRequest, FetchResponse
+from kafka_protocol.types import TopicName
 
 pytestmark = pytest.mark.integration
 
@@ -129,6 +132,35 @@ def test_clients_produce_and_consume_across_the_brokers(cluster: LocalCluster) -
         check=True,
     )
     assert sorted(out.stdout.split()) == sorted(f"v{i}" for i in range(600))
+
+
+def test_metadata_fetch_long_polls_at_the_high_watermark(cluster: LocalCluster) -> None:
+    """A caught-up broker's fetch waits for new records (max_wait_ms) instead of spinning;
+    an older offset is answered at once with committed batches."""
+    controller = next(c for c in cluster.controllers.values() if c.alive())
+    conn = RawConnection(controller.address)
+    try:
+
+        def fetch(offset: int) -> tuple[float, FetchResponse.PartitionData]:
+            partition = FetchRequest.FetchPartition(
+                partition=0, fetch_offset=offset, partition_max_bytes=1 << 20
+            )
+            topic = FetchRequest.FetchTopic(
+                topic=TopicName("__cluster_metadata"), partitions=[partition]
+            )
+            request = FetchRequest(replica_id=-1, max_wait_ms=400, min_bytes=1, topics=[topic])
+            started = time.monotonic()
+            response = conn.request(request, 12)
+            return time.monotonic() - started, response.responses[0].partitions[0]
+
+        _, first = fetch(0)
+        assert first.error_code == 0 and first.records and first.high_watermark > 0
+        waited, at_end = fetch(first.high_watermark)
+        assert not at_end.records or at_end.high_watermark > first.high_watermark
+        if not at_end.records:
+            assert waited >= 0.35, f"a caught-up fetch returned after {waited:.3f} s"
+    finally:
+        conn.close()
 
 
 def test_kill_9_of_the_active_controller(cluster: LocalCluster) -> None:

@@ -30,7 +30,10 @@ virtual (``TICK_S`` per step), nothing runs in a thread, so a seed replays exact
 - **Faults**: messages dropped, duplicated, delayed and reordered; a node isolated
   (``net.down``: it ticks, its traffic is lost), a link cut; a controller paused (no ticks,
   messages to it wait); a controller crashed, as a power loss (the disk keeps what was
-  flushed) or ``kill -9`` (the page cache survives), and restarted later from its disk.
+  flushed) or ``kill -9`` (the page cache survives), and restarted later from its disk
+  (``metadata_sim_disk``). Crashes also strike at the worst moments: a power loss while a
+  controller holds unflushed entries, a crash right after a new term or vote, every
+  controller losing power at once.
 - **Invariants**, checked after every step (a violation stops the run; it names the seed
   and shows the last events): at most one active controller per epoch, ever; Raft terms
   never decrease on a node, across restarts; claimed epochs and high watermarks never
@@ -63,7 +66,7 @@ from unittest import mock
 
 import pysyncobj.syncobj as pso_syncobj  # type: ignore[import-untyped]
 from metadata_sim_disk import SimDisk, SimJournal
-from metadata_sim_workload import Command, next_command
+from metadata_sim_workload import Command, command_kind, next_command
 
 import kraft.quorum_controller as quorum_controller_module
 from broker.metadata_follower import MetadataFollower
@@ -94,29 +97,30 @@ class SimConfig:
     controllers: int = 3
     brokers: int = 3
     steps: int = 1500
-    # Per controller and step.
+    # Faults, per controller and step.
     crash_rate: float = 0.0015
-    restart_rate: float = 0.03
-    kill_share: float = 0.3  # crashes that keep the page cache (kill -9, not power loss)
-    # Per step: a controller with unflushed journal entries (the active one, mostly) loses
-    # power at the worst moment; every controller loses power at once.
-    unflushed_crash_rate: float = 0.02
-    cluster_crash_rate: float = 0.0005
+    restart_rate: float = 0.03  # of a crashed controller
     pause_rate: float = 0.0015
     resume_rate: float = 0.04
     isolate_rate: float = 0.0015
-    # Per step.
-    cut_rate: float = 0.002
-    heal_rate: float = 0.04
-    # Per message chosen from the network.
+    heal_rate: float = 0.04  # an isolated controller reconnects; also per cut link
+    # Crashes at the worst moments, per controller and step: with journal entries not yet
+    # flushed (the active controller, mostly), or right after storing a new term or vote.
+    unflushed_crash_rate: float = 0.02
+    vote_crash_rate: float = 0.1
+    kill_share: float = 0.3  # crashes that keep the page cache (kill -9, not power loss)
+    # Faults, per step.
+    cluster_crash_rate: float = 0.0005  # every controller loses power at once
+    cut_rate: float = 0.002  # one link between two controllers
+    # Per message picked from the network.
     drop_share: float = 0.03
     delay_share: float = 0.2
     duplicate_share: float = 0.12
-    # Workload.
-    command_rate: float = 0.4
-    fetch_rate: float = 0.3
+    # Workload, per step.
+    command_rate: float = 0.4  # per active controller with nothing in flight
+    fetch_rate: float = 0.3  # per broker
     snapshot_rate: float = 0.02
-    snapshot_interval_records: int = 40
+    snapshot_interval_bytes: int = 4096
 
 
 class VirtualClock:
@@ -163,10 +167,12 @@ class SimController:
     isolated: bool = False
     in_flight: bool = False
     last_term: int = 0  # durable: must not decrease across restarts
+    last_vote: tuple[int, Any] = (0, None)  # (term, vote) at the last step
     # Per incarnation.
     next_offset: int = 0
     applied: dict[int, bytes] = field(default_factory=dict)  # base offset -> payload
     last_epoch: int = -1
+    last_batch_epoch: int = -1
     last_hw: int = 0
 
     @property
@@ -206,10 +212,19 @@ class _CriticalLog(logging.Handler):
 class MetadataSim:
     """One seeded run (see the module docstring)."""
 
-    def __init__(self, seed: int, config: SimConfig | None = None, *, rerun: str = "") -> None:
+    def __init__(
+        self,
+        seed: int,
+        config: SimConfig | None = None,
+        *,
+        rerun: str = "",
+        stop_on_violation: bool = True,
+    ) -> None:
+        """``stop_on_violation=False`` records violations and runs on (to count them)."""
         self.seed = seed
         self.config = config or SimConfig()
         self.rerun = rerun
+        self.stop_on_violation = stop_on_violation
         self.rng = random.Random(seed)
         self.clock = VirtualClock()
         self.net = SimNetwork()
@@ -285,13 +300,13 @@ class MetadataSim:
             qc = QuorumController(
                 settings,
                 ControllerConfig(),
-                snapshot_interval_records=self.config.snapshot_interval_records,
+                snapshot_interval_bytes=self.config.snapshot_interval_bytes,
             )
         qc.quorum.add_listener(functools.partial(self._on_appended, controller))
         controller.qc = qc
         controller.incarnation += 1
         controller.next_offset, controller.applied = 0, {}
-        controller.last_epoch, controller.last_hw = -1, 0
+        controller.last_epoch, controller.last_batch_epoch, controller.last_hw = -1, -1, 0
         controller.in_flight = controller.paused = False
 
     # -- one step ----------------------------------------------------------------------
@@ -308,7 +323,7 @@ class MetadataSim:
         if faults:
             self._shake_network()
         else:
-            self.net.deliver_all()
+            self._deliver_orderly()
         if commands:
             self._run_commands()
         self._maybe_snapshot()
@@ -337,33 +352,53 @@ class MetadataSim:
                 net.duplicate(item)  # the copy arrives later
             net.deliver(item)
 
+    def _deliver_orderly(self) -> None:
+        """Deliver everything in send order (cut links drop, paused nodes wait)."""
+        for item in [m for m in self.net.in_flight if frozenset((m.src, m.dst)) in self.cuts]:
+            self.net.drop(item)
+        paused = {c.node_id for c in self.controllers if c.paused}
+        self.net.deliver_all(lambda m: m.dst not in paused)
+
     # -- faults ------------------------------------------------------------------------
 
     def _inject_faults(self) -> None:
-        config, rng = self.config, self.rng
-        for controller in self.controllers:
-            if controller.up and controller.journal().unflushed():
-                if rng.random() < config.unflushed_crash_rate:
-                    self.crash(controller)
-        if rng.random() < config.cluster_crash_rate:
+        self._crash_at_worst_moments()
+        if self.rng.random() < self.config.cluster_crash_rate:
             self._event("power loss everywhere")
             for controller in self.controllers:
                 if controller.up:
                     self.crash(controller)
         for controller in self.controllers:
-            if not controller.up:
-                if rng.random() < config.restart_rate:
-                    self.restart(controller)
-                continue
-            if rng.random() < config.crash_rate:
-                self.crash(controller, kill=rng.random() < config.kill_share)
-                continue
-            if rng.random() < (config.resume_rate if controller.paused else config.pause_rate):
-                self._set_paused(controller, not controller.paused)
-            rate = config.heal_rate if controller.isolated else config.isolate_rate
-            if rng.random() < rate:
-                self._set_isolated(controller, not controller.isolated)
+            self._node_faults(controller)
         self._cut_or_heal_links()
+
+    def _crash_at_worst_moments(self) -> None:
+        """Power loss with unflushed entries; a crash right after a new term or vote."""
+        config, rng = self.config, self.rng
+        for controller in self.controllers:
+            if not controller.up:
+                continue
+            journal = controller.journal()
+            voted = (journal.getCurrentTerm(), journal.getVotedForNodeId())
+            if voted != controller.last_vote and rng.random() < config.vote_crash_rate:
+                self.crash(controller, kill=rng.random() < config.kill_share)
+            elif journal.unflushed() and rng.random() < config.unflushed_crash_rate:
+                self.crash(controller)
+            controller.last_vote = voted
+
+    def _node_faults(self, controller: SimController) -> None:
+        config, rng = self.config, self.rng
+        if not controller.up:
+            if rng.random() < config.restart_rate:
+                self.restart(controller)
+            return
+        if rng.random() < config.crash_rate:
+            self.crash(controller, kill=rng.random() < config.kill_share)
+            return
+        if rng.random() < (config.resume_rate if controller.paused else config.pause_rate):
+            self.pause(controller, not controller.paused)
+        if rng.random() < (config.heal_rate if controller.isolated else config.isolate_rate):
+            self.isolate(controller, not controller.isolated)
 
     def _cut_or_heal_links(self) -> None:
         for cut in sorted(self.cuts, key=sorted):
@@ -401,13 +436,18 @@ class MetadataSim:
         self.net.connect_all()
         self.stats["restarts"] += 1
         entries = len(controller.disk.entries)
-        self._event(f"{controller.node_id} restarted from {entries} journal entries")
+        self._event(
+            f"{controller.node_id} restarted (incarnation {controller.incarnation}) "
+            f"from {entries} journal entries"
+        )
 
-    def _set_paused(self, controller: SimController, paused: bool) -> None:
+    def pause(self, controller: SimController, paused: bool = True) -> None:
+        """SIGSTOP (``paused=False``: SIGCONT): no ticks; messages to it wait."""
         controller.paused = paused
         self._event(f"{controller.node_id} {'paused' if paused else 'resumed'}")
 
-    def _set_isolated(self, controller: SimController, isolated: bool) -> None:
+    def isolate(self, controller: SimController, isolated: bool = True) -> None:
+        """Cut every link of a running node (``isolated=False``: reconnect it)."""
         controller.isolated = isolated
         self._update_down()
         self._event(f"{controller.node_id} {'isolated' if isolated else 'reconnected'}")
@@ -428,11 +468,11 @@ class MetadataSim:
 
     def _run_commands(self) -> None:
         for controller in self.controllers:
-            if controller.running and not controller.in_flight and controller.quorum.is_active:
-                if self.rng.random() < self.config.command_rate:
-                    assert controller.qc is not None
-                    command = next_command(self.commander, controller.qc.image, self.rng)
-                    self.submit(controller, command)
+            qc = controller.qc
+            if qc is None or controller.paused or controller.in_flight or not qc.is_active:
+                continue
+            if self.rng.random() < self.config.command_rate:
+                self.submit(controller, next_command(self.commander, qc.image, self.rng))
 
     def submit(
         self,
@@ -454,8 +494,9 @@ class MetadataSim:
         )
         controller.in_flight = True
         self.stats["submitted"] += 1
+        kind = command_kind(command)
         callback = functools.partial(
-            self._on_submitted, controller, controller.incarnation, image.offset, payload, on_result
+            self._on_submitted, controller, image.offset, payload, kind, on_result
         )
         qc.quorum.submit(payload, callback, count=len(result.records))
         return True
@@ -463,27 +504,27 @@ class MetadataSim:
     def _on_submitted(
         self,
         controller: SimController,
-        incarnation: int,
         handled_at: int,
         payload: bytes,
+        kind: str,
         on_result: Callable[[SubmitResult], None] | None,
         result: SubmitResult,
     ) -> None:
-        if incarnation == controller.incarnation:
-            controller.in_flight = False
+        controller.in_flight = False  # a crashed incarnation never calls back
         if on_result is not None:
             on_result(result)
         if result.offset is None:
             assert result.error is not None
             self.stats[f"submit_{result.error.value}"] += 1
             return
+        self.stats[f"acked_{kind}"] += 1
         self._on_acknowledged(controller.node_id, handled_at, result.offset, payload)
 
     def _on_acknowledged(self, node_id: str, handled_at: int, offset: int, payload: bytes) -> None:
         self.stats["acknowledged"] += 1
         self.acked[offset] = payload
         if offset != handled_at + 1:
-            self._violate(f"{node_id}: command handled at offset {handled_at} committed at {offset}")
+            self._violate(f"{node_id}: command handled at {handled_at} committed at {offset}")
         if self.batches.get(offset) != payload:
             self._violate(f"{node_id}: acknowledged offset {offset} is not the committed batch")
         for controller in self.controllers:
@@ -498,7 +539,10 @@ class MetadataSim:
         who, offset = controller.node_id, appended.offset
         if offset != controller.next_offset:
             self._violate(f"{who}: batch at offset {offset}, expected {controller.next_offset}")
+        if appended.epoch < controller.last_batch_epoch:
+            self._violate(f"{who}: epoch {appended.epoch} after {controller.last_batch_epoch}")
         controller.next_offset = appended.last_offset + 1
+        controller.last_batch_epoch = appended.epoch
         controller.applied[offset] = appended.payload
         acked = self.acked.get(offset)
         if acked is not None and acked != appended.payload:
@@ -564,7 +608,7 @@ class MetadataSim:
         for controller in self.controllers:
             if controller.up:
                 self._check_controller(controller)
-        if self.violations:
+        if self.violations and self.stop_on_violation:
             raise InvariantViolation(self.report())
 
     def _check_controller(self, controller: SimController) -> None:
@@ -618,11 +662,21 @@ class MetadataSim:
         self.commit_final_command()
         hw = max(c.quorum.high_watermark for c in self.controllers)
         self.run_until(
-            lambda: all(c.quorum.high_watermark == hw for c in self.controllers)
-            and all(b.follower.next_offset == hw for b in self.brokers),
+            lambda: (
+                all(c.quorum.high_watermark == hw for c in self.controllers)
+                and all(b.follower.next_offset == hw for b in self.brokers)
+            ),
             f"every controller and broker at high watermark {hw}",
         )
         self.check_converged()
+
+    def commit(self, controller: SimController, command: Command) -> SubmitResult:
+        """Submit ``command`` on ``controller`` and run (orderly) until it is answered."""
+        results: list[SubmitResult] = []
+        submitted = self.submit(controller, command, results.append)
+        assert submitted, "the command produced no records"
+        self.run_until(lambda: bool(results), "an answer to a command")
+        return results[0]
 
     def commit_final_command(self, attempts: int = 20) -> int:
         """One more registration, retried across leader changes until acknowledged."""
@@ -633,19 +687,14 @@ class MetadataSim:
             )
             controller = self.active()
             assert controller is not None
-            results: list[SubmitResult] = []
             request = BrokerRegistrationRequest(
                 broker_id=BrokerId(99), incarnation_id=_final_incarnation(self.seed, attempt)
             )
-            self.submit(
-                controller,
-                functools.partial(self.commander.handle_register_broker, request),
-                results.append,
-            )
-            self.run_until(lambda: bool(results), "an answer to the final command")
-            if results[0].offset is not None:
-                self._event(f"final command acknowledged at {results[0].offset}")
-                return results[0].offset
+            command = functools.partial(self.commander.handle_register_broker, request)
+            result = self.commit(controller, command)
+            if result.offset is not None:
+                self._event(f"final command acknowledged at {result.offset}")
+                return result.offset
         raise InvariantViolation(self.report("liveness: the final command was never acknowledged"))
 
     def check_converged(self) -> None:
@@ -658,7 +707,7 @@ class MetadataSim:
         for controller in self.controllers:
             missing = sorted(o for o, p in self.acked.items() if controller.applied.get(o) != p)
             if missing:
-                self._violate(f"{controller.node_id} lacks acknowledged offsets {missing[:10]}")
+                self._violate(f"{controller.node_id}: LOST acknowledged offsets {missing[:10]}")
         self.check()
 
     def fingerprint(self) -> str:

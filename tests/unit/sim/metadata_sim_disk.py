@@ -38,11 +38,13 @@ class SimDisk:
     term: int = 0
     voted_for: Any = None
     commit_index: int = 1  # FileJournal's default before anything is stored
-    flushes: int = 0
 
 
 class SimJournal(Journal):  # type: ignore[misc]
-    """pysyncobj's journal interface over a :class:`SimDisk` (see the module docstring)."""
+    """pysyncobj's journal interface over a :class:`SimDisk` (see the module docstring).
+
+    Method and argument names are pysyncobj's.
+    """
 
     def __init__(self, disk: SimDisk) -> None:
         self.disk = disk
@@ -62,11 +64,11 @@ class SimJournal(Journal):  # type: ignore[misc]
         self._entries = []
         self._dirty_from = 0
 
-    def deleteEntriesFrom(self, entryFrom: int) -> None:  # noqa: N802 (pysyncobj's name)
+    def deleteEntriesFrom(self, entryFrom: int) -> None:
         del self._entries[entryFrom:]
         self._dirty_from = min(self._dirty_from, len(self._entries))
 
-    def deleteEntriesTo(self, entryTo: int) -> None:  # noqa: N802
+    def deleteEntriesTo(self, entryTo: int) -> None:
         self._entries = self._entries[entryTo:]
         self._dirty_from = 0
 
@@ -81,12 +83,10 @@ class SimJournal(Journal):  # type: ignore[misc]
         start = min(self._dirty_from, len(self.disk.entries))
         self.disk.entries[start:] = self._entries[start:]
         self._dirty_from = len(self._entries)
-        self.disk.flushes += 1
 
     def unflushed(self) -> bool:
-        return self._dirty_from < len(self._entries) or len(self.disk.entries) != len(
-            self._entries
-        )
+        """Whether a power loss now would lose journal writes."""
+        return self._dirty_from < len(self._entries) or len(self.disk.entries) > len(self._entries)
 
     def _destroy(self) -> None:
         pass  # a crash: nothing more reaches the disk
@@ -95,28 +95,27 @@ class SimJournal(Journal):  # type: ignore[misc]
         """``kill -9``: the page cache survives, so every write made reaches the disk; the
         commit index stays as last stored."""
         self.flush()
-        self.disk.flushes -= 1
 
     # -- the .meta file -----------------------------------------------------------------
 
-    def setRaftCommitIndex(self, raftCommitIndex: int) -> None:  # noqa: N802, N803
+    def setRaftCommitIndex(self, raftCommitIndex: int) -> None:
         self._commit_index = raftCommitIndex
         self._meta_saved = False
 
-    def getRaftCommitIndex(self) -> int:  # noqa: N802
+    def getRaftCommitIndex(self) -> int:
         return self._commit_index
 
-    def setCurrentTerm(self, term: int, votedForNodeId: Any) -> None:  # noqa: N802, N803
+    def setCurrentTerm(self, term: int, votedForNodeId: Any) -> None:
         self._term, self._voted_for = term, votedForNodeId
         self._store_meta()
 
-    def getCurrentTerm(self) -> int:  # noqa: N802
+    def getCurrentTerm(self) -> int:
         return self._term
 
-    def getVotedForNodeId(self) -> Any:  # noqa: N802
+    def getVotedForNodeId(self) -> Any:
         return self._voted_for
 
-    def onOneSecondTimer(self) -> None:  # noqa: N802
+    def onOneSecondTimer(self) -> None:
         if not self._meta_saved:
             self._store_meta()
 

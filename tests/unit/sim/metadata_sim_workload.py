@@ -9,6 +9,7 @@ records and the driver simply moves on, like the real one.
 
 from __future__ import annotations
 
+import functools
 import random
 import uuid
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from kafka_protocol.messages import (
     DeleteTopicsRequest,
     IncrementalAlterConfigsRequest,
 )
-from kafka_protocol.types import BrokerId
+from kafka_protocol.types import BrokerId, TopicName
 from kraft.controller.controller import Controller
 from kraft.controller.result import ControllerResult
 from metadata_log.image import ClusterImage, PartitionImage, TopicImage
@@ -57,6 +58,11 @@ def next_command(controller: Controller, image: ClusterImage, rng: random.Random
     return make(controller, image, rng)
 
 
+def command_kind(command: Command) -> str:
+    """``handle_create_topics`` and so on (``bootstrap`` for the first command)."""
+    return str(getattr(command, "func", command).__name__)
+
+
 def _register(controller: Controller, image: ClusterImage, rng: random.Random) -> Command:
     broker_id = rng.choice(BROKER_IDS)
     # Mostly the same incarnation (a retried registration); sometimes a restarted broker.
@@ -69,7 +75,7 @@ def _register(controller: Controller, image: ClusterImage, rng: random.Random) -
         ],
         rack=RACKS[broker_id % len(RACKS)],
     )
-    return lambda im: controller.handle_register_broker(request, im)
+    return functools.partial(controller.handle_register_broker, request)
 
 
 def _heartbeat(controller: Controller, image: ClusterImage, rng: random.Random) -> Command:
@@ -83,19 +89,19 @@ def _heartbeat(controller: Controller, image: ClusterImage, rng: random.Random) 
         want_fence=rng.random() < 0.05,
         want_shut_down=rng.random() < 0.04,
     )
-    return lambda im: controller.handle_broker_heartbeat(request, im)
+    return functools.partial(controller.handle_broker_heartbeat, request)
 
 
 def _create_topic(controller: Controller, image: ClusterImage, rng: random.Random) -> Command:
     topic = CreateTopicsRequest.CreatableTopic(
-        name=rng.choice(TOPIC_NAMES),
+        name=TopicName(rng.choice(TOPIC_NAMES)),
         num_partitions=rng.randint(1, MAX_PARTITIONS - 1),
         replication_factor=rng.randint(1, 3),
         configs=[],
         assignments=[],
     )
     request = CreateTopicsRequest(topics=[topic])
-    return lambda im: controller.handle_create_topics(request, im)
+    return functools.partial(controller.handle_create_topics, request)
 
 
 def _some_topic(image: ClusterImage, rng: random.Random) -> TopicImage | None:
@@ -109,16 +115,20 @@ def _create_partitions(controller: Controller, image: ClusterImage, rng: random.
         return _create_topic(controller, image, rng)
     count = min(MAX_PARTITIONS, len(topic.partitions) + rng.randint(1, 2))
     request = CreatePartitionsRequest(
-        topics=[CreatePartitionsRequest.CreatePartitionsTopic(name=topic.name, count=count)]
+        topics=[
+            CreatePartitionsRequest.CreatePartitionsTopic(name=TopicName(topic.name), count=count)
+        ]
     )
-    return lambda im: controller.handle_create_partitions(request, im)
+    return functools.partial(controller.handle_create_partitions, request)
 
 
 def _delete_topic(controller: Controller, image: ClusterImage, rng: random.Random) -> Command:
     topic = _some_topic(image, rng)
     name = topic.name if topic is not None else rng.choice(TOPIC_NAMES)
-    request = DeleteTopicsRequest(topics=[DeleteTopicsRequest.DeleteTopicState(name=name)])
-    return lambda im: controller.handle_delete_topics(request, im)
+    request = DeleteTopicsRequest(
+        topics=[DeleteTopicsRequest.DeleteTopicState(name=TopicName(name))]
+    )
+    return functools.partial(controller.handle_delete_topics, request)
 
 
 def _alter_configs(controller: Controller, image: ClusterImage, rng: random.Random) -> Command:
@@ -135,13 +145,13 @@ def _alter_configs(controller: Controller, image: ClusterImage, rng: random.Rand
         resource_type=TOPIC_RESOURCE, resource_name=name, configs=[config]
     )
     request = IncrementalAlterConfigsRequest(resources=[resource])
-    return lambda im: controller.handle_incremental_alter_configs(request, im)
+    return functools.partial(controller.handle_incremental_alter_configs, request)
 
 
 def _fence(controller: Controller, image: ClusterImage, rng: random.Random) -> Command:
     """Session expiry, as the active controller's maintenance loop decides it."""
     victims = [rng.choice(BROKER_IDS)]
-    return lambda im: controller.handle_fence_brokers(victims, im)
+    return functools.partial(controller.handle_fence_brokers, victims)
 
 
 def _alter_partition(controller: Controller, image: ClusterImage, rng: random.Random) -> Command:
@@ -167,7 +177,7 @@ def _alter_partition(controller: Controller, image: ClusterImage, rng: random.Ra
             )
         ],
     )
-    return lambda im: controller.handle_alter_partition(request, im)
+    return functools.partial(controller.handle_alter_partition, request)
 
 
 def _new_isr(
