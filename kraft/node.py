@@ -1,10 +1,19 @@
 """Run one node: controller, broker or both, until SIGTERM / Ctrl-C.
 
-Start-up order: configuration (already validated) -> ``meta.properties`` (cluster id, node
-id; refuse a data directory that belongs to another node) -> metadata log and controller ->
-broker registration -> broker (replays the image, opens its partitions, recovers their logs)
--> Kafka listener -> REST admin API -> one ``READY`` line on stdout.  Shutdown reverses it:
-stop accepting, finish what is in flight, flush and close the logs.
+Two ways to run:
+
+* **Single combined node** (``kraft dev``; no ``controller.quorum.voters``): configuration
+  (already validated) -> ``meta.properties`` (cluster id, node id; refuse a data directory
+  that belongs to another node) -> local metadata log and controller -> broker registration
+  -> broker (replays the image, opens its partitions, recovers their logs) -> Kafka listener.
+* **In a quorum** (``kraft.quorum_member``): a controller starts its Raft voter and its
+  CONTROLLER listener; a broker starts its Kafka listener, tails the committed metadata log,
+  registers and heartbeats. Either role, or both.
+
+Then the REST admin API, and one ``READY`` line on stdout once the node serves (a broker in
+a quorum: registered, unfenced and caught up; a controller: the quorum has a leader).
+Shutdown reverses it: a broker in a quorum first moves its leaderships away (controlled
+shutdown), then listeners stop, what is in flight finishes, and logs are flushed and closed.
 """
 
 from __future__ import annotations
