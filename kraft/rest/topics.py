@@ -21,12 +21,14 @@ from kafka_protocol.types import TopicName
 from kraft.rest.common import (
     DEFAULT_FROM_CONTROLLER,
     IMAGE_WAIT_S,
+    ApiError,
     bad_request,
     broker_of,
     create_topic_at_controller,
     image_settles,
     json_object,
     kafka_error,
+    node_of,
     only_result,
     topic_of,
 )
@@ -81,7 +83,11 @@ def topic_json(broker: Broker, topic: TopicImage, *, all_configs: bool = False) 
 
 
 async def list_topics(request: web.Request) -> web.Response:
-    topics = broker_of(request).image.topics.by_name
+    """Served by controllers too: it needs only the image."""
+    image = node_of(request).image
+    if image is None:
+        raise ApiError(503, "NOT_READY", "the node has no metadata yet")
+    topics = image.topics.by_name
     return web.json_response([topic_summary(topics[name]) for name in sorted(topics)])
 
 

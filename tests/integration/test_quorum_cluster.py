@@ -114,6 +114,9 @@ def test_a_topic_created_through_any_broker_reaches_every_broker(cluster: LocalC
             assert p.leader in p.isrs
     described = cluster.any_broker().get("/v1/topics/everywhere")
     assert len(described["partitions"]) == 6
+    for controller in cluster.controllers.values():
+        listed = {t["name"]: t for t in controller.get("/v1/topics")}
+        assert listed["everywhere"]["partitions"] == 6
 
 
 def test_clients_produce_and_consume_across_the_brokers(cluster: LocalCluster) -> None:
