@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from integration.cluster_process import LocalCluster, ServerProcess
 from integration.raw_client import RawConnection
+from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import FetchRequest, FetchResponse
 from kafka_protocol.types import TopicName
 
@@ -164,6 +165,28 @@ def test_metadata_fetch_long_polls_at_the_high_watermark(cluster: LocalCluster) 
             assert waited >= 0.35, f"a caught-up fetch returned after {waited:.3f} s"
     finally:
         conn.close()
+
+
+def test_the_controller_listener_refuses_bad_input_and_stays_up(cluster: LocalCluster) -> None:
+    controller = next(c for c in cluster.controllers.values() if c.alive())
+    garbage = RawConnection(controller.address)
+    try:
+        garbage.send_raw(b"\x00\x00\x00\x08" + b"\xff" * 8)  # undecodable request
+        deadline = time.monotonic() + 5
+        while not garbage.is_closed_by_peer() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert garbage.is_closed_by_peer()
+    finally:
+        garbage.close()
+    conn = RawConnection(controller.address)
+    try:
+        partition = FetchRequest.FetchPartition(partition=0, fetch_offset=0)
+        topic = FetchRequest.FetchTopic(topic=TopicName("not-metadata"), partitions=[partition])
+        response = conn.request(FetchRequest(replica_id=-1, topics=[topic]), 12)
+        assert response.error_code == ErrorCode.INVALID_REQUEST
+    finally:
+        conn.close()
+    assert controller.get("/v1/ready") == {"ready": True}
 
 
 def test_kill_9_of_the_active_controller(cluster: LocalCluster) -> None:

@@ -42,3 +42,47 @@ def test_port_in_use(tmp_path: Path) -> None:
         result = run_dev(tmp_path, "--port", str(port), "--admin-port", "0")
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr and "cannot start" in result.stderr, result.stderr
+
+
+def run_server(tmp_path: Path, props: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    config = tmp_path / "server.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    cmd = [sys.executable, "-m", "kraft.cli", "server", "--config", str(config)]
+    env = {"PATH": "/usr/bin:/bin"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False, env=env)
+
+
+CONTROLLER = {
+    "node.id": "1",
+    "process.roles": "controller",
+    "cluster.id": "MkU3OEVBNTcwNTJENDM2Qk",
+    "controller.quorum.voters": "1@127.0.0.1:1",
+    "controller.quorum.password": "secret",
+    "listeners": "CONTROLLER://127.0.0.1:0",
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"controller.quorum.voters": "1@nohostport"}, "controller.quorum.voters"),
+        ({"controller.quorum.voters": "2@127.0.0.1:1"}, "does not list this controller"),
+        ({"controller.quorum.voters": "1@127.0.0.1:1,1@127.0.0.1:2"}, "listed twice"),
+        ({"controller.quorum.password": ""}, "controller.quorum.password"),
+        ({"listeners": "PLAINTEXT://127.0.0.1:0"}, "CONTROLLER listener"),
+        ({"cluster.id": ""}, "cluster.id"),
+        (
+            {"process.roles": "broker", "controller.quorum.bootstrap.servers": "nowhere"},
+            "controller.quorum.bootstrap.servers",
+        ),
+    ],
+)
+def test_bad_quorum_configuration(tmp_path: Path, change: dict[str, str], needle: str) -> None:
+    props = {**CONTROLLER, "metadata.log.dir": str(tmp_path / "meta"), **change}
+    props["log.dirs"] = str(tmp_path / "logs")
+    if props["process.roles"] == "broker":
+        props["listeners"] = "PLAINTEXT://127.0.0.1:0"
+    result = run_server(tmp_path, props)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and needle in result.stderr, result.stderr
+    assert "READY" not in result.stdout
