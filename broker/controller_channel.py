@@ -59,3 +59,76 @@ class ControllerChannel(Protocol):
         """A block of ``count`` producer ids never handed out before: (first id, count).
         Raises :class:`ControllerRequestError`."""
         ...
+
+
+# --- every item failed with one error (no controller, or not the active one) ---------------------
+
+
+def create_topics_failed(
+    request: CreateTopicsRequest, error: ErrorCode, message: str
+) -> CreateTopicsResponse:
+    return CreateTopicsResponse(
+        topics=[
+            CreateTopicsResponse.CreatableTopicResult(
+                name=t.name, error_code=error, error_message=message
+            )
+            for t in request.topics
+        ]
+    )
+
+
+def delete_topics_failed(
+    request: DeleteTopicsRequest, error: ErrorCode, message: str
+) -> DeleteTopicsResponse:
+    Result = DeleteTopicsResponse.DeletableTopicResult
+    by_name = [Result(name=n, error_code=error, error_message=message) for n in request.topic_names]
+    by_state = [
+        Result(name=t.name, topic_id=t.topic_id, error_code=error, error_message=message)
+        for t in request.topics
+    ]
+    return DeleteTopicsResponse(responses=by_name + by_state)
+
+
+def create_partitions_failed(
+    request: CreatePartitionsRequest, error: ErrorCode, message: str
+) -> CreatePartitionsResponse:
+    return CreatePartitionsResponse(
+        results=[
+            CreatePartitionsResponse.CreatePartitionsTopicResult(
+                name=t.name, error_code=error, error_message=message
+            )
+            for t in request.topics
+        ]
+    )
+
+
+def alter_configs_failed(
+    request: AlterConfigsRequest, error: ErrorCode, message: str
+) -> AlterConfigsResponse:
+    return AlterConfigsResponse(
+        responses=[
+            AlterConfigsResponse.AlterConfigsResourceResponse(
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                error_code=error,
+                error_message=message,
+            )
+            for r in request.resources
+        ]
+    )
+
+
+def incremental_alter_configs_failed(
+    request: IncrementalAlterConfigsRequest, error: ErrorCode, message: str
+) -> IncrementalAlterConfigsResponse:
+    return IncrementalAlterConfigsResponse(
+        responses=[
+            IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                error_code=error,
+                error_message=message,
+            )
+            for r in request.resources
+        ]
+    )

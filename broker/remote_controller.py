@@ -24,7 +24,14 @@ import logging
 from collections.abc import Callable
 from typing import Final, Protocol, TypeVar
 
-from broker.controller_channel import ControllerRequestError
+from broker.controller_channel import (
+    ControllerRequestError,
+    alter_configs_failed,
+    create_partitions_failed,
+    create_topics_failed,
+    delete_topics_failed,
+    incremental_alter_configs_failed,
+)
 from broker.kafka_client import ControllerClient, NoUsableVersionError
 from kafka_protocol._codec import Request, Response
 from kafka_protocol.errors import ErrorCode
@@ -87,34 +94,32 @@ class RemoteControllerChannel:
         self, request: CreateTopicsRequest, version: int
     ) -> CreateTopicsResponse:
         cap = min(version, CREATE_TOPICS_MAX_VERSION)
-        return await self._forward(request, cap, CreateTopicsResponse, _create_topics_failed)
+        return await self._forward(request, cap, CreateTopicsResponse, create_topics_failed)
 
     async def delete_topics(
         self, request: DeleteTopicsRequest, version: int
     ) -> DeleteTopicsResponse:
         cap = min(version, DELETE_TOPICS_MAX_VERSION)
-        return await self._forward(request, cap, DeleteTopicsResponse, _delete_topics_failed)
+        return await self._forward(request, cap, DeleteTopicsResponse, delete_topics_failed)
 
     async def create_partitions(
         self, request: CreatePartitionsRequest, version: int
     ) -> CreatePartitionsResponse:
         cap = min(version, CREATE_PARTITIONS_MAX_VERSION)
-        return await self._forward(
-            request, cap, CreatePartitionsResponse, _create_partitions_failed
-        )
+        return await self._forward(request, cap, CreatePartitionsResponse, create_partitions_failed)
 
     async def alter_configs(
         self, request: AlterConfigsRequest, version: int
     ) -> AlterConfigsResponse:
         cap = min(version, ALTER_CONFIGS_MAX_VERSION)
-        return await self._forward(request, cap, AlterConfigsResponse, _alter_configs_failed)
+        return await self._forward(request, cap, AlterConfigsResponse, alter_configs_failed)
 
     async def incremental_alter_configs(
         self, request: IncrementalAlterConfigsRequest, version: int
     ) -> IncrementalAlterConfigsResponse:
         cap = min(version, INCREMENTAL_ALTER_CONFIGS_MAX_VERSION)
         return await self._forward(
-            request, cap, IncrementalAlterConfigsResponse, _incremental_alter_configs_failed
+            request, cap, IncrementalAlterConfigsResponse, incremental_alter_configs_failed
         )
 
     async def allocate_producer_ids(self, broker_id: int, count: int) -> tuple[int, int]:
@@ -157,76 +162,3 @@ class RemoteControllerChannel:
             return failed(request, ErrorCode.UNSUPPORTED_VERSION, str(exc))
         assert isinstance(response, response_type)
         return response
-
-
-# --- every item failed, per api ---------------------------------------------------------------
-
-
-def _create_topics_failed(
-    request: CreateTopicsRequest, error: ErrorCode, message: str
-) -> CreateTopicsResponse:
-    return CreateTopicsResponse(
-        topics=[
-            CreateTopicsResponse.CreatableTopicResult(
-                name=t.name, error_code=error, error_message=message
-            )
-            for t in request.topics
-        ]
-    )
-
-
-def _delete_topics_failed(
-    request: DeleteTopicsRequest, error: ErrorCode, message: str
-) -> DeleteTopicsResponse:
-    Result = DeleteTopicsResponse.DeletableTopicResult
-    by_name = [Result(name=n, error_code=error, error_message=message) for n in request.topic_names]
-    by_state = [
-        Result(name=t.name, topic_id=t.topic_id, error_code=error, error_message=message)
-        for t in request.topics
-    ]
-    return DeleteTopicsResponse(responses=by_name + by_state)
-
-
-def _create_partitions_failed(
-    request: CreatePartitionsRequest, error: ErrorCode, message: str
-) -> CreatePartitionsResponse:
-    return CreatePartitionsResponse(
-        results=[
-            CreatePartitionsResponse.CreatePartitionsTopicResult(
-                name=t.name, error_code=error, error_message=message
-            )
-            for t in request.topics
-        ]
-    )
-
-
-def _alter_configs_failed(
-    request: AlterConfigsRequest, error: ErrorCode, message: str
-) -> AlterConfigsResponse:
-    return AlterConfigsResponse(
-        responses=[
-            AlterConfigsResponse.AlterConfigsResourceResponse(
-                resource_type=r.resource_type,
-                resource_name=r.resource_name,
-                error_code=error,
-                error_message=message,
-            )
-            for r in request.resources
-        ]
-    )
-
-
-def _incremental_alter_configs_failed(
-    request: IncrementalAlterConfigsRequest, error: ErrorCode, message: str
-) -> IncrementalAlterConfigsResponse:
-    return IncrementalAlterConfigsResponse(
-        responses=[
-            IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
-                resource_type=r.resource_type,
-                resource_name=r.resource_name,
-                error_code=error,
-                error_message=message,
-            )
-            for r in request.resources
-        ]
-    )

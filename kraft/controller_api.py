@@ -17,6 +17,13 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar
 
+from broker.controller_channel import (
+    alter_configs_failed,
+    create_partitions_failed,
+    create_topics_failed,
+    delete_topics_failed,
+    incremental_alter_configs_failed,
+)
 from broker.dispatcher import ApiHandler, RequestContext, RequestDispatcher
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
@@ -57,6 +64,7 @@ METADATA_TOPIC: Final = "__cluster_metadata"
 MAX_FETCH_WAIT_MS: Final = 5_000
 MAX_SNAPSHOT_CHUNK_BYTES: Final = 8 << 20
 NOT_CONTROLLER: Final = int(ErrorCode.NOT_CONTROLLER)
+NOT_ACTIVE: Final = "this controller is not the active one"
 
 R = TypeVar("R")
 
@@ -145,78 +153,36 @@ class ControllerApis:
     ) -> CreateTopicsResponse:
         handle = self.qc.controller.handle_create_topics
         response = await self._run(lambda image: handle(req, image))
-        if response is not None:
-            return response
-        return CreateTopicsResponse(
-            topics=[
-                CreateTopicsResponse.CreatableTopicResult(name=t.name, error_code=NOT_CONTROLLER)
-                for t in req.topics
-            ]
-        )
+        return response or create_topics_failed(req, ErrorCode.NOT_CONTROLLER, NOT_ACTIVE)
 
     async def delete_topics(
         self, ctx: RequestContext, req: DeleteTopicsRequest
     ) -> DeleteTopicsResponse:
         handle = self.qc.controller.handle_delete_topics
         response = await self._run(lambda image: handle(req, image))
-        if response is not None:
-            return response
-        names = list(req.topic_names) or [t.name or TopicName("") for t in req.topics]
-        return DeleteTopicsResponse(
-            responses=[
-                DeleteTopicsResponse.DeletableTopicResult(name=n, error_code=NOT_CONTROLLER)
-                for n in names
-            ]
-        )
+        return response or delete_topics_failed(req, ErrorCode.NOT_CONTROLLER, NOT_ACTIVE)
 
     async def create_partitions(
         self, ctx: RequestContext, req: CreatePartitionsRequest
     ) -> CreatePartitionsResponse:
         handle = self.qc.controller.handle_create_partitions
         response = await self._run(lambda image: handle(req, image))
-        if response is not None:
-            return response
-        result = CreatePartitionsResponse.CreatePartitionsTopicResult
-        return CreatePartitionsResponse(
-            results=[result(name=t.name, error_code=NOT_CONTROLLER) for t in req.topics]
-        )
+        return response or create_partitions_failed(req, ErrorCode.NOT_CONTROLLER, NOT_ACTIVE)
 
     async def alter_configs(
         self, ctx: RequestContext, req: AlterConfigsRequest
     ) -> AlterConfigsResponse:
         handle = self.qc.controller.handle_alter_configs
         response = await self._run(lambda image: handle(req, image))
-        if response is not None:
-            return response
-        item = AlterConfigsResponse.AlterConfigsResourceResponse
-        return AlterConfigsResponse(
-            responses=[
-                item(
-                    error_code=NOT_CONTROLLER,
-                    resource_type=r.resource_type,
-                    resource_name=r.resource_name,
-                )
-                for r in req.resources
-            ]
-        )
+        return response or alter_configs_failed(req, ErrorCode.NOT_CONTROLLER, NOT_ACTIVE)
 
     async def incremental_alter_configs(
         self, ctx: RequestContext, req: IncrementalAlterConfigsRequest
     ) -> IncrementalAlterConfigsResponse:
         handle = self.qc.controller.handle_incremental_alter_configs
         response = await self._run(lambda image: handle(req, image))
-        if response is not None:
-            return response
-        item = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
-        return IncrementalAlterConfigsResponse(
-            responses=[
-                item(
-                    error_code=NOT_CONTROLLER,
-                    resource_type=r.resource_type,
-                    resource_name=r.resource_name,
-                )
-                for r in req.resources
-            ]
+        return response or incremental_alter_configs_failed(
+            req, ErrorCode.NOT_CONTROLLER, NOT_ACTIVE
         )
 
     # --- the metadata log ---------------------------------------------------------------------

@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from integration.cluster_process import LocalCluster, ServerProcess
 from integration.raw_client import RawConnection
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.messages import FetchRequest, FetchResponse
+from kafka_protocol.messages import CreateTopicsRequest, FetchRequest, FetchResponse
 from kafka_protocol.types import TopicName
 
 pytestmark = pytest.mark.integration
@@ -187,6 +187,19 @@ def test_the_controller_listener_refuses_bad_input_and_stays_up(cluster: LocalCl
     finally:
         conn.close()
     assert controller.get("/v1/ready") == {"ready": True}
+
+
+def test_a_controller_that_is_not_active_answers_not_controller(cluster: LocalCluster) -> None:
+    active = wait_for("an active controller", cluster.active_controller, 10, cluster)
+    other = next(c for i, c in cluster.controllers.items() if i != active and c.alive())
+    conn = RawConnection(other.address)
+    try:
+        topics = [CreateTopicsRequest.CreatableTopic(name=TopicName(n)) for n in ("x1", "x2")]
+        response = conn.request(CreateTopicsRequest(topics=topics, timeout_ms=5000), 7)
+    finally:
+        conn.close()
+    assert [t.error_code for t in response.topics] == [ErrorCode.NOT_CONTROLLER] * 2
+    assert all(t.error_message for t in response.topics)
 
 
 def test_kill_9_of_the_active_controller(cluster: LocalCluster) -> None:
