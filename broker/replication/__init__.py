@@ -1,0 +1,1 @@
+"""Partition replication: the pure leader/follower rules (``partition_state``), sans-IO."""
