@@ -398,21 +398,7 @@ class PartitionState:
         now_ms: int,
     ) -> PartitionState | ErrorCode:
         """Re-elected with a newer epoch: a new leadership, followers' offsets forgotten."""
-        error = _check_epochs(
-            self.leader_epoch, self.partition_epoch, leader_epoch, partition_epoch
-        )
-        if error is not None:
-            return error
-        return PartitionState.new_leader(
-            self.replica_id,
-            replicas,
-            isr,
-            leader_epoch,
-            partition_epoch,
-            self.log_end_offset,
-            self.high_watermark,
-            now_ms,
-        )
+        return _promote(self, replicas, isr, leader_epoch, partition_epoch, now_ms)
 
 
 # --- follower side -----------------------------------------------------------------------------
@@ -500,18 +486,29 @@ class FollowerState:
         partition_epoch: int,
         now_ms: int,
     ) -> PartitionState | ErrorCode:
-        error = _check_epochs(
-            self.leader_epoch, self.partition_epoch, leader_epoch, partition_epoch
-        )
-        if error is not None:
-            return error
-        return PartitionState.new_leader(
-            self.replica_id,
-            replicas,
-            isr,
-            leader_epoch,
-            partition_epoch,
-            self.log_end_offset,
-            self.high_watermark,
-            now_ms,
-        )
+        return _promote(self, replicas, isr, leader_epoch, partition_epoch, now_ms)
+
+
+def _promote(
+    role: PartitionState | FollowerState,
+    replicas: Iterable[int],
+    isr: Iterable[int],
+    leader_epoch: int,
+    partition_epoch: int,
+    now_ms: int,
+) -> PartitionState | ErrorCode:
+    """Either role elected leader with a newer epoch: a new leadership over its own log,
+    followers' offsets forgotten."""
+    error = _check_epochs(role.leader_epoch, role.partition_epoch, leader_epoch, partition_epoch)
+    if error is not None:
+        return error
+    return PartitionState.new_leader(
+        role.replica_id,
+        replicas,
+        isr,
+        leader_epoch,
+        partition_epoch,
+        role.log_end_offset,
+        role.high_watermark,
+        now_ms,
+    )

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from integration.node_process import ProcessControl
+
 READY = re.compile(r"READY (?:bootstrap|controller)=(\S+)(?: admin=(\S+))?")
 START_TIMEOUT_S = 30.0
 
@@ -46,7 +48,7 @@ def http_json(url: str, method: str = "GET", body: Any = None, timeout_s: float 
 
 
 @dataclass
-class ServerProcess:
+class ServerProcess(ProcessControl):
     node_id: int
     data_dir: Path
     properties: dict[str, str]
@@ -89,23 +91,6 @@ class ServerProcess:
         self.kill()
         raise AssertionError(f"node {self.node_id} did not become ready:\n{self.log_tail()}")
 
-    def stop(self, timeout_s: float = 20.0) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(
-                f"node {self.node_id} ignored SIGTERM:\n{self.log_tail()}"
-            ) from None
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
     def pause(self) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGSTOP)
@@ -114,17 +99,8 @@ class ServerProcess:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGCONT)
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def get(self, path: str) -> Any:
         return http_json(self.admin + path)
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text().splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
 
 
 @dataclass

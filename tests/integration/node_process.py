@@ -20,8 +20,42 @@ READY = re.compile(r"READY bootstrap=(\S+)(?: admin=(\S+))?")
 START_TIMEOUT_S = 30.0
 
 
+class ProcessControl:
+    """Stop, kill and inspect a node process (``proc`` and ``log_path`` set by the owner)."""
+
+    proc: subprocess.Popen[str] | None
+    log_path: Path
+
+    def stop(self, timeout_s: float = 20.0) -> int:
+        """SIGTERM and wait: the clean shutdown path."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            message = f"{self.log_path.parent.name} ignored SIGTERM:\n{self.log_tail()}"
+            raise AssertionError(message) from None
+
+    def kill(self) -> None:
+        """kill -9: no cleanup at all."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text().splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
 @dataclass
-class NodeProcess:
+class NodeProcess(ProcessControl):
     data_dir: Path
     overrides: tuple[str, ...] = ()
     proc: subprocess.Popen[str] | None = None
@@ -72,29 +106,3 @@ class NodeProcess:
                 return self
         self.kill()
         raise AssertionError(f"node did not become ready:\n{self.log_tail()}")
-
-    def stop(self, timeout_s: float = 15.0) -> int:
-        """SIGTERM and wait: the clean shutdown path."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(f"node did not stop on SIGTERM:\n{self.log_tail()}") from None
-
-    def kill(self) -> None:
-        """kill -9: no cleanup at all."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text().splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
