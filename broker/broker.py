@@ -2,8 +2,12 @@
 
 The broker never changes metadata itself.  It reads the :class:`ClusterImage` published by
 the metadata log and reacts to each delta (``on_metadata``): partitions it hosts are opened,
-reconfigured or deleted.  Writes (create a topic, alter a config, allocate producer ids) go to
-the controller through a :class:`ControllerChannel`.
+reconfigured or deleted, and each one's registration makes this broker its leader or a
+follower (the replica manager switches the role; the fetcher manager fetches followed
+partitions from their leaders).  Writes (create a topic, alter a config, allocate producer
+ids) go to the controller through a :class:`ControllerChannel`; leaders' ISR proposals go
+through the replica manager's ``alter_partition`` hook (AlterPartition, set by the broker's
+quorum role; none on a single combined node).
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,12 +26,21 @@ from broker.controller_channel import ControllerChannel
 from broker.dispatcher import RequestDispatcher
 from broker.log.config import LogConfig
 from broker.metrics import BrokerMetrics, gauge
-from broker.replica_manager import Partition, ReplicaManager
+from broker.replica_manager import Partition, Registration, ReplicaManager
+from broker.replication.fetcher import FetcherConfig, ReplicaFetcherManager
+from broker.replication.partition_state import PartitionState
 from broker.server import KafkaListener, ListenerLimits
 from broker.storage import Storage
 from metadata_log.configs import effective_topic_config
 from metadata_log.delta import MetadataDelta
-from metadata_log.image import ClusterImage, ConfigResourceType, TopicImage
+from metadata_log.image import (
+    NO_LEADER,
+    ClusterImage,
+    ConfigResourceType,
+    LeaderRecoveryState,
+    PartitionImage,
+    TopicImage,
+)
 
 log = logging.getLogger("broker")
 
@@ -45,6 +59,11 @@ class BrokerConfig:
     default_replication_factor: int = 1
     socket_request_max_bytes: int = 100 * 1024 * 1024
     retention_check_interval_ms: int = 300_000
+    replica_lag_time_max_ms: int = 30_000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_max_bytes: int = 1 << 20
+    replica_fetch_response_max_bytes: int = 10 << 20
+    high_watermark_checkpoint_interval_ms: int = 5_000
     broker_defaults: dict[str, str] = field(default_factory=dict)  # log.* keys as configured
 
 
@@ -67,11 +86,32 @@ class Broker:
         self._settings_image: ClusterImage | None = None
         self._settings: dict[str, tuple[dict[str, str], LogConfig]] = {}
         self.metrics = BrokerMetrics()
-        self.replicas = ReplicaManager(storage, config.log_dir)
+        self.replicas = ReplicaManager(
+            storage,
+            config.log_dir,
+            broker_id=config.node_id,
+            replica_lag_time_max_ms=config.replica_lag_time_max_ms,
+        )
         self.replicas.on_append = self._count_append
+        self.fetchers = ReplicaFetcherManager(
+            self.replicas,
+            self._endpoint,
+            FetcherConfig(
+                config.node_id,
+                max_wait_ms=config.replica_fetch_wait_max_ms,
+                partition_max_bytes=config.replica_fetch_max_bytes,
+                response_max_bytes=config.replica_fetch_response_max_bytes,
+            ),
+        )
+        self._started = False
+        self._became_leader: list[str] = []
+        self._became_follower: list[str] = []
+        # This process's registration; a leadership in the image counts only once the image
+        # holds it (None: a single combined node, where no earlier incarnation can lead).
+        self.incarnation_id: uuid.UUID | None = None
         self.dispatcher = RequestDispatcher(build_handlers(self), self.metrics)
         self.listener: KafkaListener | None = None
-        self._maintenance: asyncio.Task[None] | None = None
+        self._maintenance: list[asyncio.Task[None]] = []
         self.metrics.add_state(self._state_metrics)
         self.apply_image(image)
 
@@ -89,12 +129,15 @@ class Broker:
         if delta.image is not self.image:  # not built on what we hold (a snapshot): reconcile
             self.apply_image(image)
             return
+        if image.brokers.get(self.node_id) != self.image.brokers.get(self.node_id):
+            self.apply_image(image)  # our own registration changed: every leadership may
+            return
         self.image = image
         changes = delta.local_changes(self.node_id)
         for tp in changes.deleted:
             if (tp.topic, tp.partition) in self.replicas.partitions:
                 log.info("deleting partition %s-%d", tp.topic, tp.partition)
-                self.replicas.remove_partition(tp.topic, tp.partition)
+                self._remove(tp.topic, tp.partition)
         touched = {(tp.topic, tp.partition) for tp in (*changes.leaders, *changes.followers)}
         if delta.configs_delta is not None:
             if any(
@@ -111,7 +154,8 @@ class Broker:
             topic = image.topics.get(name)
             partition = topic.partitions.get(index) if topic is not None else None
             if topic is not None and partition is not None and self.node_id in partition.replicas:
-                self._open(topic, index, partition.leader_epoch, len(partition.isr))
+                self._open(topic, index, partition)
+        self._log_role_changes()
 
     def apply_image(self, image: ClusterImage) -> None:
         """Open, reconfigure or delete hosted partitions to match the image."""
@@ -121,11 +165,50 @@ class Broker:
             for index, p in topic.partitions.items():
                 if self.node_id in p.replicas:
                     wanted.add((topic.name, index))
-                    self._open(topic, index, p.leader_epoch, len(p.isr))
+                    self._open(topic, index, p)
         for key in list(self.replicas.partitions):
             if key not in wanted:
                 log.info("deleting partition %s-%d", *key)
-                self.replicas.remove_partition(*key)
+                self._remove(*key)
+        self._log_role_changes()
+
+    def _log_role_changes(self) -> None:
+        """One line per metadata update that moved leaderships, not one per partition."""
+        led, followed = self._became_leader, self._became_follower
+        if led or followed:
+            log.info(
+                "now leading %d more partitions %s, following %d more %s",
+                len(led),
+                _sample(led),
+                len(followed),
+                _sample(followed),
+            )
+        self._became_leader, self._became_follower = [], []
+
+    def _remove(self, topic: str, index: int) -> None:
+        self.fetchers.remove((topic, index))
+        self.replicas.remove_partition(topic, index)
+
+    def _registered_as_this_process(self) -> bool:
+        """A restarted broker may find itself leading in the image it replays: that was its
+        previous incarnation, whose log tail it may have lost (a power cut).  It leads only
+        once the image holds its own registration; the controller moves leaderships away
+        from a new incarnation when it can, and keeps the rest with it."""
+        if self.incarnation_id is None:
+            return True
+        mine = self.image.brokers.get(self.node_id)
+        return mine is not None and mine.incarnation_id == self.incarnation_id
+
+    def broker_epoch_of(self, broker_id: int) -> int:
+        """The epoch of a broker's current registration (-1 if unknown): a leader tags each
+        follower fetch with it, so an ISR proposal names the incarnation that fetched."""
+        broker = self.image.brokers.get(broker_id)
+        return broker.epoch if broker is not None else -1
+
+    def _endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        broker = self.image.brokers.get(broker_id)
+        endpoint = broker.listener("PLAINTEXT") if broker is not None else None
+        return (endpoint.host, endpoint.port) if endpoint is not None else None
 
     def topic_config(self, name: str) -> dict[str, str]:
         overrides = self.image.topic_configs(name)
@@ -144,19 +227,35 @@ class Broker:
             settings = self._settings[name] = (cfg, LogConfig.from_topic_configs(cfg))
         return settings
 
-    def _open(self, topic: TopicImage, index: int, leader_epoch: int, isr_size: int) -> Partition:
+    def _open(self, topic: TopicImage, index: int, registration: PartitionImage) -> Partition:
         cfg, log_config = self._topic_settings(topic.name)
-        return self.replicas.open_partition(
+        existing = self.replicas.get(topic.name, index)
+        was_leader = existing is not None and existing.is_leader
+        leader = registration.leader
+        if leader == self.node_id and not self._registered_as_this_process():
+            leader = NO_LEADER  # an earlier incarnation's leadership: wait for the controller
+        part = self.replicas.open_partition(
             topic.name,
             index,
             topic.topic_id,
             log_config,
             max_message_bytes=int(cfg.get("max.message.bytes", "1048588")),
             log_append_time=cfg.get("message.timestamp.type") == "LogAppendTime",
-            leader_epoch=leader_epoch,
             min_insync_replicas=int(cfg.get("min.insync.replicas", "1")),
-            isr_size=isr_size,
+            registration=Registration(
+                leader,
+                registration.leader_epoch,
+                registration.partition_epoch,
+                registration.replicas,
+                registration.isr,
+                registration.leader_recovery_state == LeaderRecoveryState.RECOVERING,
+            ),
         )
+        if part.is_leader != was_leader or existing is None:
+            (self._became_leader if part.is_leader else self._became_follower).append(part.name)
+        if self._started:
+            self.fetchers.update(part)
+        return part
 
     # --- metrics ------------------------------------------------------------------------------
 
@@ -173,28 +272,69 @@ class Broker:
             hw.add_metric([topic, str(index)], part.high_watermark)
         count = gauge("kafka_partitions", "Partitions hosted by this broker")
         count.add_metric([], len(self.replicas.partitions))
+        leaders = list(self.replicas.leaders())
+        led = gauge("kafka_leader_partitions", "Partitions this broker leads")
+        led.add_metric([], len(leaders))
+        under = gauge(
+            "kafka_under_replicated_partitions", "Led partitions whose ISR lacks a replica"
+        )
+        under.add_metric([], sum(1 for p in leaders if _isr_size(p) < _replica_count(p)))
         conns = gauge("kafka_connections", "Open client connections")
         conns.add_metric([], self.listener.connection_count if self.listener else 0)
-        return [sizes, hw, count, conns]
+        return [sizes, hw, count, led, under, conns]
 
     # --- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
         limits = ListenerLimits(max_frame_bytes=self.config.socket_request_max_bytes)
         self.listener = KafkaListener(self.dispatcher, self.config.host, self.config.port, limits)
-        self._maintenance = asyncio.create_task(self._retention_loop(), name="retention")
+        self._started = True
+        for part in self.replicas.partitions.values():
+            self.fetchers.update(part)
+        cfg = self.config
+        self._maintenance = [
+            self._every(cfg.retention_check_interval_ms, self.replicas.apply_retention),
+            # Kafka's isr-expiration task runs every replica.lag.time.max.ms / 2.
+            self._every(cfg.replica_lag_time_max_ms // 2, self.replicas.maybe_shrink_isrs),
+            self._every(
+                cfg.high_watermark_checkpoint_interval_ms,
+                self.replicas.checkpoint_high_watermarks,
+            ),
+        ]
 
-    async def _retention_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.retention_check_interval_ms / 1000)
-            self.replicas.apply_retention()  # isolates each partition's failures
+    def _every(self, interval_ms: int, action: Callable[[], object]) -> asyncio.Task[None]:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(max(interval_ms, 10) / 1000)
+                try:
+                    action()  # each action isolates its partitions' failures
+                except Exception:
+                    log.exception("periodic %s failed", action.__name__)
+
+        return asyncio.create_task(loop(), name=action.__name__)
 
     async def stop(self) -> None:
         if self.listener is not None:
             self.listener.close()
-        if self._maintenance is not None:
-            self._maintenance.cancel()
+        for task in self._maintenance:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._maintenance
+                await task
+        await self.fetchers.close()
         await self.dispatcher.close()
         self.replicas.close()
+
+
+def _sample(names: list[str], limit: int = 5) -> str:
+    shown = ", ".join(names[:limit])
+    return f"[{shown}{', ...' if len(names) > limit else ''}]"
+
+
+def _isr_size(part: Partition) -> int:
+    role = part.role
+    return len(role.isr) if isinstance(role, PartitionState) else 0
+
+
+def _replica_count(part: Partition) -> int:
+    role = part.role
+    return len(role.replicas) if isinstance(role, PartitionState) else 0

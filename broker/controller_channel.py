@@ -20,6 +20,8 @@ from kafka_protocol.messages import (
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
@@ -54,6 +56,10 @@ class ControllerChannel(Protocol):
     async def incremental_alter_configs(
         self, request: IncrementalAlterConfigsRequest, version: int
     ) -> IncrementalAlterConfigsResponse: ...
+
+    async def elect_leaders(
+        self, request: ElectLeadersRequest, version: int
+    ) -> ElectLeadersResponse: ...
 
     async def allocate_producer_ids(self, broker_id: int, count: int) -> tuple[int, int]:
         """A block of ``count`` producer ids never handed out before: (first id, count).
@@ -131,4 +137,25 @@ def incremental_alter_configs_failed(
             )
             for r in request.resources
         ]
+    )
+
+
+def elect_leaders_failed(
+    request: ElectLeadersRequest, error: ErrorCode, message: str
+) -> ElectLeadersResponse:
+    """The request (v1+) and every named partition answered ``error`` (Kafka's
+    ``ElectLeadersRequest.getErrorResponse``; a request for every partition names none)."""
+    Result = ElectLeadersResponse.PartitionResult
+    return ElectLeadersResponse(
+        error_code=error,
+        replica_election_results=[
+            ElectLeadersResponse.ReplicaElectionResult(
+                topic=t.topic,
+                partition_result=[
+                    Result(partition_id=p, error_code=error, error_message=message)
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topic_partitions or ()
+        ],
     )

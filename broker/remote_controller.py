@@ -30,6 +30,7 @@ from broker.controller_channel import (
     create_partitions_failed,
     create_topics_failed,
     delete_topics_failed,
+    elect_leaders_failed,
     incremental_alter_configs_failed,
 )
 from broker.kafka_client import ControllerClient, NoUsableVersionError
@@ -47,6 +48,8 @@ from kafka_protocol.messages import (
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
@@ -59,6 +62,7 @@ DELETE_TOPICS_MAX_VERSION: Final = 6
 CREATE_PARTITIONS_MAX_VERSION: Final = 3
 ALTER_CONFIGS_MAX_VERSION: Final = 2
 INCREMENTAL_ALTER_CONFIGS_MAX_VERSION: Final = 1
+ELECT_LEADERS_VERSION: Final = 2
 ALLOCATE_PRODUCER_IDS_VERSION: Final = 0
 DEFAULT_UNREACHABLE_TIMEOUT_S: Final = 5.0
 
@@ -120,6 +124,18 @@ class RemoteControllerChannel:
         cap = min(version, INCREMENTAL_ALTER_CONFIGS_MAX_VERSION)
         return await self._forward(
             request, cap, IncrementalAlterConfigsResponse, incremental_alter_configs_failed
+        )
+
+    async def elect_leaders(
+        self, request: ElectLeadersRequest, version: int
+    ) -> ElectLeadersResponse:
+        """Forwarded at v2 whatever the client's version (the one exception to the rule above):
+        a v0 request is a v1+ request of type PREFERRED (the field's default), and only v1+
+        answers carry the top-level error code that says NOT_CONTROLLER when a request for
+        every partition names none. The v2 answer holds nothing a v0 client cannot be sent
+        except that top-level code, which its encoder leaves out."""
+        return await self._forward(
+            request, ELECT_LEADERS_VERSION, ElectLeadersResponse, elect_leaders_failed
         )
 
     async def allocate_producer_ids(self, broker_id: int, count: int) -> tuple[int, int]:

@@ -1,43 +1,69 @@
-"""Partitions this broker hosts: appends (coalesced per loop iteration), reads, long-poll waits.
+"""Partitions this broker hosts: appends (coalesced per loop iteration), reads, long-poll
+waits, and each partition's replication role.
 
 Theory of operation
 -------------------
-A :class:`Partition` wraps one :class:`PartitionLog`.  Produce handlers call
-:meth:`Partition.append_nowait` with a validated batch: producer-state checks run at once,
-offsets are assigned at once (``next_offset`` runs ahead of the log by what is pending), and
-the batch joins the partition's pending list.  The first pending batch of a loop iteration
-schedules one ``_flush_all`` with ``call_soon``; it writes every dirty partition's pending
-batches with ONE ``PartitionLog.append`` (one ``writev``), resolves the produce futures,
-advances the high watermark and wakes long-poll fetches.  So a partition sees one write per
-loop iteration however many producers send to it.
+A :class:`Partition` wraps one :class:`PartitionLog` and a replication *role*: the leader's
+:class:`PartitionState` or a follower's :class:`FollowerState` (broker/replication/
+partition_state.py holds the rules; this module does the I/O they ask for).  The role follows
+the partition's registration in the metadata image (:meth:`ReplicaManager.apply_registration`).
 
-On this single-replica broker the high watermark is the log end offset once written; the
-replication issue replaces that rule with the minimum over the ISR.
+Leader.  Produce handlers call :meth:`ReplicaManager.append_nowait` with a validated batch:
+producer-state checks run at once, offsets are assigned at once (``next_offset`` runs ahead of
+the log by what is pending), and the batch joins the partition's pending list.  The first
+pending batch of a loop iteration schedules one ``_flush_all`` with ``call_soon``; it writes
+every dirty partition's pending batches with ONE ``PartitionLog.append`` (one ``writev``),
+tells the role the new log end offset, answers acks=1 and wakes long-poll fetches.  acks=all
+answers wait in the partition's *delayed produces* (a heap by required offset) until the high
+watermark reaches them; followers' fetches move the high watermark
+(:meth:`on_follower_fetch`), and so do ISR changes.  The produce handler bounds the wait with
+the request's timeout (REQUEST_TIMED_OUT); a lost leadership answers NOT_LEADER_OR_FOLLOWER.
+
+Follower.  The replica fetcher (broker/replication/fetcher.py) appends what the leader sent
+verbatim (:meth:`append_as_follower`), truncates divergent tails (:meth:`truncate`), and keeps
+idempotent-producer state from batch headers, so a follower elected leader deduplicates
+retries of batches its predecessor wrote.
+
+The high watermark is checkpointed per log directory (``replication-offset-checkpoint``,
+Kafka's file and format) so a restarted broker does not expose records it cannot know are
+committed, nor hide every record until all followers have fetched.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import heapq
+import itertools
 import logging
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.deferred import Deferred
+from broker.log.checkpoint import write_atomically
 from broker.log.config import LogConfig
 from broker.log.errors import LogError
 from broker.log.log import AppendResult, PartitionLog
 from broker.producer_state import BatchMetadata, ProducerStateManager
+from broker.replication.partition_state import (
+    FetchDecision,
+    FollowerState,
+    PartitionState,
+    Truncation,
+)
 from broker.storage import Storage
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.record_batch import NO_PRODUCER_ID, RecordBatch, iter_batches
 
 log = logging.getLogger("broker.replica_manager")
 PARTITION_METADATA_FILE = "partition.metadata"
+HIGH_WATERMARK_FILE = "replication-offset-checkpoint"
+ACKS_ALL = -1
+Role = PartitionState | FollowerState
 
 
 def _topic_id_text(topic_id: object) -> str:
@@ -45,6 +71,26 @@ def _topic_id_text(topic_id: object) -> str:
     if isinstance(topic_id, uuid.UUID):
         return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
     return str(topic_id)
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """A partition's registration as this broker applies it (from a ``PartitionImage``)."""
+
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    recovering: bool = False  # elected uncleanly; the leader reports RECOVERED
+
+    @classmethod
+    def sole_leader(cls, broker_id: int) -> Registration:
+        return cls(broker_id, 0, 0, (broker_id,), (broker_id,))
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +108,15 @@ class _Pending:
     done: Deferred[AppendOutcome]
 
 
+@dataclass(slots=True)
+class _Delayed:
+    """An acks=all answer waiting for the high watermark to reach ``required_offset``."""
+
+    required_offset: int
+    written: AppendOutcome
+    done: Deferred[AppendOutcome]
+
+
 @dataclass(slots=True, eq=False)  # identity: partitions are keys of the dirty set
 class Partition:
     topic: str
@@ -70,15 +125,15 @@ class Partition:
     log: PartitionLog
     config: LogConfig
     max_message_bytes: int
+    role: Role
     log_append_time: bool = False
-    leader_epoch: int = 0
     min_insync_replicas: int = 1
-    isr_size: int = 1
-    high_watermark: int = 0
     producers: ProducerStateManager = field(default_factory=ProducerStateManager)
     pending: list[_Pending] = field(default_factory=list)
     next_offset: int = 0
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    delayed: list[tuple[int, int, _Delayed]] = field(default_factory=list)  # a heap
+    recovering: bool = False
 
     @property
     def name(self) -> str:
@@ -92,11 +147,31 @@ class Partition:
     def log_end_offset(self) -> int:
         return self.log.log_end_offset
 
+    @property
+    def high_watermark(self) -> int:
+        return self.role.high_watermark
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.role.leader_epoch
+
+    @property
+    def is_leader(self) -> bool:
+        return isinstance(self.role, PartitionState)
+
+    @property
+    def leader_id(self) -> int:
+        role = self.role
+        return role.replica_id if isinstance(role, PartitionState) else role.leader_id
+
     def wake_waiters(self) -> None:
         waiters, self.waiters = self.waiters, []
         for w in waiters:
             if not w.done():
                 w.set_result(None)
+
+
+AlterPartitionSink = Callable[[Partition, PartitionState, frozenset[int]], None]
 
 
 class ReplicaManager:
@@ -105,15 +180,27 @@ class ReplicaManager:
         storage: Storage,
         log_dir: Path,
         *,
+        broker_id: int = 0,
         clock_ms: Callable[[], int] | None = None,
+        monotonic_clock_ms: Callable[[], int] = monotonic_ms,
+        replica_lag_time_max_ms: int = 30_000,
     ) -> None:
         self.storage = storage
         self.log_dir = log_dir
+        self.broker_id = broker_id
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.monotonic_ms = monotonic_clock_ms
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._dirty: dict[Partition, None] = {}
         self._flush_scheduled = False
+        self._tiebreak = itertools.count()
         self.on_append: Callable[[Partition, int, int], None] | None = None  # metrics hook
+        # Sends a proposed ISR (or, with the flag, a recovered unclean leadership) to the
+        # controller; answers come back through on_alter_partition_result.  None: no
+        # controller to ask (a single combined node, where every ISR is the broker itself).
+        self.alter_partition: AlterPartitionSink | None = None
+        self._checkpointed_hw = self._read_high_watermarks()
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -129,23 +216,31 @@ class ReplicaManager:
         *,
         max_message_bytes: int,
         log_append_time: bool = False,
-        leader_epoch: int = 0,
         min_insync_replicas: int = 1,
-        isr_size: int = 1,
+        registration: Registration | None = None,
     ) -> Partition:
+        """Open (or reconfigure) a hosted partition and apply its registration."""
+        reg = registration or Registration.sole_leader(self.broker_id)
         existing = self.partitions.get((topic, index))
         if existing is not None:
             existing.config = config
             existing.max_message_bytes = max_message_bytes
             existing.log_append_time = log_append_time
-            existing.leader_epoch = leader_epoch
             existing.min_insync_replicas = min_insync_replicas
-            existing.isr_size = isr_size
             existing.log.update_config(config)
+            self.apply_registration(existing, reg)
             return existing
         directory = str(self.log_dir / f"{topic}-{index}")
         self._claim_directory(directory, topic_id)
         plog = PartitionLog.open(self.storage, directory, config, self.clock_ms())
+        end = plog.log_end_offset
+        checkpointed = self._checkpointed_hw.get((topic, index), plog.log_start_offset)
+        high_watermark = max(plog.log_start_offset, min(checkpointed, end))
+        # A replica opens as a follower of nobody with the registration's epochs minus one,
+        # so that applying the registration is a real transition (to leader or follower).
+        role: Role = FollowerState(
+            self.broker_id, -1, reg.leader_epoch - 1, reg.partition_epoch, end, high_watermark
+        )
         part = Partition(
             topic,
             index,
@@ -153,15 +248,14 @@ class ReplicaManager:
             plog,
             config,
             max_message_bytes,
+            role,
             log_append_time,
-            leader_epoch,
             min_insync_replicas,
-            isr_size,
-            high_watermark=plog.log_end_offset,
-            next_offset=plog.log_end_offset,
+            next_offset=end,
         )
         self._rebuild_producer_state(part)
         self.partitions[(topic, index)] = part
+        self.apply_registration(part, reg)
         return part
 
     def _claim_directory(self, directory: str, topic_id: object) -> None:
@@ -220,17 +314,22 @@ class ReplicaManager:
         if part is None:
             return
         self._dirty.pop(part, None)
+        gone = AppendOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         for p in part.pending:
-            p.done.resolve(AppendOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            p.done.resolve(gone)
+        part.pending.clear()
+        self._fail_delayed(part, gone)
         part.wake_waiters()
         part.log.delete()
         shutil.rmtree(self.log_dir / f"{topic}-{index}", ignore_errors=True)
 
     def close(self) -> None:
-        """Write what is pending, then close every log (each close flushes); one partition's
-        failure does not keep the others from closing cleanly."""
+        """Write what is pending, checkpoint high watermarks, then close every log (each close
+        flushes); one partition's failure does not keep the others from closing cleanly."""
         self._flush_all()
+        self.checkpoint_high_watermarks()
         for part in self.partitions.values():
+            self._fail_delayed(part, AppendOutcome(ErrorCode.NOT_LEADER_OR_FOLLOWER))
             part.wake_waiters()
             try:
                 part.log.close()
@@ -238,13 +337,216 @@ class ReplicaManager:
                 log.error("closing partition=%s failed: %s", part.name, exc)
         self.partitions.clear()
 
+    # --- roles --------------------------------------------------------------------------------
+
+    def apply_registration(self, part: Partition, reg: Registration) -> None:
+        """Make the role match the registration (Kafka's ``makeLeader`` / ``makeFollower``).
+        Registrations older than what the role has seen are ignored (a stale image)."""
+        role, now = part.role, self.monotonic_ms()
+        if reg.leader == self.broker_id:
+            if isinstance(role, PartitionState) and role.leader_epoch == reg.leader_epoch:
+                role.replicas = reg.replicas
+                if role.on_alter_partition_response(reg.isr, reg.leader_epoch, reg.partition_epoch):
+                    self._high_watermark_moved(part)
+            else:
+                promoted = role.become_leader(
+                    reg.replicas, reg.isr, reg.leader_epoch, reg.partition_epoch, now
+                )
+                if isinstance(promoted, ErrorCode):
+                    log.warning("stale leadership ignored partition=%s reg=%s", part.name, reg)
+                    return
+                part.role = promoted
+                part.next_offset = part.log.log_end_offset
+                log.debug(
+                    "leader partition=%s leader_epoch=%d isr=%s log_end_offset=%d hw=%d",
+                    part.name,
+                    reg.leader_epoch,
+                    sorted(reg.isr),
+                    part.log_end_offset,
+                    promoted.high_watermark,
+                )
+                self._high_watermark_moved(part)
+            part.recovering = reg.recovering
+            if reg.recovering:
+                self._report_recovered(part)
+            return
+        if isinstance(role, PartitionState):
+            demoted = role.become_follower(reg.leader, reg.leader_epoch, reg.partition_epoch)
+            if isinstance(demoted, ErrorCode):
+                log.warning("stale registration ignored partition=%s reg=%s", part.name, reg)
+                return
+            self._fail(part, part.pending, AppendOutcome(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            part.pending = []
+            self._dirty.pop(part, None)
+            self._fail_delayed(part, AppendOutcome(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            part.role = demoted
+            part.wake_waiters()  # parked consumer fetches answer NOT_LEADER_OR_FOLLOWER now
+            log.debug(
+                "follower partition=%s leader=%d leader_epoch=%d",
+                part.name,
+                reg.leader,
+                reg.leader_epoch,
+            )
+        elif role.become_follower(reg.leader, reg.leader_epoch, reg.partition_epoch) is not None:
+            log.warning("stale registration ignored partition=%s reg=%s", part.name, reg)
+
+    def _report_recovered(self, part: Partition) -> None:
+        """A leader elected uncleanly has nothing to recover without transactions: it tells
+        the controller at once (AlterPartition with LeaderRecoveryState RECOVERED)."""
+        role = part.role
+        if self.alter_partition is None or not isinstance(role, PartitionState):
+            return
+        if role.pending_isr is None:
+            role.pending_isr = role.isr
+            self.alter_partition(part, role, role.isr)
+
+    def on_alter_partition_result(
+        self,
+        part: Partition,
+        proposed: frozenset[int],
+        result: ErrorCode | tuple[tuple[int, ...], int, int],
+    ) -> None:
+        """The controller's answer to a proposal: the committed (isr, leader epoch, partition
+        epoch), or an error (the proposal is dropped; the next check proposes again)."""
+        role = part.role
+        if (
+            not isinstance(role, PartitionState)
+            or self.partitions.get((part.topic, part.index)) is not part
+        ):
+            return
+        if isinstance(result, ErrorCode):
+            log.info("alter partition failed partition=%s error=%s", part.name, result.name)
+            role.on_alter_partition_error(result, proposed)
+            return
+        isr, leader_epoch, partition_epoch = result
+        if role.on_alter_partition_response(isr, leader_epoch, partition_epoch):
+            self._high_watermark_moved(part)
+
+    def maybe_shrink_isrs(self) -> int:
+        """Kafka's isr-expiration task: propose dropping followers that fell behind."""
+        now, proposals = self.monotonic_ms(), 0
+        for part in self.partitions.values():
+            role = part.role
+            if isinstance(role, PartitionState) and len(role.isr) > 1:
+                proposed = role.maybe_shrink_isr(now, self.replica_lag_time_max_ms)
+                if proposed is not None:
+                    log.info(
+                        "shrinking isr partition=%s isr=%s proposed=%s",
+                        part.name,
+                        sorted(role.isr),
+                        sorted(proposed),
+                    )
+                    self._propose(part, role, proposed)
+                    proposals += 1
+            if part.delayed and len(part.delayed) > 64:
+                self._compact_delayed(part)
+        return proposals
+
+    def _propose(self, part: Partition, role: PartitionState, proposed: frozenset[int]) -> None:
+        if self.alter_partition is None:
+            role.on_alter_partition_error(ErrorCode.NOT_CONTROLLER, proposed)
+        else:
+            self.alter_partition(part, role, proposed)
+
+    # --- follower side ------------------------------------------------------------------------
+
+    def on_follower_fetch(
+        self,
+        part: Partition,
+        replica_id: int,
+        fetch_offset: int,
+        current_leader_epoch: int,
+        broker_epoch: int,
+    ) -> FetchDecision:
+        """A follower fetched at ``fetch_offset`` (it holds everything below it)."""
+        role = part.role
+        if not isinstance(role, PartitionState):
+            return FetchDecision(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        epoch = current_leader_epoch if current_leader_epoch >= 0 else None
+        decision = role.on_follower_fetch(
+            replica_id, fetch_offset, self.monotonic_ms(), epoch, broker_epoch
+        )
+        if decision.high_watermark_changed:
+            self._high_watermark_moved(part)
+        if decision.proposed_isr is not None:
+            log.info(
+                "expanding isr partition=%s isr=%s proposed=%s",
+                part.name,
+                sorted(role.isr),
+                sorted(decision.proposed_isr),
+            )
+            self._propose(part, role, decision.proposed_isr)
+        return decision
+
+    def append_as_follower(
+        self, part: Partition, records: memoryview, leader_high_watermark: int
+    ) -> None:
+        """Write the leader's batches verbatim, learn their producers, move the high
+        watermark.  Raises ``LogError`` (nothing written) for a run the log refuses."""
+        role = part.role
+        assert isinstance(role, FollowerState), f"{part.name}: follower append on a leader"
+        if records:
+            appended = part.log.append_as_follower(records, now_ms=self.clock_ms())
+            for b in appended.batches:
+                if b.producer_id != NO_PRODUCER_ID and b.base_sequence >= 0:
+                    part.producers.record(
+                        b.producer_id,
+                        b.producer_epoch,
+                        BatchMetadata(
+                            b.base_sequence,
+                            b.last_sequence,
+                            b.base_offset,
+                            b.last_offset,
+                            b.max_timestamp,
+                        ),
+                    )
+            role.on_append(part.log.log_end_offset)
+            part.next_offset = part.log.log_end_offset
+        role.on_fetch_response(leader_high_watermark)
+
+    def truncate(self, part: Partition, truncation: Truncation) -> None:
+        """Cut a follower's divergent tail (KIP-101/279) and everything derived from it."""
+        role = part.role
+        assert isinstance(role, FollowerState), f"{part.name}: truncating a leader"
+        if truncation.offset < part.log.log_end_offset:
+            part.log.truncate_to(truncation.offset)
+        end = part.log.log_end_offset
+        part.producers.truncate_after(end)
+        part.next_offset = end
+        if end < role.log_end_offset:
+            role.on_truncate(end)
+
+    def reset_follower_log(self, part: Partition, start_offset: int) -> None:
+        """The leader no longer has our log end offset (retention passed it): start over,
+        empty, at the leader's log start offset."""
+        role = part.role
+        assert isinstance(role, FollowerState)
+        part.log.truncate_fully_and_start_at(start_offset)
+        part.producers.truncate_after(0)
+        part.next_offset = start_offset
+        role.log_end_offset = start_offset
+        role.high_watermark = start_offset
+        role.check_invariants()
+
     # --- produce ------------------------------------------------------------------------------
 
     def append_nowait(
-        self, part: Partition, batch: RecordBatch
+        self, part: Partition, batch: RecordBatch, acks: int = 1
     ) -> AppendOutcome | Deferred[AppendOutcome]:
         """Check one validated batch and queue it; the Deferred resolves once it is written
-        (synchronously, inside the loop pass that writes it)."""
+        (acks 0 and 1) or once every ISR member has it (acks=all)."""
+        role = part.role
+        if not isinstance(role, PartitionState):
+            return AppendOutcome(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                message=f"broker {self.broker_id} does not lead {part.name}",
+            )
+        if acks == ACKS_ALL and (error := role.check_produce(acks, part.min_insync_replicas)):
+            return AppendOutcome(
+                error,
+                message=f"{len(role.isr)} in-sync replicas of {part.name}, "
+                f"min.insync.replicas={part.min_insync_replicas}",
+            )
         pid = batch.producer_id
         if pid != NO_PRODUCER_ID and batch.base_sequence >= 0:
             check = part.producers.check(
@@ -253,13 +555,7 @@ class ReplicaManager:
             if check.error is not ErrorCode.NONE:
                 return AppendOutcome(check.error, message=check.message)
             if (dup := check.duplicate_of) is not None:
-                if dup.first_offset >= part.log.log_end_offset:
-                    # A retry of a batch still queued: answer with the original's outcome,
-                    # never before the original is written.
-                    for p in part.pending:
-                        if p.base_offset == dup.first_offset:
-                            return p.done
-                return AppendOutcome(ErrorCode.NONE, dup.first_offset)
+                return self._answer_duplicate(part, dup, acks)
         base = part.next_offset
         part.next_offset = base + batch.last_offset_delta + 1
         if pid != NO_PRODUCER_ID and batch.base_sequence >= 0:
@@ -271,13 +567,97 @@ class ReplicaManager:
                 batch.max_timestamp,
             )
             part.producers.record(pid, batch.producer_epoch, meta)
-        done: Deferred[AppendOutcome] = Deferred()
-        part.pending.append(_Pending(batch, base, done))
+        written: Deferred[AppendOutcome] = Deferred()
+        part.pending.append(_Pending(batch, base, written))
         self._dirty[part] = None
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush_all)
-        return done
+        if acks != ACKS_ALL:
+            return written
+        return self._when_committed(part, written, part.next_offset)
+
+    def _answer_duplicate(
+        self, part: Partition, dup: BatchMetadata, acks: int
+    ) -> AppendOutcome | Deferred[AppendOutcome]:
+        """A retry of a batch we have: the original's offsets, never before the original is
+        written, and for acks=all never before it is committed (the first attempt's answer
+        may have been lost while the batch still waited for the ISR)."""
+        original: AppendOutcome | Deferred[AppendOutcome] = AppendOutcome(
+            ErrorCode.NONE, dup.first_offset
+        )
+        if dup.first_offset >= part.log.log_end_offset:
+            for p in part.pending:
+                if p.base_offset == dup.first_offset:
+                    original = p.done
+                    break
+        if acks != ACKS_ALL:
+            return original
+        if isinstance(original, AppendOutcome):
+            done: Deferred[AppendOutcome] = Deferred()
+            done.resolve(original)
+            original = done
+        return self._when_committed(part, original, dup.last_offset + 1)
+
+    def _when_committed(
+        self, part: Partition, written: Deferred[AppendOutcome], required_offset: int
+    ) -> Deferred[AppendOutcome]:
+        committed: Deferred[AppendOutcome] = Deferred()
+
+        def on_written(outcome: AppendOutcome) -> None:
+            if committed.done:  # the request timed out first
+                return
+            if outcome.error is not ErrorCode.NONE:
+                committed.resolve(outcome)
+                return
+            entry = _Delayed(required_offset, outcome, committed)
+            if not self._try_complete(part, entry):
+                heapq.heappush(part.delayed, (required_offset, next(self._tiebreak), entry))
+
+        written.then(on_written)
+        return committed
+
+    def _try_complete(self, part: Partition, entry: _Delayed) -> bool:
+        """Answer ``entry`` if the high watermark reached it (or it was answered already)."""
+        if entry.done.done:
+            return True
+        role = part.role
+        if not isinstance(role, PartitionState):
+            entry.done.resolve(AppendOutcome(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            return True
+        result = role.is_acks_all_complete(entry.required_offset, part.min_insync_replicas)
+        if result == "pending":
+            return False
+        if result is None:
+            entry.done.resolve(entry.written)
+        else:
+            entry.done.resolve(
+                AppendOutcome(
+                    result,
+                    message=f"written, but {part.name} has {len(role.isr)} in-sync replicas, "
+                    f"min.insync.replicas={part.min_insync_replicas}",
+                )
+            )
+        return True
+
+    def _high_watermark_moved(self, part: Partition) -> None:
+        """Answer the acks=all produces the high watermark reached; wake consumers."""
+        heap = part.delayed
+        while heap and heap[0][0] <= part.high_watermark:
+            _, _, entry = heapq.heappop(heap)
+            self._try_complete(part, entry)
+        part.wake_waiters()
+
+    def _fail_delayed(self, part: Partition, outcome: AppendOutcome) -> None:
+        delayed, part.delayed = part.delayed, []
+        for _, _, entry in delayed:
+            if not entry.done.done:
+                entry.done.resolve(outcome)
+
+    def _compact_delayed(self, part: Partition) -> None:
+        """Drop entries already answered (timed out by their request)."""
+        part.delayed = [e for e in part.delayed if not e[2].done.done]
+        heapq.heapify(part.delayed)
 
     def _flush_all(self) -> None:
         self._flush_scheduled = False
@@ -304,11 +684,13 @@ class ReplicaManager:
 
     def _write(self, part: Partition, pending: list[_Pending]) -> AppendOutcome | None:
         """One append; None once written and answered, else the failure to answer with."""
+        role = part.role
+        assert isinstance(role, PartitionState), f"{part.name}: leader append on a follower"
         now = self.clock_ms()
         try:
             result: AppendResult = part.log.append(
                 [p.batch.buf for p in pending],
-                leader_epoch=part.leader_epoch,
+                leader_epoch=role.leader_epoch,
                 now_ms=now,
                 log_append_time=part.log_append_time,
             )
@@ -318,15 +700,17 @@ class ReplicaManager:
         assert result.base_offset == pending[0].base_offset, "offsets assigned out of step"
         assert result.last_offset == pending[-1].base_offset + pending[-1].batch.last_offset_delta
         append_time = result.log_append_time_ms if part.log_append_time else -1
-        part.high_watermark = part.log.log_end_offset
+        moved = role.on_leader_append(part.log.log_end_offset, self.monotonic_ms())
         for p in pending:
             p.done.resolve(AppendOutcome(ErrorCode.NONE, p.base_offset, append_time))
-        assert part.high_watermark <= part.log.log_end_offset
         if self.on_append is not None:
             size = sum(p.batch.size_bytes for p in pending)
             count = sum(p.batch.last_offset_delta + 1 for p in pending)
             self.on_append(part, size, count)
-        part.wake_waiters()
+        if moved:
+            self._high_watermark_moved(part)  # also wakes waiters
+        else:
+            part.wake_waiters()  # followers' parked fetches
         return None
 
     # --- maintenance --------------------------------------------------------------------------
@@ -347,6 +731,44 @@ class ReplicaManager:
                     len(deleted),
                     part.log_start_offset,
                 )
+
+    def _read_high_watermarks(self) -> dict[tuple[str, int], int]:
+        """Kafka's ``replication-offset-checkpoint``: ``0``, a count, ``topic partition hw``
+        lines.  Missing or unreadable: no high watermark is known (they restart from the log
+        start and the leaders' fetches move them)."""
+        path = str(self.log_dir / HIGH_WATERMARK_FILE)
+        if not self.storage.exists(path):
+            return {}
+        handle = self.storage.open(path)
+        try:
+            text = handle.read(0, handle.size()).decode(errors="replace")
+        finally:
+            handle.close()
+        lines = text.split("\n")
+        try:
+            if lines[0] != "0" or int(lines[1]) != len(lines) - 3 or lines[-1] != "":
+                raise ValueError("bad header or count")
+            found = {}
+            for line in lines[2:-1]:
+                topic, index, offset = line.split(" ")
+                found[(topic, int(index))] = int(offset)
+            return found
+        except (ValueError, IndexError) as exc:
+            log.warning("ignoring unreadable %s: %s", path, exc)
+            return {}
+
+    def checkpoint_high_watermarks(self) -> None:
+        entries = [(t, i, p.high_watermark) for (t, i), p in self.partitions.items()]
+        lines = "".join(f"{t} {i} {hw}\n" for t, i, hw in entries)
+        data = f"0\n{len(entries)}\n{lines}".encode()
+        try:
+            self.storage.makedirs(str(self.log_dir))
+            write_atomically(self.storage, str(self.log_dir), HIGH_WATERMARK_FILE, data)
+        except OSError as exc:
+            log.error("cannot checkpoint high watermarks dir=%s error=%s", self.log_dir, exc)
+
+    def leaders(self) -> Iterator[Partition]:
+        return (p for p in self.partitions.values() if p.is_leader)
 
 
 def _groups_up_to(pending: list[_Pending], max_bytes: int) -> list[list[_Pending]]:

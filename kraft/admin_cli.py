@@ -1,4 +1,5 @@
-"""The ``kraft`` admin commands: thin clients of the REST admin API (standard library only).
+"""The ``kraft`` admin commands: thin clients of the REST admin API (standard library only;
+``elect-leaders`` uses the project's own Kafka client).
 
     kraft topics create NAME [--partitions N] [--replication-factor N] [--config k=v ...]
     kraft topics list | describe NAME | delete NAME
@@ -6,11 +7,16 @@
     kraft produce TOPIC [--key-separator SEP] [--partition P] [--header k=v ...]   (stdin lines)
     kraft consume TOPIC [--from-beginning] [--partition P] [--max-messages N] [--timeout-ms T]
     kraft cluster status
+    kraft elect-leaders --bootstrap-server HOST:PORT --election-type preferred|unclean
+                        (--all-topic-partitions | --topic T [--partition P ...])
 
-Every command takes ``--admin URL`` (default ``$KRAFT_ADMIN`` or ``http://127.0.0.1:8080``) and
-``--json``.  Output is a table (or the records) by default.  A failure prints one line,
-``kraft: <ERROR>: <message>``, on stderr and exits with status 1; ``<ERROR>`` is the API's error
-name (a Kafka error such as ``TOPIC_ALREADY_EXISTS``) or ``ADMIN_UNREACHABLE``.
+Every command but ``elect-leaders`` takes ``--admin URL`` (default ``$KRAFT_ADMIN`` or
+``http://127.0.0.1:8080``); every command takes ``--json``.  ``elect-leaders`` speaks the Kafka
+protocol to a broker instead (ElectLeaders, as Kafka's ``kafka-leader-election.sh`` does), which
+forwards it to the active controller.  Output is a table (or the records) by default.  A
+failure prints one line, ``kraft: <ERROR>: <message>``, on stderr and exits with status 1;
+``<ERROR>`` is the API's error name (a Kafka error such as ``TOPIC_ALREADY_EXISTS``),
+``ADMIN_UNREACHABLE``, ``BROKER_UNREACHABLE`` or ``ELECTION_FAILED``.
 
 Keys, values and headers travel base64-encoded, so ``produce`` and ``consume`` pass arbitrary
 bytes through unchanged.
@@ -19,6 +25,7 @@ bytes through unchanged.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import contextlib
 import json
@@ -31,7 +38,10 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Final, NamedTuple
+from typing import IO, TYPE_CHECKING, Any, Final, NamedTuple
+
+if TYPE_CHECKING:
+    from broker.kafka_client import KafkaConnection
 
 DEFAULT_ADMIN: Final = "http://127.0.0.1:8080"
 REQUEST_TIMEOUT_S: Final = 30.0
@@ -524,6 +534,150 @@ def cluster_status(args: argparse.Namespace, client: AdminClient) -> int:
     return 0
 
 
+# --- leader elections (Kafka protocol) ---------------------------------------------------------
+
+DEFAULT_BOOTSTRAP: Final = "127.0.0.1:9092"
+ELECTION_TYPES: Final = {"preferred": 0, "unclean": 1}  # Kafka's ElectionType
+ELECT_LEADERS_KEY, ELECT_LEADERS_MAX_VERSION = 43, 2
+METADATA_KEY, METADATA_MAX_VERSION = 3, 12
+NOT_NEEDED: Final = "ELECTION_NOT_NEEDED"
+
+
+class ElectionOutcome(NamedTuple):
+    topic: str
+    partition: int
+    error: str  # the Kafka error name; NONE: a leader was elected
+    message: str | None
+
+    @property
+    def failed(self) -> bool:
+        return self.error not in ("NONE", NOT_NEEDED)
+
+    def line(self) -> str:
+        what = "leader elected" if self.error == "NONE" else self.error
+        return f"{self.topic}-{self.partition}: {what}" + (
+            f": {self.message}" if self.message and self.error != "NONE" else ""
+        )
+
+
+def bootstrap_addresses(text: str) -> list[tuple[str, int]]:
+    """``host:port[,host:port...]`` (IPv6 hosts in brackets)."""
+    out = []
+    for item in text.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {item.strip()!r}")
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
+def elect_leaders(args: argparse.Namespace) -> int:
+    """``kraft elect-leaders``: one line per partition result; status 1 if any partition failed
+    for a reason other than ELECTION_NOT_NEEDED."""
+    if args.partition and not args.topic:
+        return fail("INVALID_ARGUMENTS", "--partition needs --topic")
+    try:
+        outcomes = asyncio.run(_elect(args))
+    except AdminError as exc:
+        return fail(exc.error, exc.message)
+    outcomes.sort(key=lambda o: (o.topic, o.partition))
+    if args.json:
+        print_json([o._asdict() for o in outcomes])
+    elif outcomes:
+        print("\n".join(o.line() for o in outcomes))
+    else:
+        print("No partition needed an election.")
+    failed = [o for o in outcomes if o.failed]
+    if failed:
+        names = ", ".join(f"{o.topic}-{o.partition} ({o.error})" for o in failed[:10])
+        more = f" and {len(failed) - 10} more" if len(failed) > 10 else ""
+        return fail("ELECTION_FAILED", f"{len(failed)} partition(s) failed: {names}{more}")
+    return 0
+
+
+async def _elect(args: argparse.Namespace) -> list[ElectionOutcome]:
+    from broker.kafka_client import KafkaClientError
+    from kafka_protocol.errors import ErrorCode
+    from kafka_protocol.exceptions import ProtocolError
+    from kafka_protocol.messages import ElectLeadersRequest, ElectLeadersResponse
+
+    try:
+        async with asyncio.timeout(REQUEST_TIMEOUT_S):
+            conn = await _connect(args.bootstrap_server)
+            try:
+                version = conn.version_for(ELECT_LEADERS_KEY, ELECT_LEADERS_MAX_VERSION)
+                if version is None or (version == 0 and args.election_type != "preferred"):
+                    raise AdminError("UNSUPPORTED_VERSION", f"{conn.peer} cannot elect leaders")
+                wanted = None
+                if not args.all_topic_partitions:
+                    partitions = args.partition or await _partitions_of(conn, args.topic)
+                    wanted = [
+                        ElectLeadersRequest.TopicPartitions(topic=args.topic, partitions=partitions)
+                    ]
+                request = ElectLeadersRequest(
+                    election_type=ELECTION_TYPES[args.election_type],
+                    topic_partitions=wanted,
+                    timeout_ms=int(REQUEST_TIMEOUT_S * 1000),
+                )
+                response = await conn.send(request, version)
+            finally:
+                conn.close()
+                await conn.wait_closed()
+    except TimeoutError:
+        raise AdminError("REQUEST_TIMED_OUT", f"no answer within {REQUEST_TIMEOUT_S:g} s") from None
+    except (KafkaClientError, ProtocolError) as exc:
+        raise AdminError("BROKER_UNREACHABLE", str(exc)) from None
+    assert isinstance(response, ElectLeadersResponse)
+    if response.error_code != ErrorCode.NONE:
+        error = ErrorCode.from_code(response.error_code)
+        raise AdminError(error.name, error.message)
+    return [
+        ElectionOutcome(
+            topic.topic,
+            result.partition_id,
+            ErrorCode.from_code(result.error_code).name,
+            result.error_message,
+        )
+        for topic in response.replica_election_results
+        for result in topic.partition_result
+    ]
+
+
+async def _connect(addresses: list[tuple[str, int]]) -> KafkaConnection:
+    from broker.kafka_client import KafkaConnection, KafkaConnectionError
+
+    reasons = []
+    for host, port in addresses:
+        try:
+            return await KafkaConnection.open(host, port, client_id="kraft-cli")
+        except KafkaConnectionError as exc:
+            reasons.append(str(exc))
+    raise AdminError("BROKER_UNREACHABLE", "; ".join(reasons))
+
+
+async def _partitions_of(conn: KafkaConnection, topic: str) -> list[int]:
+    """Every partition of ``topic``, from a Metadata request (never creating the topic)."""
+    from kafka_protocol.errors import ErrorCode
+    from kafka_protocol.messages import MetadataRequest, MetadataResponse
+    from kafka_protocol.types import TopicName
+
+    version = conn.version_for(METADATA_KEY, METADATA_MAX_VERSION)
+    if version is None or version < 4:  # v4 added allow_auto_topic_creation
+        raise AdminError("UNSUPPORTED_VERSION", f"{conn.peer} cannot describe topics")
+    request = MetadataRequest(
+        topics=[MetadataRequest.MetadataRequestTopic(name=TopicName(topic))],
+        allow_auto_topic_creation=False,
+    )
+    response = await conn.send(request, version)
+    assert isinstance(response, MetadataResponse)
+    described = next((t for t in response.topics if t.name == topic), None)
+    if described is None or described.error_code != ErrorCode.NONE:
+        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if described is None else described.error_code
+        error = ErrorCode.from_code(code)
+        raise AdminError(error.name, f"topic {topic!r}: {error.message}")
+    return sorted(p.partition_index for p in described.partitions)
+
+
 # --- argument parsing -------------------------------------------------------------------------
 
 
@@ -637,7 +791,8 @@ def _add_clients(
 
 
 def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``topics``, ``produce``, ``consume`` and ``cluster`` to the ``kraft`` parser."""
+    """Add ``topics``, ``produce``, ``consume``, ``cluster`` and ``elect-leaders`` to the
+    ``kraft`` parser."""
     common = _common()
     _add_topics(sub, common)
     _add_clients(sub, common)
@@ -645,3 +800,44 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     actions = cluster.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
     status = actions.add_parser("status", parents=[common], help="controller and brokers")
     status.set_defaults(func=cluster_status)
+    _add_elect_leaders(sub)
+
+
+def _add_elect_leaders(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    elect = sub.add_parser(
+        "elect-leaders",
+        help="run preferred or unclean leader elections (Kafka protocol, via a broker)",
+        description="Ask the active controller, through a broker, to elect partition leaders: "
+        "the preferred replica (the first of the replicas, if it is in the ISR), or, when no "
+        "in-sync replica is alive, any live replica (unclean: committed records may be lost).",
+    )
+    elect.add_argument(
+        "--bootstrap-server",
+        type=bootstrap_addresses,
+        default=bootstrap_addresses(DEFAULT_BOOTSTRAP),
+        metavar="HOST:PORT",
+        help=f"a broker (or a comma-separated list; default: {DEFAULT_BOOTSTRAP})",
+    )
+    elect.add_argument(
+        "--election-type",
+        type=str.lower,
+        choices=tuple(ELECTION_TYPES),
+        required=True,
+        help="preferred or unclean",
+    )
+    which = elect.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--all-topic-partitions",
+        action="store_true",
+        help="every partition (only those needing an election are reported)",
+    )
+    which.add_argument("--topic", metavar="T", help="one topic (all its partitions by default)")
+    elect.add_argument(
+        "--partition",
+        type=non_negative_int,
+        action="append",
+        metavar="P",
+        help="a partition of --topic (repeatable)",
+    )
+    elect.add_argument("--json", action="store_true", help="print JSON")
+    elect.set_defaults(func=elect_leaders)

@@ -2,9 +2,9 @@
 
 Brokers register (BrokerRegistration), heartbeat (BrokerHeartbeat), report ISR changes
 (AlterPartition), allocate producer ids and forward admin requests (CreateTopics,
-DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs), all of which only
-the active controller serves: any other controller answers NOT_CONTROLLER and the broker
-tries the next one. They tail the committed metadata log with Fetch on
+DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs, ElectLeaders), all of
+which only the active controller serves: any other controller answers NOT_CONTROLLER and the
+broker tries the next one. They tail the committed metadata log with Fetch on
 ``__cluster_metadata`` (long-poll, served by every controller: committed data is the same
 on all of them) and, when they are behind the snapshot, FetchSnapshot. DescribeQuorum
 reports the Raft leader and the voters.
@@ -22,6 +22,7 @@ from broker.controller_channel import (
     create_partitions_failed,
     create_topics_failed,
     delete_topics_failed,
+    elect_leaders_failed,
     incremental_alter_configs_failed,
 )
 from broker.dispatcher import ApiHandler, RequestContext, RequestDispatcher
@@ -47,6 +48,8 @@ from kafka_protocol.messages import (
     DeleteTopicsResponse,
     DescribeQuorumRequest,
     DescribeQuorumResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     FetchRequest,
     FetchResponse,
     FetchSnapshotRequest,
@@ -88,6 +91,7 @@ class ControllerApis:
             ApiHandler(20, 1, 6, self.delete_topics, "DeleteTopics"),
             ApiHandler(33, 0, 2, self.alter_configs, "AlterConfigs"),
             ApiHandler(37, 0, 3, self.create_partitions, "CreatePartitions"),
+            ApiHandler(43, 0, 2, self.elect_leaders, "ElectLeaders"),
             ApiHandler(44, 0, 1, self.incremental_alter_configs, "IncrementalAlterConfigs"),
             ApiHandler(55, 0, 2, self.describe_quorum, "DescribeQuorum"),
             ApiHandler(56, 0, 3, self.alter_partition, "AlterPartition"),
@@ -184,6 +188,13 @@ class ControllerApis:
         return response or incremental_alter_configs_failed(
             req, ErrorCode.NOT_CONTROLLER, NOT_ACTIVE
         )
+
+    async def elect_leaders(
+        self, ctx: RequestContext, req: ElectLeadersRequest
+    ) -> ElectLeadersResponse:
+        handle = self.qc.controller.handle_elect_leaders
+        response = await self._run(lambda image: handle(req, image))
+        return response or elect_leaders_failed(req, ErrorCode.NOT_CONTROLLER, NOT_ACTIVE)
 
     # --- the metadata log ---------------------------------------------------------------------
 

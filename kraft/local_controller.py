@@ -26,6 +26,8 @@ from kafka_protocol.messages import (
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
@@ -91,6 +93,11 @@ class LocalControllerChannel:
         self, request: IncrementalAlterConfigsRequest, version: int
     ) -> IncrementalAlterConfigsResponse:
         return await self.controller.incremental_alter_configs(request)
+
+    async def elect_leaders(
+        self, request: ElectLeadersRequest, version: int
+    ) -> ElectLeadersResponse:
+        return await self.controller.elect_leaders(request)
 
     async def allocate_producer_ids(self, broker_id: int, count: int) -> tuple[int, int]:
         try:

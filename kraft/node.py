@@ -121,6 +121,15 @@ def broker_config(cfg: NodeConfig) -> BrokerConfig:
         default_replication_factor=cfg.get_int("default.replication.factor", 1),
         socket_request_max_bytes=_at_least(cfg, "socket.request.max.bytes", 100 << 20, 1024),
         retention_check_interval_ms=_at_least(cfg, "log.retention.check.interval.ms", 300_000, 100),
+        replica_lag_time_max_ms=_at_least(cfg, "replica.lag.time.max.ms", 30_000, 20),
+        replica_fetch_wait_max_ms=_at_least(cfg, "replica.fetch.wait.max.ms", 500, 0),
+        replica_fetch_max_bytes=_at_least(cfg, "replica.fetch.max.bytes", 1 << 20, 1024),
+        replica_fetch_response_max_bytes=_at_least(
+            cfg, "replica.fetch.response.max.bytes", 10 << 20, 1024
+        ),
+        high_watermark_checkpoint_interval_ms=_at_least(
+            cfg, "replica.high.watermark.checkpoint.interval.ms", 5_000, 10
+        ),
         broker_defaults=dict(cfg.values),
     )
 

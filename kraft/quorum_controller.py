@@ -27,6 +27,13 @@ Every controller keeps the same committed state, built only from the replicated 
 - **Sessions** (soft state, like Kafka's ``BrokerHeartbeatManager``) live only on the active
   controller: every registered broker gets a fresh session when a controller becomes
   active, and brokers that stop heartbeating are fenced after ``broker.session.timeout.ms``.
+- **Periodic elections** (active controller only, on the injected clock): unclean elections
+  for leaderless partitions of topics that allow them, when a controller becomes active and
+  every ``unclean_check_interval_ms`` after (brokers coming and going and config changes
+  already elect in their own batches: this catches a static default changed with a
+  restart); and, with ``auto.leader.rebalance.enable``, every
+  ``leader.imbalance.check.interval.seconds`` the preferred-leader rebalance of brokers
+  whose imbalance is above ``leader.imbalance.per.broker.percentage`` (``elections``).
 - **Snapshots.** The fetchable log keeps the batches after the newest in-memory snapshot;
   once the batches after it exceed ``snapshot_interval_bytes`` (Kafka's
   ``metadata.log.max.record.bytes.between.snapshots``) the image is encoded as a snapshot
@@ -55,6 +62,7 @@ from typing import Final, TypeVar
 from kafka_protocol.exceptions import ProtocolError
 from kafka_protocol.record_batch import RecordBatch, set_base_offset
 from kraft.controller.controller import Controller
+from kraft.controller.elections import MAX_ELECTIONS_PER_IMBALANCE
 from kraft.controller.result import ControllerConfig, ControllerResult
 from kraft.quorum.raft import RaftQuorum, RaftSettings, SubmitError
 from kraft.quorum.state import Appended
@@ -71,6 +79,7 @@ Command = Callable[[ClusterImage], ControllerResult[R]]
 
 DEFAULT_SNAPSHOT_INTERVAL_BYTES: Final = 20 << 20  # Kafka's default
 MAINTENANCE_PERIOD_S: Final = 0.05
+DEFAULT_UNCLEAN_CHECK_INTERVAL_MS: Final = 300_000  # Kafka's, 5 minutes
 
 
 def monotonic_ms() -> int:
@@ -116,11 +125,15 @@ class QuorumController:
         *,
         heartbeat_interval_ms: int = 2000,
         snapshot_interval_bytes: int = DEFAULT_SNAPSHOT_INTERVAL_BYTES,
+        unclean_check_interval_ms: int = DEFAULT_UNCLEAN_CHECK_INTERVAL_MS,
         clock: Callable[[], int] = monotonic_ms,
     ) -> None:
         self.config = config
         self.controller = Controller(config)
         self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.unclean_check_interval_ms = unclean_check_interval_ms
+        self._next_unclean_check_ms = 0  # clock times; set when this controller becomes active
+        self._next_rebalance_ms = 0
         self.snapshot_interval_bytes = snapshot_interval_bytes
         self._bytes_since_snapshot = 0
         self._clock = clock
@@ -286,7 +299,8 @@ class QuorumController:
     # --- maintenance ---------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Bootstrap, session expiry and snapshots; runs until cancelled."""
+        """Bootstrap, session expiry, periodic elections and snapshots; runs until
+        cancelled."""
         self._loop = asyncio.get_running_loop()
         self._wake_fetchers()  # commits applied before the loop was known
         while True:
@@ -309,6 +323,8 @@ class QuorumController:
             self._active_epoch = self.quorum.epoch
             now = self._clock()
             self._last_contact_ms = {broker: now for broker in self._image.brokers}
+            self._next_unclean_check_ms = now
+            self._next_rebalance_ms = now + self.config.leader_imbalance_check_interval_ms
             log.info("active controller, epoch %d", self._active_epoch)
         if not self._image.metadata_version:
             await self.submit(self.controller.bootstrap)
@@ -323,6 +339,29 @@ class QuorumController:
             )
             if fenced:
                 log.warning("fenced brokers %s: no heartbeat within the session timeout", fenced)
+        await self._maybe_elect_unclean_leaders()
+        await self._maybe_rebalance_leaders()
+
+    async def _maybe_elect_unclean_leaders(self) -> None:
+        now = self._clock()
+        if now < self._next_unclean_check_ms:
+            return
+        self._next_unclean_check_ms = now + self.unclean_check_interval_ms
+        elected = await self.submit(self.controller.handle_unclean_elections)
+        if elected:
+            # Possible loss of committed records: always worth a line in the log.
+            log.warning("unclean leader election for %s", ", ".join(f"{t}-{p}" for t, p in elected))
+
+    async def _maybe_rebalance_leaders(self) -> None:
+        now = self._clock()
+        if not self.config.auto_leader_rebalance_enable or now < self._next_rebalance_ms:
+            return
+        self._next_rebalance_ms = now + self.config.leader_imbalance_check_interval_ms
+        moved = await self.submit(self.controller.handle_rebalance_leaders)
+        if moved:
+            log.info("preferred leader elected for %d partition(s)", len(moved))
+        if len(moved) >= MAX_ELECTIONS_PER_IMBALANCE:
+            self._next_rebalance_ms = now  # more may be waiting: look again on the next pass
 
     def close(self) -> None:
         self.quorum.close()

@@ -27,6 +27,7 @@ from broker.lifecycle import BrokerLifecycle, BrokerLifecycleError
 from broker.metadata_follower import MetadataFollower
 from broker.metrics import BrokerMetrics
 from broker.remote_controller import RemoteControllerChannel
+from broker.replication.alter_partition import AlterPartitionSender
 from broker.server import KafkaListener
 from broker.storage import FileStorage
 from kafka_protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
@@ -191,6 +192,10 @@ class BrokerMember:
         epoch = _EpochHolder()
         channel = RemoteControllerChannel(client, epoch)
         broker = Broker(bcfg, FileStorage(), channel, ClusterImage.EMPTY, cluster_id)
+        broker.incarnation_id = uuid.uuid4()
+        broker.replicas.alter_partition = AlterPartitionSender(
+            client, broker.replicas, cfg.node_id, lambda: epoch.broker_epoch
+        )
         holder.append(broker)
         await broker.start()
         host, port = broker.advertised
@@ -199,7 +204,7 @@ class BrokerMember:
             follower,
             cfg.node_id,
             cluster_id,
-            uuid.uuid4(),
+            broker.incarnation_id,
             [("PLAINTEXT", host, port)],
             bcfg.rack,
             cfg.get_int("broker.heartbeat.interval.ms", 2000),
@@ -260,6 +265,9 @@ class BrokerMember:
         try:
             await self.broker.stop()
         finally:
+            sender = self.broker.replicas.alter_partition
+            if isinstance(sender, AlterPartitionSender):
+                sender.close()
             self.client.close()
 
 

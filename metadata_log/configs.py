@@ -319,6 +319,16 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("log.roll.jitter.ms", _T.LONG, None, dynamic=True),
     ConfigDef("log.roll.jitter.hours", _T.INT, "0", at_least(0), dynamic=True),
     ConfigDef("log.flush.interval.ms", _T.LONG, None, dynamic=True),
+    # Leader balance, read by the active controller (Kafka's ReplicationConfigs; static there).
+    ConfigDef("auto.leader.rebalance.enable", _T.BOOLEAN, "true"),
+    ConfigDef("leader.imbalance.check.interval.seconds", _T.LONG, "300", at_least(1)),
+    ConfigDef("leader.imbalance.per.broker.percentage", _T.INT, "10", at_least(0)),
+    # Partition replication, read by brokers (Kafka's ReplicationConfigs).
+    ConfigDef("replica.lag.time.max.ms", _T.LONG, "30000", at_least(20)),
+    ConfigDef("replica.fetch.wait.max.ms", _T.INT, "500", at_least(0)),
+    ConfigDef("replica.fetch.max.bytes", _T.INT, "1048576", at_least(1024)),
+    ConfigDef("replica.fetch.response.max.bytes", _T.INT, "10485760", at_least(1024)),
+    ConfigDef("replica.high.watermark.checkpoint.interval.ms", _T.LONG, "5000", at_least(10)),
     *_broker_topic_defaults(),
 )
 
@@ -488,6 +498,20 @@ def effective_topic_config(
         for name, config in sorted(TOPIC_CONFIGS.items())
         if not config.internal
     }
+
+
+def effective_topic_value(
+    key: str, overrides: Mapping[str, str], sources: BrokerConfigSources
+) -> ConfigValue:
+    """The parsed effective value of one topic config (what :func:`effective_topic_config`
+    reports for ``key``, without resolving every other key); an invalid stored value reads as
+    the default, as in :class:`LogConfig`."""
+    config = TOPIC_CONFIGS[key]
+    raw = _topic_entry(config, overrides, sources).value
+    if raw is None or config.validate(raw) is not None:
+        assert config.default is not None, f"{key} has a default"
+        raw = config.default
+    return parse_value(config.type, raw)
 
 
 def effective_broker_config(sources: BrokerConfigSources) -> dict[str, ConfigEntry]:

@@ -20,12 +20,14 @@ def build_handlers(broker: Broker) -> list[ApiHandler]:
     from broker.handlers.fetch import FetchHandler
     from broker.handlers.list_offsets import ListOffsetsHandler
     from broker.handlers.metadata import MetadataHandler
+    from broker.handlers.offset_for_leader_epoch import OffsetForLeaderEpochHandler
     from broker.handlers.produce import ProduceHandler
 
     return [
         ProduceHandler(broker).spec(),
         FetchHandler(broker).spec(),
         ListOffsetsHandler(broker).spec(),
+        OffsetForLeaderEpochHandler(broker).spec(),
         MetadataHandler(broker).spec(),
         FindCoordinatorHandler(broker).spec(),
         ApiVersionsHandler(broker).spec(),

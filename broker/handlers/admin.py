@@ -1,11 +1,11 @@
 """Admin APIs: topic and config changes go to the controller; descriptions come from the image.
 
-CreateTopics 2-7, DeleteTopics 1-6, CreatePartitions 0-3, AlterConfigs 0-2 and
-IncrementalAlterConfigs 0-1 are forwarded to the active controller, which validates them,
-appends metadata records and answers with per-item errors; the broker learns the result like
-every other broker, from the metadata log.  DescribeConfigs 1-4 reports every config, defaults
-included, with its source and (on request) synonyms and documentation.  DescribeCluster 0-1
-lists the brokers.
+CreateTopics 2-7, DeleteTopics 1-6, CreatePartitions 0-3, AlterConfigs 0-2,
+IncrementalAlterConfigs 0-1 and ElectLeaders 0-2 are forwarded to the active controller, which
+validates them, appends metadata records and answers with per-item errors; the broker learns the
+result like every other broker, from the metadata log.  DescribeConfigs 1-4 reports every config,
+defaults included, with its source and (on request) synonyms and documentation.  DescribeCluster
+0-1 lists the brokers.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from kafka_protocol.messages import (
     DescribeClusterResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
@@ -57,6 +59,7 @@ class AdminHandlers:
             ApiHandler(37, 0, 3, self.create_partitions, "CreatePartitions"),
             ApiHandler(32, 1, 4, self.describe_configs, "DescribeConfigs"),
             ApiHandler(33, 0, 2, self.alter_configs, "AlterConfigs"),
+            ApiHandler(43, 0, 2, self.elect_leaders, "ElectLeaders"),
             ApiHandler(44, 0, 1, self.incremental_alter_configs, "IncrementalAlterConfigs"),
             ApiHandler(60, 0, 1, self.describe_cluster, "DescribeCluster"),
         ]
@@ -85,6 +88,11 @@ class AdminHandlers:
         self, ctx: RequestContext, req: IncrementalAlterConfigsRequest
     ) -> IncrementalAlterConfigsResponse:
         return await self.broker.controller.incremental_alter_configs(req, ctx.api_version)
+
+    async def elect_leaders(
+        self, ctx: RequestContext, req: ElectLeadersRequest
+    ) -> ElectLeadersResponse:
+        return await self.broker.controller.elect_leaders(req, ctx.api_version)
 
     # --- descriptions -------------------------------------------------------------------------
 

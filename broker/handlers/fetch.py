@@ -1,5 +1,12 @@
 """Fetch 4-12 (sessionless): whole batches up to the high watermark, served with sendfile.
 
+Consumers (``replica_id`` -1) read from the leader up to its high watermark.  A follower
+(``replica_id`` = its broker id) reads up to the log end offset, and its fetch offset tells
+the leader what it holds (``ReplicaManager.on_follower_fetch``: the follower's log end offset,
+the high watermark, ISR expansion); the response carries the leader's high watermark.  Only
+the leader serves either: any other replica answers NOT_LEADER_OR_FOLLOWER, and a stale or
+future ``current_leader_epoch`` gets FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (KIP-320).
+
 Reading plans slices first (positions in segment files, no bytes touched) and materializes
 them as :class:`FileRegion` chunks (a dup'd fd the connection sends with ``os.sendfile`` and
 closes) only for the response actually sent.  If fewer than ``min_bytes`` are available the
@@ -48,8 +55,11 @@ def _settle(wake: asyncio.Future[None]) -> None:
         wake.set_result(None)
 
 
-def check_leader_epoch(part: Partition, requested: int) -> ErrorCode:
-    """KIP-320: a client's view of the leader epoch must match ours (-1 skips the check)."""
+def check_leader(part: Partition, requested: int) -> ErrorCode:
+    """Only the leader answers; KIP-320: a client's view of the leader epoch must match ours
+    (-1 skips the check)."""
+    if not part.is_leader:
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
     if requested < 0 or requested == part.leader_epoch:
         return ErrorCode.NONE
     if requested < part.leader_epoch:
@@ -119,7 +129,7 @@ class FetchHandler:
         for topic in req.topics:
             for fp in topic.partitions:
                 limit = max(0, min(fp.partition_max_bytes, budget))
-                p = self._plan_one(topic.topic, fp, limit, total == 0)
+                p = self._plan_one(topic.topic, fp, limit, total == 0, req.replica_id)
                 if p.slice is not None:
                     total += p.slice.size_bytes
                     budget = max(0, budget - p.slice.size_bytes)
@@ -127,22 +137,37 @@ class FetchHandler:
         return plan, total
 
     def _plan_one(
-        self, topic: str, fp: FetchRequest.FetchPartition, max_bytes: int, first: bool
+        self,
+        topic: str,
+        fp: FetchRequest.FetchPartition,
+        max_bytes: int,
+        first: bool,
+        replica_id: int,
     ) -> _Planned:
         part = self.broker.replicas.get(topic, fp.partition)
         if part is None:
             return _Planned(topic, fp.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        error = check_leader_epoch(part, fp.current_leader_epoch)
+        error = check_leader(part, fp.current_leader_epoch)
         if error is not ErrorCode.NONE:
             return _Planned(topic, fp.partition, error, part)
         if fp.fetch_offset > part.log_end_offset or fp.fetch_offset < part.log_start_offset:
             return _Planned(topic, fp.partition, ErrorCode.OFFSET_OUT_OF_RANGE, part)
-        if fp.fetch_offset >= part.high_watermark or (max_bytes <= 0 and not first):
+        limit = part.high_watermark
+        if replica_id >= 0:  # a follower: it reads to the log end, and says what it holds
+            decision = self.broker.replicas.on_follower_fetch(
+                part,
+                replica_id,
+                fp.fetch_offset,
+                fp.current_leader_epoch,
+                self.broker.broker_epoch_of(replica_id),
+            )
+            if decision.error is not None:
+                return _Planned(topic, fp.partition, decision.error, part)
+            limit = part.log_end_offset
+        if fp.fetch_offset >= limit or (max_bytes <= 0 and not first):
             return _Planned(topic, fp.partition, ErrorCode.NONE, part)
         try:
-            chunk = part.log.read(
-                fp.fetch_offset, max_bytes, max_offset=part.high_watermark, min_one_batch=first
-            )
+            chunk = part.log.read(fp.fetch_offset, max_bytes, max_offset=limit, min_one_batch=first)
         except OffsetOutOfRangeError:
             return _Planned(topic, fp.partition, ErrorCode.OFFSET_OUT_OF_RANGE, part)
         except LogError as exc:

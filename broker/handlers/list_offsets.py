@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from broker.dispatcher import ApiHandler, RequestContext
-from broker.handlers.fetch import check_leader_epoch
+from broker.handlers.fetch import check_leader
 from broker.log.errors import LogError
 from broker.replica_manager import Partition
 from kafka_protocol.errors import ErrorCode
@@ -64,7 +64,7 @@ class ListOffsetsHandler:
             return Answer(
                 partition_index=p.partition_index, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             )
-        error = check_leader_epoch(part, p.current_leader_epoch)
+        error = check_leader(part, p.current_leader_epoch)
         if error is not ErrorCode.NONE:
             return Answer(partition_index=p.partition_index, error_code=error)
         epoch = part.leader_epoch if version >= LEADER_EPOCH_VERSION else -1

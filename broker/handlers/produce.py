@@ -2,14 +2,21 @@
 
 The records are never parsed: magic, size, CRC32C, record count and producer fields all come
 from the 61-byte header.  Nothing of a rejected batch is appended, and one partition's error
-does not affect the others.  acks=0 appends and answers nothing; acks=1 and acks=all answer
-once the batch is written (one replica: the ISR is this broker).  Versions 0-2 (message format
-v0/v1) are advertised because librdkafka enables compression only when Produce v0 is inside
-the range (as Kafka 4 does, KAFKA-18659), and refused per partition with a clear message.
+does not affect the others.  acks=0 appends and answers nothing; acks=1 answers once the
+leader wrote the batch; acks=all once every in-sync replica has it (the high watermark passed
+it), or REQUEST_TIMED_OUT after the request's ``timeout_ms`` (the batch stays written and may
+still commit: the producer's retry is deduplicated by its sequence).  ``min.insync.replicas``
+refuses acks=all with NOT_ENOUGH_REPLICAS before the append, and answers
+NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below it while waiting.
+
+Versions 0-2 (message format v0/v1) are advertised because librdkafka enables compression
+only when Produce v0 is inside the range (as Kafka 4 does, KAFKA-18659), and refused per
+partition with a clear message.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING
 
@@ -88,20 +95,34 @@ class ProduceHandler:
             return self._respond(ctx, slots)
         if req.acks == 0:
             return None
-        waiting = [o for _, _, o in slots if isinstance(o, Deferred)]
+        waiting = [o for _, _, o in slots if isinstance(o, Deferred) and not o.done]
         if not waiting:
             return self._respond(ctx, slots)
         reply: Deferred[ProduceResponse | None] = Deferred()
         remaining = len(waiting)
+        timer: asyncio.TimerHandle | None = None
 
         def one_done(_: AppendOutcome) -> None:
             nonlocal remaining
             remaining -= 1
             if remaining == 0:
+                if timer is not None:
+                    timer.cancel()
                 reply.resolve(self._respond(ctx, slots))
+
+        def expire() -> None:
+            timed_out = AppendOutcome(
+                ErrorCode.REQUEST_TIMED_OUT,
+                message=f"not replicated to every in-sync replica within {req.timeout_ms} ms",
+            )
+            for d in waiting:
+                if not d.done:
+                    d.resolve(timed_out)
 
         for d in waiting:
             d.then(one_done)
+        if remaining and req.acks == ACKS_ALL:
+            timer = asyncio.get_running_loop().call_later(max(0, req.timeout_ms) / 1000, expire)
         return reply
 
     def _append(
@@ -118,12 +139,7 @@ class ProduceHandler:
         batch = validate_batch(part, pd.records)
         if isinstance(batch, AppendOutcome):
             return batch
-        if acks == ACKS_ALL and part.isr_size < part.min_insync_replicas:
-            return _refuse(
-                ErrorCode.NOT_ENOUGH_REPLICAS,
-                f"{part.isr_size} in-sync replicas, min.insync.replicas={part.min_insync_replicas}",
-            )
-        return self.broker.replicas.append_nowait(part, batch)
+        return self.broker.replicas.append_nowait(part, batch, acks)
 
     def _respond(
         self, ctx: RequestContext, slots: list[tuple[str, int, Outcome]]

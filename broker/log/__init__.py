@@ -3,16 +3,23 @@
 Modules, one noun each: ``log`` (``PartitionLog``), ``segment`` (``LogSegment``),
 ``file_records`` (``FileRecords``), ``index`` (``OffsetIndex``, ``TimeIndex``), ``loader``
 (``LogLoader``), ``validator`` (offset assignment), ``checkpoint``, ``config`` (``LogConfig``),
-``retention``, ``errors``.  All I/O goes through ``broker.storage``.
+``retention``, ``errors``, ``leader_epoch_cache`` (``LeaderEpochCache``), ``fetched_batches``
+(the checks on a follower's append).  All I/O goes through ``broker.storage``.
 """
 
 from broker.log.config import LogConfig
 from broker.log.errors import (
+    AppendOffsetError,
+    CorruptBatchError,
+    InvalidFollowerAppendError,
     KafkaStorageError,
+    LeaderEpochOrderError,
     LogError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
+    StaleLeaderEpochError,
 )
+from broker.log.fetched_batches import AppendedBatch
 from broker.log.loader import DroppedRange, RecoveryReport
 from broker.log.log import (
     EARLIEST_LOCAL_TIMESTAMP,
@@ -21,6 +28,7 @@ from broker.log.log import (
     MAX_TIMESTAMP,
     AppendResult,
     FetchSlice,
+    FollowerAppend,
     PartitionLog,
 )
 
@@ -29,14 +37,21 @@ __all__ = [
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
+    "AppendOffsetError",
     "AppendResult",
+    "AppendedBatch",
+    "CorruptBatchError",
     "DroppedRange",
     "FetchSlice",
+    "FollowerAppend",
+    "InvalidFollowerAppendError",
     "KafkaStorageError",
+    "LeaderEpochOrderError",
     "LogConfig",
     "LogError",
     "OffsetOutOfRangeError",
     "PartitionLog",
     "RecordBatchTooLargeError",
     "RecoveryReport",
+    "StaleLeaderEpochError",
 ]

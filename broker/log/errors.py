@@ -5,7 +5,12 @@ Each carries the Kafka error code a broker answers with for that partition::
     LogError
     ├── OffsetOutOfRangeError      fetch/list below the log start or above the log end
     ├── RecordBatchTooLargeError   one append larger than a whole segment
-    └── KafkaStorageError          an I/O error; the log is offline until reopened
+    ├── KafkaStorageError          an I/O error; the log is offline until reopened
+    ├── StaleLeaderEpochError      a leader append stamped with an epoch older than the log's
+    └── InvalidFollowerAppendError a run of the leader's batches refused whole (nothing written)
+        ├── CorruptBatchError          a batch fails its checks (magic, length, CRC32C)
+        ├── AppendOffsetError          offsets below the log end, overlapping or out of order
+        └── LeaderEpochOrderError      partition leader epochs going backwards
 
 ``CorruptIndexError`` never leaves the package: an index that fails its checks is rebuilt from
 the log.  Misuse by the caller (an empty append, a high watermark above the log end) is an
@@ -46,6 +51,39 @@ class RecordBatchTooLargeError(LogError):
 
 class KafkaStorageError(LogError):
     error_code = ErrorCode.KAFKA_STORAGE_ERROR
+
+
+class StaleLeaderEpochError(LogError):
+    """A leader append older than the newest epoch in the log: this replica is not the leader
+    any more (clients refresh their metadata and retry elsewhere)."""
+
+    error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    def __init__(self, leader_epoch: int, latest_epoch: int) -> None:
+        super().__init__(
+            f"append with leader epoch {leader_epoch} to a log at leader epoch {latest_epoch}"
+        )
+        self.leader_epoch = leader_epoch
+        self.latest_epoch = latest_epoch
+
+
+class InvalidFollowerAppendError(LogError):
+    """The leader's batches, as fetched, cannot extend this log; nothing was written."""
+
+    error_code = ErrorCode.CORRUPT_MESSAGE
+
+
+class CorruptBatchError(InvalidFollowerAppendError):
+    """A complete batch that fails its checks (magic, lengths, CRC32C, record count)."""
+
+
+class AppendOffsetError(InvalidFollowerAppendError):
+    """Base offsets below the log end offset, overlapping, or not increasing (Kafka's
+    ``UnexpectedAppendOffsetException`` and ``OffsetsOutOfOrderException``)."""
+
+
+class LeaderEpochOrderError(InvalidFollowerAppendError):
+    """A batch's partition leader epoch below an earlier batch's or the log's latest epoch."""
 
 
 class CorruptIndexError(LogError):

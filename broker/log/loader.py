@@ -17,6 +17,14 @@ re-validated, Kafka's ``LogLoader.recoverLog``::
     4. log start offset = max(checkpoint, first segment's base offset); if that is above the
        log end (data lost in a crash after DeleteRecords), start an empty log there
     5. fsync what was recovered, so the new recovery point is the log end
+    6. the leader epoch cache (leader_epoch_cache.py): entries of its checkpoint below the
+       first re-validated segment are kept (that data was flushed before the crash, and
+       entries are checkpointed as they change), the rest re-derived from the headers step 3
+       walked anyway; truncated from the start at the log start offset.  The entry for the
+       log start itself is read from the batch headers when the checkpoint cannot vouch for
+       it (no flushed batch between the log start and the first re-validated segment), and
+       dropped when no batch at or below the log start is left (a crash right after retention
+       deleted them).  A missing or unreadable checkpoint is rebuilt from every batch header
 
 Everything dropped is logged (logger ``broker.log``, WARNING, key=value plus ``extra``) and
 returned in a ``RecoveryReport``.
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import logging
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from broker.log.checkpoint import (
@@ -37,6 +46,11 @@ from broker.log.checkpoint import (
 )
 from broker.log.config import LogConfig
 from broker.log.errors import CorruptIndexError
+from broker.log.leader_epoch_cache import (
+    LeaderEpochCheckpointFile,
+    derive_epochs,
+    truncate_epochs_from_start,
+)
 from broker.log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -46,6 +60,7 @@ from broker.log.segment import (
     SegmentRecovery,
     parse_segment_file_name,
 )
+from broker.replication.partition_state import EpochEntry
 from broker.storage import Storage, join
 from kafka_protocol.exceptions import CorruptRecordError
 
@@ -87,6 +102,7 @@ class LoadedLog:
     log_start_offset: int
     recovery_point: int
     report: RecoveryReport
+    leader_epochs: list[EpochEntry]  # as checkpointed (leader-epoch-checkpoint)
 
 
 class LogLoader:
@@ -96,6 +112,9 @@ class LogLoader:
         self._config = config
         self._now_ms = now_ms
         self._report = RecoveryReport(directory)
+        # Segments re-validated by ``recover``, by base offset: the epoch changes of their
+        # valid batches (the leader epoch cache re-derives those).
+        self._epoch_changes: dict[int, tuple[EpochEntry, ...]] = {}
 
     def load(self) -> LoadedLog:
         self._storage.makedirs(self._directory)
@@ -128,7 +147,8 @@ class LogLoader:
         if checkpointed_recovery != end:
             recovery.write(end)
         report.log_start_offset, report.log_end_offset = start, end
-        return LoadedLog(segments, start, end, report)
+        epochs = self._load_leader_epochs(segments, start, end)
+        return LoadedLog(segments, start, end, report, epochs)
 
     def _scan_directory(self) -> list[int]:
         """Base offsets of the ``.log`` files, after removing temporary and orphan files."""
@@ -197,6 +217,7 @@ class LogLoader:
             self._report.indexes_rebuilt.append(base)
         result = segment.recover(crc_from_offset=crc_from, max_next_offset=next_base)
         self._report.segments_recovered.append(base)
+        self._epoch_changes[base] = result.epoch_changes
         if result.truncated_bytes:
             self._drop(result, deleted=False)
             return False
@@ -221,6 +242,67 @@ class LogLoader:
             )
             return False
         return True
+
+    def _load_leader_epochs(
+        self, segments: list[LogSegment], log_start: int, log_end: int
+    ) -> list[EpochEntry]:
+        """Step 6: the cache that matches the recovered log; checkpointed if it changed."""
+        checkpoint = LeaderEpochCheckpointFile(self._storage, self._directory)
+        stored = checkpoint.read()
+        # The segments from ``rederive_from`` on were all walked by ``recover``.
+        walked = 0
+        while walked < len(segments) and segments[-1 - walked].base_offset in self._epoch_changes:
+            walked += 1
+        rederive_from = segments[-walked].base_offset if walked else log_end
+        epochs: list[EpochEntry]
+        if stored is None:
+            epochs = []
+            for segment in segments:
+                derive_epochs(epochs, self._segment_epoch_changes(segment))
+            truncate_epochs_from_start(epochs, log_start)
+        else:
+            trusted_below = min(rederive_from, log_end)
+            if log_start < trusted_below:
+                epochs = [e for e in stored if e[1] < trusted_below]
+                truncate_epochs_from_start(epochs, log_start)
+                if (
+                    epochs
+                    and epochs[0][1] == log_start
+                    and not has_batch_at_or_below(segments, log_start)
+                ):
+                    del epochs[0]  # a crash after retention deleted its batches
+            else:
+                head = epoch_entry_at(segments, log_start)
+                epochs = [head] if head is not None else []
+            for segment in segments[len(segments) - walked :]:
+                derive_epochs(epochs, self._epoch_changes[segment.base_offset])
+            truncate_epochs_from_start(epochs, log_start)  # a no-op unless epochs go backwards
+        if stored is None and not epochs:
+            return epochs  # a new (or epoch-less) log: a missing file already says "none"
+        if epochs != stored:
+            logger.info(
+                "leader epoch cache recovered dir=%s checkpointed=%s recovered=%s",
+                self._directory,
+                stored,
+                epochs,
+            )
+            checkpoint.write(epochs)
+        return epochs
+
+    def _segment_epoch_changes(self, segment: LogSegment) -> Sequence[EpochEntry]:
+        found = self._epoch_changes.get(segment.base_offset)
+        if found is not None:
+            return found
+        try:
+            return segment.epoch_changes()
+        except CorruptRecordError as error:  # a trusted segment: reads will fail there too
+            logger.warning(
+                "cannot read batch headers dir=%s segment=%d error=%s",
+                self._directory,
+                segment.base_offset,
+                error,
+            )
+            return ()
 
     def _create(self, base_offset: int) -> LogSegment:
         return LogSegment.create(self._storage, self._directory, base_offset, self._config)
@@ -259,3 +341,22 @@ class LogLoader:
             dropped.reason,
             extra={"log_dir": self._directory, "dropped": dropped},
         )
+
+
+def has_batch_at_or_below(segments: Sequence[LogSegment], offset: int) -> bool:
+    """Whether the log still holds a batch whose base offset is at most ``offset``."""
+    first = segments[0]
+    return first.size_bytes > 0 and first.records.header_at(0).base_offset <= offset
+
+
+def epoch_entry_at(segments: Sequence[LogSegment], offset: int) -> EpochEntry | None:
+    """The leader epoch cache's entry for a log starting at ``offset``: the epoch of the last
+    batch whose base offset is at most ``offset``, moved up to ``offset`` (None if there is no
+    such batch or it carries no epoch: epochs never decrease along the log)."""
+    bases = [s.base_offset for s in segments]
+    for segment in reversed(segments[: bisect_right(bases, offset)]):
+        header = segment.last_batch_at_or_before(offset)
+        if header is not None:
+            epoch = header.partition_leader_epoch
+            return (epoch, offset) if epoch >= 0 else None
+    return None

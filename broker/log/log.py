@@ -6,6 +6,8 @@ Directory ``<log.dir>/<topic>-<partition>/``::
     00000000000000172806.log  .index  .timeindex     ... the last segment is the active one
     log-start-offset                                 checkpoint (checkpoint.py)
     recovery-point                                   checkpoint
+    leader-epoch-checkpoint                          where each leader epoch starts
+                                                     (leader_epoch_cache.py)
     clean-shutdown                                   only between close() and the next open()
 
 Offsets, as Kafka names them::
@@ -20,6 +22,13 @@ Theory of operation.
   writes the whole call with ONE storage append (one ``writev``).  Then the flush policy
   (``flush.messages``, ``flush.ms``) may fsync.  The caller must keep one call within a segment
   (``max_append_bytes``), as Kafka refuses an append larger than ``segment.bytes``.
+* ``append_as_follower`` writes the leader's batches as fetched, offsets and epochs untouched,
+  after checking every complete one (fetched_batches.py); a run that outgrows the active
+  segment continues in new ones, one storage append per segment.  Flush policy as ``append``.
+* The leader epoch cache (leader_epoch_cache.py) follows every change: appends add newer
+  epochs (a leader append with an older epoch than the log's is refused), truncation drops
+  epochs from the end, moving the log start truncates it from the start.  It answers
+  OffsetForLeaderEpoch (``end_offset_for_epoch``).
 * ``read`` finds the segment by bisecting base offsets, the batch holding the fetch offset by the
   offset index and a short walk of batch headers, the end by the high watermark (``max_offset``)
   and ``max_bytes`` the same way, and returns a ``FetchSlice``: a file region of whole batches
@@ -47,12 +56,27 @@ from broker.log.checkpoint import (
     write_atomically,
 )
 from broker.log.config import LogConfig
-from broker.log.errors import KafkaStorageError, OffsetOutOfRangeError, RecordBatchTooLargeError
-from broker.log.loader import LoadedLog, LogLoader, RecoveryReport
+from broker.log.errors import (
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    StaleLeaderEpochError,
+)
+from broker.log.fetched_batches import AppendedBatch, check_fetched_batches
+from broker.log.file_records import BatchHeader
+from broker.log.leader_epoch_cache import LeaderEpochCache, LeaderEpochCheckpointFile
+from broker.log.loader import (
+    LoadedLog,
+    LogLoader,
+    RecoveryReport,
+    epoch_entry_at,
+    has_batch_at_or_below,
+)
 from broker.log.retention import segments_to_delete
 from broker.log.segment import LOG_SUFFIX, LogSegment
 from broker.log.validator import PreparedAppend, assign_offsets
-from broker.storage import Storage, StorageHandle, join
+from broker.replication.partition_state import EpochEndOffset, EpochEntry
+from broker.storage import Buffer, Storage, StorageHandle, join
 from kafka_protocol.record_batch import NO_TIMESTAMP
 
 logger = logging.getLogger("broker.log")
@@ -69,6 +93,18 @@ class AppendResult(NamedTuple):
     last_offset: int
     log_append_time_ms: int  # -1 unless the log stamped the batches (LogAppendTime)
     max_timestamp: int
+
+
+class FollowerAppend(NamedTuple):
+    """What ``append_as_follower`` wrote: ``batches`` in offset order (empty when the input
+    held no complete batch: then ``first_offset`` is the log end offset and ``last_offset``
+    one below it)."""
+
+    first_offset: int
+    last_offset: int
+    log_end_offset: int
+    size_bytes: int  # written; the rest of the input was a partial batch
+    batches: list[AppendedBatch]
 
 
 class FetchSlice(NamedTuple):
@@ -122,6 +158,9 @@ class PartitionLog:
         self.recovery_report: RecoveryReport = loaded.report
         self._log_start_checkpoint = OffsetCheckpoint(storage, directory, LOG_START_OFFSET_FILE)
         self._recovery_checkpoint = OffsetCheckpoint(storage, directory, RECOVERY_POINT_FILE)
+        self._epochs = LeaderEpochCache(
+            LeaderEpochCheckpointFile(storage, directory), loaded.leader_epochs
+        )
         self._now_ms = now_ms  # the latest time the caller told us
         self._last_flush_ms = now_ms
         self._last_checkpoint_ms = now_ms
@@ -132,6 +171,7 @@ class PartitionLog:
         self._unflushed: dict[int, LogSegment] = {}
         self._offline: str | None = None
         self._closed = False
+        self._check_invariants()
 
     @classmethod
     def open(cls, storage: Storage, directory: str, config: LogConfig, now_ms: int) -> PartitionLog:
@@ -186,6 +226,20 @@ class PartitionLog:
     def segment_base_offsets(self) -> list[int]:
         return list(self._bases)
 
+    @property
+    def latest_epoch(self) -> int | None:
+        """The newest leader epoch in the log (None when no batch carries one)."""
+        return self._epochs.latest_epoch
+
+    def epoch_entries(self) -> list[EpochEntry]:
+        """A copy of the leader epoch cache: ``(leader_epoch, start_offset)``, both increasing."""
+        return self._epochs.entries()
+
+    def end_offset_for_epoch(self, requested_epoch: int) -> EpochEndOffset:
+        """OffsetForLeaderEpoch: the largest epoch at most ``requested_epoch`` and where it
+        ends (the next epoch's start, or the log end offset)."""
+        return self._epochs.end_offset_for(requested_epoch, self.log_end_offset)
+
     def update_config(self, config: LogConfig) -> None:
         """Apply changed topic configs (new index sizes apply to new segments)."""
         self._config = config
@@ -214,6 +268,7 @@ class PartitionLog:
         assert self._log_start_offset <= end, (self._log_start_offset, end)
         assert self._recovery_point <= end, (self._recovery_point, end)
         assert self._bases[0] <= self._log_start_offset, (self._bases, self._log_start_offset)
+        self._epochs.check_bounds(self._log_start_offset, end)
 
     # --- append -------------------------------------------------------------------------------
 
@@ -227,6 +282,9 @@ class PartitionLog:
     ) -> AppendResult:
         """Append validated batches (one RecordBatch per element) with one storage write."""
         assert leader_epoch >= -1
+        latest_epoch = self._epochs.latest_epoch
+        if latest_epoch is not None and leader_epoch < latest_epoch:
+            raise StaleLeaderEpochError(leader_epoch, latest_epoch)
         with self._io("append"):
             self._now_ms = now_ms
             prepared = assign_offsets(
@@ -238,13 +296,9 @@ class PartitionLog:
             if prepared.size_bytes > self._config.segment_bytes:
                 raise RecordBatchTooLargeError(prepared.size_bytes, self._config.segment_bytes)
             segment = self._maybe_roll(prepared, now_ms)
-            size_before = segment.size_bytes
-            try:
-                self._unflushed[segment.base_offset] = segment
-                segment.append(prepared.buffers, prepared.batches, prepared.size_bytes, now_ms)
-            except OSError:
-                self._undo_partial_append(segment, size_before)
-                raise
+            self._write(segment, prepared.buffers, prepared.batches, prepared.size_bytes, now_ms)
+            if leader_epoch != latest_epoch:
+                self._epochs.assign([(leader_epoch, prepared.base_offset)])
             self._maybe_flush(now_ms)
         self._check_invariants()
         return AppendResult(
@@ -253,6 +307,69 @@ class PartitionLog:
             now_ms if log_append_time else NO_TIMESTAMP,
             prepared.max_timestamp,
         )
+
+    def append_as_follower(self, records: Buffer, *, now_ms: int | None = None) -> FollowerAppend:
+        """Write the leader's batches as fetched (offsets and epochs already assigned), with
+        one storage write per segment they fill.  A trailing partial batch is ignored.  Raises
+        ``InvalidFollowerAppendError`` (nothing written) if a complete batch is corrupt, below
+        the log end offset or out of order, or older in leader epoch than what precedes it.
+        ``now_ms`` (default: the latest time the log was given) drives rolls and flushes."""
+        with self._io("append as follower"):
+            if now_ms is not None:
+                self._now_ms = now_ms
+            now_ms = self._now_ms
+            first_offset = self.log_end_offset
+            fetched = check_fetched_batches(
+                records, log_end_offset=first_offset, latest_epoch=self._epochs.latest_epoch
+            )
+            headers = fetched.headers
+            start = 0
+            while start < len(headers):
+                segment, end = self._segment_for_run(headers, start, now_ms)
+                group = headers[start:end]
+                size = sum(h.size_bytes for h in group)
+                self._write(segment, fetched.views[start:end], group, size, now_ms)
+                self._epochs.assign((h.partition_leader_epoch, h.base_offset) for h in group)
+                start = end
+            if headers:
+                first_offset = headers[0].base_offset
+                self._maybe_flush(now_ms)
+        self._check_invariants()
+        end_offset = self.log_end_offset
+        last_offset = headers[-1].last_offset if headers else end_offset - 1
+        return FollowerAppend(
+            first_offset, last_offset, end_offset, fetched.size_bytes, fetched.batches
+        )
+
+    def _segment_for_run(
+        self, headers: Sequence[BatchHeader], start: int, now_ms: int
+    ) -> tuple[LogSegment, int]:
+        """The segment to write ``headers[start:end]`` to (the active one, or a new one if
+        not even the first batch fits there) and ``end``, as far as the batches fit."""
+        segment = self._active
+        end, reason = segment.run_end(headers, start, now_ms)
+        if end == start:
+            segment = self._roll(reason)
+            end, _ = segment.run_end(headers, start, now_ms)
+        assert end > start, (segment, headers[start])
+        return segment, end
+
+    def _write(
+        self,
+        segment: LogSegment,
+        buffers: Sequence[Buffer],
+        headers: Sequence[BatchHeader],
+        size_bytes: int,
+        now_ms: int,
+    ) -> None:
+        """One storage append to ``segment``; a failed one is cut back off (best effort)."""
+        size_before = segment.size_bytes
+        try:
+            self._unflushed[segment.base_offset] = segment
+            segment.append(buffers, headers, size_bytes, now_ms)
+        except OSError:
+            self._undo_partial_append(segment, size_before)
+            raise
 
     def _undo_partial_append(self, segment: LogSegment, size_bytes: int) -> None:
         """Best effort: cut what a failed write left, so that an unacknowledged batch does not
@@ -467,6 +584,8 @@ class PartitionLog:
         self._recovery_point = max(self._recovery_point, self._bases[0])
         self._advance_log_start_offset(self._bases[0])
         self._bury(doomed)
+        if not has_batch_at_or_below(self._segments, self._log_start_offset):
+            self._epochs.drop_log_start_entry(self._log_start_offset)
         logger.info(
             "deleted segments dir=%s segments=%s reason=%s log_start_offset=%d",
             self.directory,
@@ -478,7 +597,8 @@ class PartitionLog:
     def _advance_log_start_offset(self, offset: int) -> None:
         if offset > self._log_start_offset:
             self._log_start_offset = offset
-            self._log_start_checkpoint.write(offset)
+            self._log_start_checkpoint.write(offset)  # first: the loader re-applies it
+            self._epochs.truncate_from_start(offset)
 
     def _bury(self, segments: list[LogSegment]) -> None:
         """Unlink now; close after ``file.delete.delay.ms`` (an in-flight sendfile may hold
@@ -508,6 +628,7 @@ class PartitionLog:
             raise OffsetOutOfRangeError(offset, self._log_start_offset, end)
         with self._io("delete records"):
             self._advance_log_start_offset(offset)
+        self._check_invariants()
         return self._log_start_offset
 
     def truncate_to(self, offset: int) -> None:
@@ -533,6 +654,7 @@ class PartitionLog:
                 self._log_start_checkpoint.write(self._log_start_offset)
             self._recovery_point = min(self._recovery_point, self.log_end_offset)
             self._checkpoint_recovery_point(self._now_ms)
+            self._truncate_epochs_from_end()
         logger.info(
             "truncated dir=%s offset=%d log_end_offset=%d bytes_removed_from_active=%d",
             self.directory,
@@ -541,6 +663,16 @@ class PartitionLog:
             removed,
         )
         self._check_invariants()
+
+    def _truncate_epochs_from_end(self) -> None:
+        end = self.log_end_offset
+        if end > self._log_start_offset:
+            self._epochs.truncate_from_end(end)
+        else:
+            # Nothing visible is left; the entry for the log start is the epoch of the last
+            # batch below it, as a reload of this log would find (loader.py).
+            head = epoch_entry_at(self._segments, self._log_start_offset)
+            self._epochs.reset([head] if head is not None else [])
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete everything and restart the log, empty, at ``offset``."""
@@ -553,6 +685,7 @@ class PartitionLog:
             self._log_start_checkpoint.write(offset)
             self._recovery_point = offset
             self._checkpoint_recovery_point(self._now_ms)
+            self._epochs.reset([])
         self._check_invariants()
 
     # --- lifecycle ----------------------------------------------------------------------------

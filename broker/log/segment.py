@@ -47,6 +47,7 @@ from broker.log.file_records import (
     parse_header,
 )
 from broker.log.index import OffsetIndex, TimeIndex
+from broker.replication.partition_state import EpochEntry
 from broker.storage import Buffer, Storage, join
 from kafka_protocol.exceptions import CorruptRecordError
 from kafka_protocol.record_batch import NO_TIMESTAMP, RecordBatch
@@ -81,6 +82,9 @@ class SegmentRecovery:
     next_offset: int  # one past the last valid batch: the first offset dropped, if any
     last_dropped_offset: int | None  # best effort, from the headers that still parse
     reason: str | None  # why the tail was cut (None: nothing was)
+    # (partition leader epoch, base offset) of each valid batch whose epoch differs from the
+    # previous batch's: what the leader epoch cache needs, gathered by the same walk
+    epoch_changes: tuple[EpochEntry, ...] = ()
 
 
 class LogSegment:
@@ -141,14 +145,15 @@ class LogSegment:
     # --- appends ------------------------------------------------------------------------------
 
     def roll_reason(self, *, size_bytes: int, batches: int, last_offset: int, now_ms: int) -> str:
-        """Why an append of this shape must go to a new segment ('' if it fits here)."""
+        """Why an append of this shape must go to a new segment ('' if it fits here).  The
+        callers never roll an empty segment: it takes one append (or one batch) of any size."""
         config, size = self.config, self.records.size_bytes
-        if size and size + size_bytes > config.segment_bytes:
+        if size + size_bytes > config.segment_bytes:
             return f"segment.bytes {config.segment_bytes} reached"
         if self.rolling_base_ms is not None and now_ms - self.rolling_base_ms > config.segment_ms:
             return f"segment.ms {config.segment_ms} elapsed"
         offsets, times = self.offset_index, self.time_index
-        if size and (
+        if (
             offsets.entries + batches > offsets.max_entries
             or times.entries + batches + 1 > times.max_entries  # + 1: the entry at roll
         ):
@@ -156,6 +161,25 @@ class LogSegment:
         if last_offset - self.base_offset > INT32_MAX:
             return "relative offsets would overflow int32"
         return ""
+
+    def run_end(self, headers: Sequence[BatchHeader], start: int, now_ms: int) -> tuple[int, str]:
+        """For a follower's run of batches: how far from ``start`` they fit here, and why no
+        further (the roll rules, batch by batch).  An empty segment takes any one batch, even
+        one larger than ``segment.bytes``: the leader has it, a follower must not get stuck."""
+        size = 0
+        for i in range(start, len(headers)):
+            size += headers[i].size_bytes
+            if i == start and self.size_bytes == 0:
+                continue
+            reason = self.roll_reason(
+                size_bytes=size,
+                batches=i - start + 1,
+                last_offset=headers[i].last_offset,
+                now_ms=now_ms,
+            )
+            if reason:
+                return i, reason
+        return len(headers), ""
 
     def append(
         self,
@@ -266,6 +290,17 @@ class LogSegment:
                 best = later.max_timestamp, later.base_offset
         return best
 
+    def last_batch_at_or_before(self, offset: int) -> BatchHeader | None:
+        """The header of the last batch whose base offset is at most ``offset``."""
+        self.ensure_indexes()
+        _, start = self.offset_index.lookup(offset)
+        found = None
+        for _, header in self.records.iter_headers(start):
+            if header.base_offset > offset:
+                break
+            found = header
+        return found
+
     def read_batch(self, position: int, header: BatchHeader) -> RecordBatch:
         """One whole batch, CRC-checked."""
         data = self.records.read(position, header.size_bytes)
@@ -326,7 +361,9 @@ class LogSegment:
         after ``crc_from_offset``; truncate at the first bad one; rebuild both indexes."""
         size = self.size_bytes
         reader = ChunkedReader(self.records.handle, size)
-        valid_bytes, problem = self._reindex(reader, crc_from_offset, max_next_offset)
+        valid_bytes, problem, epoch_changes = self._reindex(
+            reader, crc_from_offset, max_next_offset
+        )
         last_dropped = _last_plausible_offset(reader, valid_bytes, size) if problem else None
         if valid_bytes < size:
             self.records.truncate_to(valid_bytes)
@@ -339,6 +376,7 @@ class LogSegment:
             self.next_offset,
             last_dropped,
             problem,
+            tuple(epoch_changes),
         )
 
     def rebuild_indexes(self) -> None:
@@ -346,7 +384,7 @@ class LogSegment:
         (the data is not touched: this segment is in the middle of the log)."""
         reader = ChunkedReader(self.records.handle, self.size_bytes)
         next_offset = self.next_offset
-        valid_bytes, problem = self._reindex(reader, UNBOUNDED_OFFSET, next_offset)
+        valid_bytes, problem, _ = self._reindex(reader, UNBOUNDED_OFFSET, next_offset)
         self.next_offset = next_offset  # the next segment's base: the walk may end below it
         if problem or valid_bytes != self.size_bytes:
             raise CorruptRecordError(f"{self.path(LOG_SUFFIX)} at {valid_bytes}: {problem}")
@@ -355,11 +393,13 @@ class LogSegment:
 
     def _reindex(
         self, reader: ChunkedReader, crc_from_offset: int, max_next_offset: int
-    ) -> tuple[int, str | None]:
+    ) -> tuple[int, str | None, list[EpochEntry]]:
         """Walk the batches from the start, rebuilding the indexes, up to the first bad one;
-        return its position (the valid bytes) and what is wrong with it."""
+        return its position (the valid bytes), what is wrong with it, and the epoch changes
+        of the valid batches."""
         self._reset_indexes()
         position, next_offset, problem = 0, self.base_offset, None
+        epoch_changes: list[EpochEntry] = []
         while position < self.size_bytes:
             header, problem = self._check_batch(
                 reader, position, next_offset, crc_from_offset, max_next_offset
@@ -367,10 +407,21 @@ class LogSegment:
             if header is None or problem:
                 break
             self._index_batch(header, position)
+            if not epoch_changes or header.partition_leader_epoch != epoch_changes[-1][0]:
+                epoch_changes.append((header.partition_leader_epoch, header.base_offset))
             position += header.size_bytes
             next_offset = header.next_offset
         self.next_offset = next_offset
-        return position, problem
+        return position, problem, epoch_changes
+
+    def epoch_changes(self) -> list[EpochEntry]:
+        """``(partition leader epoch, base offset)`` of every batch whose epoch differs from the
+        previous batch's, by a walk of the headers (to rebuild a lost leader epoch cache)."""
+        changes: list[EpochEntry] = []
+        for _, header in self.records.iter_headers(0):
+            if not changes or header.partition_leader_epoch != changes[-1][0]:
+                changes.append((header.partition_leader_epoch, header.base_offset))
+        return changes
 
     def last_plausible_offset(self) -> int | None:
         """The last offset its headers name, without trusting them (to report a deletion)."""
@@ -415,7 +466,9 @@ class LogSegment:
 
     def truncate_to(self, offset: int) -> int:
         """Drop every batch whose last offset is at least ``offset`` (a batch holding it goes
-        whole); return the bytes removed."""
+        whole); return the bytes removed.  The segment then ends after its last batch left,
+        which is below ``offset`` even when ``offset`` falls in a gap (a follower must fetch
+        the offsets of the gap again: its new leader may have records there)."""
         found = self.find_batch(offset)
         if found is None:
             return 0
@@ -424,7 +477,9 @@ class LogSegment:
         self.records.truncate_to(position)
         self.offset_index.truncate_to(header.base_offset)
         self.time_index.truncate_to(header.base_offset)
-        self.next_offset = header.base_offset if position else self.base_offset
+        self.next_offset = self.base_offset
+        for _, kept in self.records.iter_headers(self.offset_index.last_position()):
+            self.next_offset = kept.next_offset
         self._rescan_tail()
         if position == 0:
             self.rolling_base_ms = None

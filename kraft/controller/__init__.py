@@ -3,7 +3,8 @@
 Theory of operation (Kafka's ``QuorumController``)
 --------------------------------------------------
 A command (CreateTopics, DeleteTopics, CreatePartitions, IncrementalAlterConfigs, AlterConfigs,
-BrokerRegistration, BrokerHeartbeat, AllocateProducerIds, session expiry) is handled by a pure
+BrokerRegistration, BrokerHeartbeat, AllocateProducerIds, AlterPartition, ElectLeaders, session
+expiry, the periodic unclean-election check and leader rebalance) is handled by a pure
 function of the request and the current :class:`~metadata_log.image.ClusterImage`. It returns a
 :class:`ControllerResult`: the metadata records that express the change and the response to send
 once they are durable. The controller holds no state: the records are appended to the metadata
@@ -13,8 +14,10 @@ placement) comes from an injected ``random.Random``.
 
 Modules: ``controller`` (the entry points), ``topics`` (topic commands), ``configuration``
 (config commands), ``cluster`` (brokers), ``producer_ids`` (producer-id blocks),
-``partitions`` (leader election and ISR rules), ``placement`` (the striped replica placer),
-``local`` (a single-node driver on a :class:`~metadata_log.log.LocalMetadataLog`).
+``partitions`` (leader election and ISR rules), ``elections`` (ElectLeaders, unclean elections
+and the preferred-leader rebalance), ``alter_partition`` (ISR changes asked by leaders),
+``placement`` (the striped replica placer), ``local`` (a single-node driver on a
+:class:`~metadata_log.log.LocalMetadataLog`).
 """
 
 from kraft.controller.controller import Controller

@@ -16,9 +16,11 @@ Broker lifecycle, as the image records it::
   registration (it has replayed its own registration) and it does not ask to stay fenced.
 * Fencing, controlled shutdown and re-registration (which fences) remove the broker from every
   ISR and move its leaderships (``partitions.records_for_broker_leaving``); unfencing elects
-  leaders for leaderless partitions. A broker in controlled shutdown is told to shut down at
-  its next heartbeat, by which time its leaderships have moved (Kafka waits for the other
-  brokers to catch up; with no heartbeat offsets in the image we do not).
+  leaders for leaderless partitions. Both elect uncleanly where the topic allows it
+  (``unclean``: see ``elections.unclean_policy``).
+* A broker in controlled shutdown is told to shut down at its next heartbeat, by which time
+  its leaderships have moved (Kafka waits for the other brokers to catch up; with no heartbeat
+  offsets in the image we do not).
 * Session expiry is soft state: the driver tracks heartbeat times and calls
   :func:`fence_brokers` for brokers whose session ran out.
 """
@@ -40,7 +42,9 @@ from kafka_protocol.metadata import (
     RegisterBrokerRecord,
 )
 from kafka_protocol.types import BrokerId
+from kraft.controller.elections import unclean_policy
 from kraft.controller.partitions import (
+    UncleanPolicy,
     leads_any_partition,
     records_for_broker_joining,
     records_for_broker_leaving,
@@ -110,7 +114,8 @@ def register_broker(
         # The new registration is fenced: like fencing, it takes the broker's leaderships and
         # ISR memberships away (Kafka's handleBrokerShutdown on a new incarnation), or a fenced
         # broker would still lead. After the RegisterBrokerRecord, whose offset is the epoch.
-        records.extend(records_for_broker_leaving(image, request.broker_id))
+        unclean = unclean_policy(image, config.static_broker_config)
+        records.extend(records_for_broker_leaving(image, request.broker_id, unclean))
     return ControllerResult(records, BrokerRegistrationResponse(broker_epoch=epoch))
 
 
@@ -144,7 +149,7 @@ def _check_registration(
 
 
 def broker_heartbeat(
-    request: BrokerHeartbeatRequest, image: ClusterImage
+    request: BrokerHeartbeatRequest, image: ClusterImage, unclean: UncleanPolicy
 ) -> ControllerResult[BrokerHeartbeatResponse]:
     broker = image.brokers.get(request.broker_id)
     if broker is None:
@@ -159,17 +164,17 @@ def broker_heartbeat(
     records: list[MetadataRecord] = []
     fenced, shut_down = broker.fenced, False
     if broker.in_controlled_shutdown or (request.want_shut_down and broker.fenced):
-        records, fenced, shut_down = fence_records(image, broker), True, True
+        records, fenced, shut_down = fence_records(image, broker, unclean), True, True
     elif broker.fenced:
         if caught_up and not request.want_fence:
-            records, fenced = unfence_records(image, broker), False
+            records, fenced = unfence_records(image, broker, unclean), False
     elif request.want_shut_down:
         if leads_any_partition(image, broker.id):
-            records = controlled_shutdown_records(image, broker)
+            records = controlled_shutdown_records(image, broker, unclean)
         else:
-            records, fenced, shut_down = fence_records(image, broker), True, True
+            records, fenced, shut_down = fence_records(image, broker, unclean), True, True
     elif request.want_fence:
-        records, fenced = fence_records(image, broker), True
+        records, fenced = fence_records(image, broker, unclean), True
     response = BrokerHeartbeatResponse(
         is_caught_up=caught_up, is_fenced=fenced, should_shut_down=shut_down
     )
@@ -187,30 +192,37 @@ def _registration_change(
     )
 
 
-def fence_records(image: ClusterImage, broker: BrokerRegistration) -> list[MetadataRecord]:
+def fence_records(
+    image: ClusterImage, broker: BrokerRegistration, unclean: UncleanPolicy
+) -> list[MetadataRecord]:
     """Move the broker's leaderships and ISR memberships away, then fence it."""
-    records: list[MetadataRecord] = list(records_for_broker_leaving(image, broker.id))
+    records: list[MetadataRecord] = list(records_for_broker_leaving(image, broker.id, unclean))
     if not broker.fenced:
         records.append(_registration_change(broker, fenced=_FENCE))
     return records
 
 
-def unfence_records(image: ClusterImage, broker: BrokerRegistration) -> list[MetadataRecord]:
+def unfence_records(
+    image: ClusterImage, broker: BrokerRegistration, unclean: UncleanPolicy
+) -> list[MetadataRecord]:
     records: list[MetadataRecord] = [_registration_change(broker, fenced=_UNFENCE)]
-    records.extend(records_for_broker_joining(image, broker.id))
+    records.extend(records_for_broker_joining(image, broker.id, unclean))
     return records
 
 
 def controlled_shutdown_records(
-    image: ClusterImage, broker: BrokerRegistration
+    image: ClusterImage, broker: BrokerRegistration, unclean: UncleanPolicy
 ) -> list[MetadataRecord]:
     records: list[MetadataRecord] = [_registration_change(broker, shutdown=_IN_CONTROLLED_SHUTDOWN)]
-    records.extend(records_for_broker_leaving(image, broker.id))
+    records.extend(records_for_broker_leaving(image, broker.id, unclean))
     return records
 
 
-def fence_brokers(image: ClusterImage, broker_ids: Iterable[int]) -> ControllerResult[list[int]]:
-    """Fence every listed broker that is registered and unfenced (session expiry)."""
+def fence_brokers(
+    image: ClusterImage, broker_ids: Iterable[int], unclean: UncleanPolicy
+) -> ControllerResult[list[int]]:
+    """Fence every listed broker that is registered and unfenced (session expiry). Fencing
+    changes no config, so one ``unclean`` policy serves every broker."""
     records: list[MetadataRecord] = []
     fenced: list[int] = []
     current = image
@@ -218,7 +230,7 @@ def fence_brokers(image: ClusterImage, broker_ids: Iterable[int]) -> ControllerR
         broker = current.brokers.get(broker_id)
         if broker is None or broker.fenced:
             continue
-        more = fence_records(current, broker)
+        more = fence_records(current, broker, unclean)
         current = replay_records(current, more)  # the next broker's changes see this one's
         records.extend(more)
         fenced.append(broker_id)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from kafka_protocol.messages import (
     AllocateProducerIdsRequest,
@@ -31,14 +32,27 @@ from kafka_protocol.messages import (
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
-from kraft.controller import alter_partition, cluster, configuration, producer_ids, topics
+from kafka_protocol.metadata import PartitionChangeRecord
+from kraft.controller import (
+    alter_partition,
+    cluster,
+    configuration,
+    elections,
+    producer_ids,
+    topics,
+)
 from kraft.controller.cluster import HasValidSession
+from kraft.controller.partitions import UncleanPolicy
 from kraft.controller.result import ControllerConfig, ControllerResult
-from metadata_log.image import ClusterImage
+from metadata_log.image import ClusterImage, TopicPartition
+from metadata_log.records import MetadataRecord
 
+R = TypeVar("R")
 TopicIdSource = Callable[[Callable[[uuid.UUID], bool]], uuid.UUID]  # (is taken) -> new id
 
 
@@ -83,12 +97,22 @@ class Controller:
     def handle_incremental_alter_configs(
         self, request: IncrementalAlterConfigsRequest, image: ClusterImage
     ) -> ControllerResult[IncrementalAlterConfigsResponse]:
-        return configuration.incremental_alter_configs(self.config, request, image)
+        """Config changes, and the unclean elections they make possible (same batch)."""
+        result = configuration.incremental_alter_configs(self.config, request, image)
+        return self._with_elections(result, image)
 
     def handle_alter_configs(
         self, request: AlterConfigsRequest, image: ClusterImage
     ) -> ControllerResult[AlterConfigsResponse]:
-        return configuration.alter_configs(self.config, request, image)
+        result = configuration.alter_configs(self.config, request, image)
+        return self._with_elections(result, image)
+
+    def _with_elections(
+        self, result: ControllerResult[R], image: ClusterImage
+    ) -> ControllerResult[R]:
+        static = self.config.static_broker_config
+        more = elections.elections_after_config_change(image, result.records, static)
+        return ControllerResult([*result.records, *more], result.response) if more else result
 
     def handle_register_broker(
         self,
@@ -103,13 +127,42 @@ class Controller:
     def handle_broker_heartbeat(
         self, request: BrokerHeartbeatRequest, image: ClusterImage
     ) -> ControllerResult[BrokerHeartbeatResponse]:
-        return cluster.broker_heartbeat(request, image)
+        return cluster.broker_heartbeat(request, image, self._unclean(image))
 
     def handle_fence_brokers(
         self, broker_ids: Iterable[int], image: ClusterImage
     ) -> ControllerResult[list[int]]:
         """Fence brokers whose session expired; the response lists those actually fenced."""
-        return cluster.fence_brokers(image, broker_ids)
+        return cluster.fence_brokers(image, broker_ids, self._unclean(image))
+
+    def _unclean(self, image: ClusterImage) -> UncleanPolicy:
+        return elections.unclean_policy(image, self.config.static_broker_config)
+
+    # --- elections ------------------------------------------------------------------------------
+
+    def handle_elect_leaders(
+        self, request: ElectLeadersRequest, image: ClusterImage
+    ) -> ControllerResult[ElectLeadersResponse]:
+        """Preferred or unclean elections for the named partitions (null: all of them)."""
+        return elections.elect_leaders(request, image)
+
+    def handle_unclean_elections(
+        self, image: ClusterImage
+    ) -> ControllerResult[list[TopicPartition]]:
+        """Leaders for leaderless partitions of topics that allow unclean election (the
+        periodic check); the response lists the partitions that got one."""
+        found = elections.unclean_elections(image, self._unclean(image))
+        records: list[MetadataRecord] = list(found)
+        return ControllerResult(records, _elected(image, found))
+
+    def handle_rebalance_leaders(
+        self, image: ClusterImage, limit: int = elections.MAX_ELECTIONS_PER_IMBALANCE
+    ) -> ControllerResult[list[TopicPartition]]:
+        """Preferred elections where a broker's leader imbalance is above
+        ``leader.imbalance.per.broker.percentage``; the response lists the partitions moved."""
+        return elections.rebalance_leaders(
+            image, self.config.leader_imbalance_per_broker_percentage, limit
+        )
 
     def handle_allocate_producer_ids(
         self,
@@ -125,3 +178,7 @@ class Controller:
     ) -> ControllerResult[AlterPartitionResponse]:
         """A partition leader's new ISR (topics by id in v2+, by name in v0-1)."""
         return alter_partition.alter_partition(request, image)
+
+
+def _elected(image: ClusterImage, records: list[PartitionChangeRecord]) -> list[TopicPartition]:
+    return [TopicPartition(image.topics.by_id[r.topic_id].name, r.partition_id) for r in records]

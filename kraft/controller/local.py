@@ -45,6 +45,8 @@ from kafka_protocol.messages import (
     CreateTopicsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
@@ -150,6 +152,11 @@ class LocalController:
     async def alter_configs(self, request: AlterConfigsRequest) -> AlterConfigsResponse:
         return await self.submit_async(
             lambda image: self.controller.handle_alter_configs(request, image)
+        )
+
+    async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse:
+        return await self.submit_async(
+            lambda image: self.controller.handle_elect_leaders(request, image)
         )
 
     # --- brokers ------------------------------------------------------------------------------

@@ -62,6 +62,9 @@ class ControllerConfig:
     default_replication_factor: int = 1
     delete_topic_enable: bool = True
     broker_session_timeout_ms: int = 9000
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_ms: int = 300_000
+    leader_imbalance_per_broker_percentage: int = 10
     static_broker_config: Mapping[str, str] = field(default_factory=dict)
     max_new_partitions_per_request: int = 20_000  # keeps one command's batch bounded
     create_topic_policy: CreateTopicPolicy | None = None
@@ -69,9 +72,11 @@ class ControllerConfig:
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str], *, cluster_id: str = "") -> ControllerConfig:
-        """Read ``num.partitions``, ``default.replication.factor``, ``delete.topic.enable`` and
-        ``broker.session.timeout.ms``; ``props`` is also the static broker config that topic
-        defaults fall back to. Invalid values raise ValueError."""
+        """Read ``num.partitions``, ``default.replication.factor``, ``delete.topic.enable``,
+        ``broker.session.timeout.ms``, ``auto.leader.rebalance.enable``,
+        ``leader.imbalance.check.interval.seconds`` and ``leader.imbalance.per.broker.percentage``;
+        ``props`` is also the static broker config that topic defaults fall back to (such as
+        ``unclean.leader.election.enable``). Invalid values raise ValueError."""
 
         def get(key: str) -> object:
             config = BROKER_CONFIGS[key]
@@ -87,12 +92,19 @@ class ControllerConfig:
             assert isinstance(value, int) and not isinstance(value, bool)
             return value
 
+        get("unclean.leader.election.enable")  # only validated: topics read it as a default
         return cls(
             cluster_id=cluster_id,
             num_partitions=get_int("num.partitions"),
             default_replication_factor=get_int("default.replication.factor"),
             delete_topic_enable=get("delete.topic.enable") is True,
             broker_session_timeout_ms=get_int("broker.session.timeout.ms"),
+            auto_leader_rebalance_enable=get("auto.leader.rebalance.enable") is True,
+            leader_imbalance_check_interval_ms=get_int("leader.imbalance.check.interval.seconds")
+            * 1000,
+            leader_imbalance_per_broker_percentage=get_int(
+                "leader.imbalance.per.broker.percentage"
+            ),
             static_broker_config=dict(props),
         )
 

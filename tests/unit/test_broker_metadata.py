@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 from broker.broker import Broker, BrokerConfig
+from broker.replication.partition_state import PartitionState
 from broker.storage import MemoryStorage
 from kafka_protocol.metadata import (
     ConfigRecord,
@@ -64,12 +65,13 @@ def test_hosted_partitions_follow_the_deltas() -> None:
     )
     assert set(broker.replicas.partitions) == {("mine", 0), ("mine", 2)}
     part = broker.replicas.partitions[("mine", 2)]
-    assert part.leader_epoch == 0 and part.isr_size == 2
+    assert part.leader_epoch == 0 and not part.is_leader and part.leader_id == 3
 
     change = PartitionChangeRecord(partition_id=2, topic_id=mine, leader=ME, isr=[BrokerId(ME)])
     _publish(broker, [change])
     assert broker.replicas.partitions[("mine", 2)] is part, "updated in place, not reopened"
-    assert part.leader_epoch == 1 and part.isr_size == 1
+    assert part.leader_epoch == 1 and part.is_leader
+    assert isinstance(part.role, PartitionState) and part.role.isr == {ME}
 
     config = ConfigRecord(
         resource_type=ConfigResourceType.TOPIC,

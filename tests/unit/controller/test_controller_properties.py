@@ -7,13 +7,17 @@ is the identity; every requested topic is answered once, and successes are visib
 producer-id blocks never overlap.
 A seeded controller replays the same commands into the same records.
 
-``ControllerMachine`` (hypothesis stateful) adds AlterPartition, session expiry and brokers on
-racks, and checks after every command: every record fits the image it is replayed on; nobody
-fenced or in controlled shutdown leads; a new leader comes from the previous ISR (no unclean
-election) with a higher leader epoch; broker epochs never decrease; replicas of a placed
-partition are on distinct racks when every usable broker has a rack and there are enough racks;
-an accepted AlterPartition came from the leader with the current epochs and is answered with the
-registration after it.
+``ControllerMachine`` (hypothesis stateful) adds AlterPartition, session expiry, brokers on
+racks, leader elections (ElectLeaders of both types, the preferred-leader rebalance, the periodic
+unclean check) and ``unclean.leader.election.enable`` turned on and off, and checks after every
+command: every record fits the image it is replayed on; nobody fenced or in controlled shutdown
+leads; a new leader comes from the previous ISR with a higher leader epoch, unless the election
+was unclean (allowed by the topic's config or asked for), in which case no previous ISR member
+was active, the new leader leads alone and is RECOVERING; no partition of a topic that allows
+unclean election is left leaderless while a replica is active; broker epochs never decrease;
+replicas of a placed partition are on distinct racks when every usable broker has a rack and
+there are enough racks; an accepted AlterPartition came from the leader with the current epochs
+and is answered with the registration after it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from controller_helpers import (
     add_partitions,
     alter,
     apply,
+    check_elect_leaders,
+    check_elections,
     check_invariants,
     cluster,
     create,
@@ -49,6 +55,7 @@ from kafka_protocol.messages import (
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteTopicsRequest,
+    ElectLeadersRequest,
 )
 from kafka_protocol.metadata import RegisterBrokerRecord, TopicRecord
 from kafka_protocol.types import BrokerId, TopicName
@@ -59,6 +66,7 @@ from metadata_log.image import ClusterImage, PartitionImage
 from metadata_log.records import MetadataRecord, decode_record, encode_record
 
 R = TypeVar("R")
+UNCLEAN = "unclean.leader.election.enable"
 
 NAMES = ["a", "b", "c.d", "c_d", "e", "", "bad name", "__cluster_metadata"]
 BROKER_IDS = st.integers(0, 4)
@@ -306,6 +314,7 @@ class ControllerMachine(RuleBasedStateMachine):
         self.epochs: dict[tuple[uuid.UUID, int], tuple[int, int]] = {}
         self.broker_epochs: dict[int, int] = {}
         self.sent: list[AlterPartitionRequest] = []  # earlier requests, to deliver late
+        self.unclean_asked = False  # the command is an ElectLeaders of type UNCLEAN
         self.step(self.controller.bootstrap(self.image))
         for broker_id in brokers:
             self.step(
@@ -325,7 +334,8 @@ class ControllerMachine(RuleBasedStateMachine):
         assert delta.ignored_records == 0, "every record the controller writes fits the image"
         before, after = self.image, delta.apply()
         check_invariants(after, self.epochs)
-        self.check_leaders(before, after)
+        for unclean in check_elections(before, after, unclean_asked=self.unclean_asked):
+            event(f"unclean election of {unclean}")
         for broker_id, broker in after.brokers.items():
             assert broker.epoch >= self.broker_epochs.get(broker_id, -1), "broker epochs grow"
             self.broker_epochs[broker_id] = broker.epoch
@@ -335,18 +345,6 @@ class ControllerMachine(RuleBasedStateMachine):
         assert rebuilt == after, "image -> records -> image"
         self.image = after
         return result.response
-
-    def check_leaders(self, before: ClusterImage, after: ClusterImage) -> None:
-        for topic in after.topics.by_id.values():
-            old_topic = before.topics.by_id.get(topic.topic_id)
-            for pid, p in topic.partitions.items():
-                if p.has_leader:
-                    assert after.brokers[p.leader].is_active, ("fenced or shutting down", p)
-                old = None if old_topic is None else old_topic.partitions.get(pid)
-                if old is not None and p.leader not in (old.leader, -1):
-                    assert p.leader in old.isr, ("unclean election", old, p)
-                if old is not None and p.leader != old.leader:
-                    assert p.leader_epoch > old.leader_epoch
 
     def registration(self, broker_id: int, incarnation: int = 0) -> BrokerRegistrationRequest:
         return registration(broker_id, self.racks[broker_id], incarnation=incarnation)
@@ -401,6 +399,18 @@ class ControllerMachine(RuleBasedStateMachine):
         fenced = self.step(self.controller.handle_fence_brokers(broker_ids, self.image))
         assert all(self.image.brokers[b].fenced for b in fenced)
 
+    @rule(broker_id=MACHINE_BROKERS, back=st.booleans())
+    def bounce(self, broker_id: int, back: bool) -> None:
+        """A broker's session expires and (``back``) it heartbeats again: its leaderships move
+        and it returns outside the ISRs, which makes work for the elections."""
+        if broker_id not in self.image.brokers:
+            return
+        self.step(self.controller.handle_fence_brokers([broker_id], self.image))
+        if back:  # unfenced, unless it was shutting down (then told to shut down)
+            self.step(
+                self.controller.handle_broker_heartbeat(self.heartbeat(broker_id), self.image)
+            )
+
     # --- topics and configs ---------------------------------------------------------------------
 
     @rule(specs=st.lists(machine_topics, min_size=1, max_size=3), validate_only=st.booleans())
@@ -450,6 +460,62 @@ class ControllerMachine(RuleBasedStateMachine):
     @rule(name=MACHINE_NAMES, op=alters.map(lambda command: command[2]))
     def alter_configs(self, name: str, op: tuple[str, int, str | None]) -> None:
         self.step(self.controller.handle_incremental_alter_configs(alter(2, name, op), self.image))
+
+    @rule(
+        resource=st.sampled_from([(2, "a"), (2, "b"), (2, "c.d"), (4, ""), (4, "1")]),
+        value=st.sampled_from(["true", "true", "false", None]),
+    )
+    def set_unclean(self, resource: tuple[int, str], value: str | None) -> None:
+        op = OpType.DELETE if value is None else OpType.SET
+        request = alter(resource[0], resource[1], (UNCLEAN, op, value))
+        self.step(self.controller.handle_incremental_alter_configs(request, self.image))
+
+    # --- elections --------------------------------------------------------------------------------
+
+    @rule(data=st.data(), election_type=st.sampled_from([0, 1]), every=st.booleans())
+    def elect_leaders(self, data: st.DataObject, election_type: int, every: bool) -> None:
+        before = self.image
+        wanted = None
+        if not every:
+            names = sorted(before.topics.by_name)
+            chosen = data.draw(
+                st.lists(st.sampled_from(names) | st.just("nope"), min_size=1, max_size=3)
+                if names
+                else st.just(["nope"])
+            )
+            wanted = [
+                ElectLeadersRequest.TopicPartitions(
+                    topic=TopicName(n),
+                    partitions=data.draw(
+                        st.lists(st.integers(0, len(self.partitions_of(n))), max_size=4)
+                    ),
+                )
+                for n in chosen
+            ]
+        request = ElectLeadersRequest(election_type=election_type, topic_partitions=wanted)
+        self.unclean_asked = election_type == 1
+        try:
+            response = self.step(self.controller.handle_elect_leaders(request, before))
+        finally:
+            self.unclean_asked = False
+        for error in check_elect_leaders(request, response, before, self.image):
+            event(f"elect_leaders {election_type}: {error.name}")
+
+    @rule(percentage=st.sampled_from([0, 10, 50]))
+    def rebalance(self, percentage: int) -> None:
+        before = self.image
+        balancer = make_controller(leader_imbalance_per_broker_percentage=percentage)
+        moved = self.step(balancer.handle_rebalance_leaders(before))
+        for name, pid in moved:
+            old, new = before.topics.partition(name, pid), self.image.topics.partition(name, pid)
+            assert old is not None and new is not None
+            assert new.leader == old.replicas[0] != old.leader and new.isr == old.isr
+        event(f"rebalance moved {min(len(moved), 1)}+")
+
+    @rule()
+    def unclean_check(self) -> None:
+        # Nothing to do: brokers coming and going and config changes already elected.
+        assert self.step(self.controller.handle_unclean_elections(self.image)) == []
 
     # --- AlterPartition ---------------------------------------------------------------------------
 
@@ -535,6 +601,41 @@ class ControllerMachine(RuleBasedStateMachine):
                 )
         return ErrorCode.NONE
 
+    def partitions_of(self, name: str) -> list[int]:
+        topic = self.image.topics.get(name)
+        return [] if topic is None else sorted(topic.partitions)
+
+    @precondition(lambda self: len(self.image.topics) > 0)
+    @rule(data=st.data())
+    def followers_catch_up(self, data: st.DataObject) -> None:
+        """What replication does: a leader adds every active replica to the ISR (and reports
+        that it recovered)."""
+        led = [
+            (topic, pid, p)
+            for topic in self.image.topics.by_id.values()
+            for pid, p in sorted(topic.partitions.items())
+            if p.has_leader
+        ]
+        if not led:
+            return
+        topic, pid, p = data.draw(st.sampled_from(led), label="partition")
+        isr = [p.leader] + [
+            b for b in p.replicas if b != p.leader and self.image.brokers[b].is_active
+        ]
+        partition = AlterPartitionRequest.PartitionData(
+            partition_index=pid,
+            leader_epoch=p.leader_epoch,
+            partition_epoch=p.partition_epoch,
+            new_isr=[BrokerId(b) for b in isr],
+        )
+        request = AlterPartitionRequest(
+            broker_id=BrokerId(p.leader),
+            broker_epoch=self.image.brokers[p.leader].epoch,
+            topics=[AlterTopicData(topic_id=topic.topic_id, partitions=[partition])],
+        )
+        response = self.send(request)
+        assert response.topics[0].partitions[0].error_code == ErrorCode.NONE
+
     @precondition(lambda self: bool(self.sent))
     @rule(data=st.data())
     def deliver_late(self, data: st.DataObject) -> None:
@@ -580,7 +681,9 @@ class ControllerMachine(RuleBasedStateMachine):
         )
         isr = tuple(s.broker_id for s in data.new_isr_with_epochs) or tuple(data.new_isr)
         assert (new.isr, new.leader, new.leader_epoch) == (isr, old.leader, old.leader_epoch)
-        assert new.partition_epoch == old.partition_epoch + (isr != old.isr)
+        recovered = old.leader_recovery_state != data.leader_recovery_state
+        assert new.partition_epoch == old.partition_epoch + (isr != old.isr or recovered)
+        assert new.leader_recovery_state == data.leader_recovery_state
         assert (answer.leader_id, answer.leader_epoch, tuple(answer.isr)) == (
             new.leader,
             new.leader_epoch,

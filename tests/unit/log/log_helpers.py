@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from broker.log import LogConfig, PartitionLog
-from broker.storage import Storage
+from broker.storage import MemoryStorage, Storage
 from kafka_protocol.record_batch import (
     RecordBatch,
     SimpleRecord,
@@ -133,3 +133,43 @@ def flip_byte(path: str, position: int) -> None:
 
 def cut_file(path: str, size: int) -> None:
     os.truncate(path, size)
+
+
+# --- leader epochs: a reference independent of broker/log -------------------------------------
+
+
+def stored_batches(memory: MemoryStorage, directory: str = DIR) -> list[RecordBatch]:
+    """Every complete batch in the directory's ``.log`` files, in file order (what a reload
+    of the log would scan; a torn tail is left out, as recovery cuts it)."""
+    prefix = directory.rstrip("/") + "/"
+    paths = sorted(p for p in memory.files if p.startswith(prefix) and p.endswith(".log"))
+    return [
+        b for p in paths for b in iter_batches(bytes(memory.files[p]), allow_truncated_tail=True)
+    ]
+
+
+def reference_epochs(
+    batches: Sequence[RecordBatch], log_start_offset: int
+) -> list[tuple[int, int]]:
+    """Kafka's rules, restated: a batch whose epoch (>= 0) is newer than every earlier one opens
+    an entry; entries at or below the log start collapse into the last of them, moved up to it."""
+    derived: list[tuple[int, int]] = []
+    for batch in batches:
+        epoch = batch.partition_leader_epoch
+        if epoch >= 0 and all(epoch > e for e, _ in derived):
+            derived.append((epoch, batch.base_offset))
+    below = [e for e, start in derived if start <= log_start_offset]
+    above = [(e, start) for e, start in derived if start > log_start_offset]
+    return ([(below[-1], log_start_offset)] if below else []) + above
+
+
+def reference_end_offset(
+    epochs: Sequence[tuple[int, int]], requested: int, log_end_offset: int
+) -> tuple[int, int]:
+    """OffsetForLeaderEpoch by brute force over the entries."""
+    if not epochs:
+        return (-1, -1)
+    if requested < epochs[0][0]:
+        return (requested, epochs[0][1])
+    floor = max(e for e, _ in epochs if e <= requested)
+    return (floor, min([s for e, s in epochs if e > requested], default=log_end_offset))

@@ -206,7 +206,9 @@ def test_directory_layout(tmp_path: Path) -> None:
     log.close()
     names = sorted(p.name for p in directory.iterdir())
     segments = [f"{o:020d}{s}" for o in (0, 1, 2) for s in (".index", ".log", ".timeindex")]
-    assert names == sorted([*segments, "clean-shutdown", "recovery-point"])
+    assert names == sorted(
+        [*segments, "clean-shutdown", "leader-epoch-checkpoint", "recovery-point"]
+    )
     assert (directory / "recovery-point").read_text() == "0\n3\n"
 
 

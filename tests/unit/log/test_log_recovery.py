@@ -234,6 +234,7 @@ def test_leftover_files_are_removed(tmp_path: Path) -> None:
         f"{0:020d}.index",
         f"{0:020d}.log",
         f"{0:020d}.timeindex",
+        "leader-epoch-checkpoint",
         "recovery-point",
     ]
     assert (tmp_path / "recovery-point").read_text() == "0\n6\n"
