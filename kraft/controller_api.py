@@ -70,6 +70,7 @@ NOT_CONTROLLER: Final = int(ErrorCode.NOT_CONTROLLER)
 NOT_ACTIVE: Final = "this controller is not the active one"
 
 R = TypeVar("R")
+Q = TypeVar("Q")
 
 
 class ControllerApis:
@@ -111,6 +112,17 @@ class ControllerApis:
             return await self.qc.submit(command)
         except NotControllerError:
             return None
+
+    async def _forward(
+        self,
+        handle: Callable[[Q, ClusterImage], ControllerResult[R]],
+        req: Q,
+        failed: Callable[[Q, ErrorCode, str], R],
+    ) -> R:
+        """An admin request forwarded by a broker: the active controller's response, or
+        ``failed``'s NOT_CONTROLLER answer from any other controller."""
+        response = await self._run(lambda image: handle(req, image))
+        return response or failed(req, ErrorCode.NOT_CONTROLLER, NOT_ACTIVE)
 
     # --- brokers ------------------------------------------------------------------------------
 
@@ -155,46 +167,46 @@ class ControllerApis:
     async def create_topics(
         self, ctx: RequestContext, req: CreateTopicsRequest
     ) -> CreateTopicsResponse:
-        handle = self.qc.controller.handle_create_topics
-        response = await self._run(lambda image: handle(req, image))
-        return response or create_topics_failed(req, ErrorCode.NOT_CONTROLLER, NOT_ACTIVE)
+        return await self._forward(
+            self.qc.controller.handle_create_topics, req, create_topics_failed
+        )
 
     async def delete_topics(
         self, ctx: RequestContext, req: DeleteTopicsRequest
     ) -> DeleteTopicsResponse:
-        handle = self.qc.controller.handle_delete_topics
-        response = await self._run(lambda image: handle(req, image))
-        return response or delete_topics_failed(req, ErrorCode.NOT_CONTROLLER, NOT_ACTIVE)
+        return await self._forward(
+            self.qc.controller.handle_delete_topics, req, delete_topics_failed
+        )
 
     async def create_partitions(
         self, ctx: RequestContext, req: CreatePartitionsRequest
     ) -> CreatePartitionsResponse:
-        handle = self.qc.controller.handle_create_partitions
-        response = await self._run(lambda image: handle(req, image))
-        return response or create_partitions_failed(req, ErrorCode.NOT_CONTROLLER, NOT_ACTIVE)
+        return await self._forward(
+            self.qc.controller.handle_create_partitions, req, create_partitions_failed
+        )
 
     async def alter_configs(
         self, ctx: RequestContext, req: AlterConfigsRequest
     ) -> AlterConfigsResponse:
-        handle = self.qc.controller.handle_alter_configs
-        response = await self._run(lambda image: handle(req, image))
-        return response or alter_configs_failed(req, ErrorCode.NOT_CONTROLLER, NOT_ACTIVE)
+        return await self._forward(
+            self.qc.controller.handle_alter_configs, req, alter_configs_failed
+        )
 
     async def incremental_alter_configs(
         self, ctx: RequestContext, req: IncrementalAlterConfigsRequest
     ) -> IncrementalAlterConfigsResponse:
-        handle = self.qc.controller.handle_incremental_alter_configs
-        response = await self._run(lambda image: handle(req, image))
-        return response or incremental_alter_configs_failed(
-            req, ErrorCode.NOT_CONTROLLER, NOT_ACTIVE
+        return await self._forward(
+            self.qc.controller.handle_incremental_alter_configs,
+            req,
+            incremental_alter_configs_failed,
         )
 
     async def elect_leaders(
         self, ctx: RequestContext, req: ElectLeadersRequest
     ) -> ElectLeadersResponse:
-        handle = self.qc.controller.handle_elect_leaders
-        response = await self._run(lambda image: handle(req, image))
-        return response or elect_leaders_failed(req, ErrorCode.NOT_CONTROLLER, NOT_ACTIVE)
+        return await self._forward(
+            self.qc.controller.handle_elect_leaders, req, elect_leaders_failed
+        )
 
     # --- the metadata log ---------------------------------------------------------------------
 

@@ -48,28 +48,32 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import json
 import math
 import os
-import platform
 import resource
-import select
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
-import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import bench_cluster
+from bench_cluster import (
+    READY_TIMEOUT_S,
+    Cluster,
+    Node,
+    Report,
+    StepError,
+    Target,
+    fmt,
+    latency_summary,
+    latency_text,
+    log,
+    step_failed,
+)
 
 from broker.kafka_client import KafkaConnection
 from kafka_protocol._codec import FileRegion
@@ -84,28 +88,16 @@ from kafka_protocol.messages import (
     RequestHeader,
 )
 from kafka_protocol.types import TopicName
-from kraft.dev_cluster import (
-    NodeSpec,
-    child_environment,
-    load_or_create_identity,
-    plan_cluster,
-    server_command,
-    write_node_configs,
-)
 
-REPO = Path(__file__).resolve().parent.parent
 CREATE_TOPICS_VERSION = 7
 API_VERSIONS_VERSION = 3
 METADATA_VERSION = 12
 METADATA_KEY = 3
-READY_TIMEOUT_S = 60.0
-STOP_GRACE_S = 10.0
 STEP_TIMEOUT_S = 600.0
 VISIBLE_TIMEOUT_S = 10.0
 BATCH_VISIBLE_S = 300.0
 FAILOVER_TIMEOUT_S = 30.0
 CREATE_TIMEOUT_MS = 30_000
-TAIL_LINES = 25
 CLIENT_ID = "bench-controller"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 FDS_PER_REPLICA = 3  # a partition log holds its .log, .index and .timeindex open
@@ -141,208 +133,6 @@ TARGETS = [
     ("failover", "median_s", "failover median s", False, 2.0),
     (IMAGE_10K, "p99_ms", "full Metadata p99 ms, >= 10,000 partitions", False, 200.0),
 ]
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-class StepError(Exception):
-    """A step failed; ``nodes`` are the nodes whose stderr explains it."""
-
-    def __init__(self, message: str, nodes: list[Node] | None = None) -> None:
-        super().__init__(message)
-        self.nodes = nodes or []
-
-
-# --- statistics ---------------------------------------------------------------------------------
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest rank."""
-    return sorted_values[max(0, math.ceil(q * len(sorted_values)) - 1)]
-
-
-def latency_summary(samples_s: list[float]) -> dict[str, float]:
-    ordered = sorted(samples_s)
-    return {
-        "n": len(ordered),
-        "p50_ms": 1000 * percentile(ordered, 0.50),
-        "p99_ms": 1000 * percentile(ordered, 0.99),
-        "max_ms": 1000 * ordered[-1],
-        "mean_ms": 1000 * statistics.fmean(ordered),
-    }
-
-
-# --- node processes -----------------------------------------------------------------------------
-
-
-@dataclass
-class Node:
-    """One ``kraft server`` process; its stdout after READY and its stderr go to files."""
-
-    spec: NodeSpec
-    config: Path
-    env: dict[str, str]
-    proc: subprocess.Popen[bytes] | None = None
-    killed: bool = False  # by this benchmark: its exit is not a failure
-
-    @property
-    def name(self) -> str:
-        return f"{self.spec.name} ({self.spec.role})"
-
-    @property
-    def stderr_path(self) -> Path:
-        return self.config.parent / "stderr.log"
-
-    @property
-    def address(self) -> tuple[str, int]:
-        return ("127.0.0.1", self.spec.port)
-
-    def launch(self) -> None:
-        cmd = server_command(self.spec, self.config)
-        with self.stderr_path.open("ab") as err:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen(
-                cmd, cwd=REPO, env=self.env, stdout=subprocess.PIPE, stderr=err, bufsize=0
-            )
-        self.killed = False
-
-    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
-        """Block until the READY line; then copy the rest of stdout to a file in a thread."""
-        assert self.proc is not None and self.proc.stdout is not None
-        stdout = self.proc.stdout
-        deadline = time.monotonic() + timeout_s
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise StepError(f"{self.name} not READY after {timeout_s:g} s", [self])
-            if not select.select([stdout], [], [], left)[0]:
-                continue
-            line = stdout.readline()  # unbuffered: select stays truthful
-            if not line:
-                raise StepError(f"{self.name} exited ({self.proc.wait()}) before READY", [self])
-            if line.startswith(b"READY"):
-                break
-        sink = (self.config.parent / "stdout.log").open("ab")
-        threading.Thread(target=_copy_and_close, args=(stdout, sink), daemon=True).start()
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def died(self) -> bool:
-        """Exited without being killed or stopped by us."""
-        return self.proc is not None and not self.killed and self.proc.poll() is not None
-
-    def terminate(self) -> None:
-        self.killed = True
-        if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.terminate()
-
-    def wait(self, timeout_s: float) -> None:
-        if self.proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout_s)
-
-    def kill(self) -> None:
-        self.killed = True
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def rss_mib(self) -> float | None:
-        if not self.alive():
-            return None
-        assert self.proc is not None
-        with contextlib.suppress(OSError), open(f"/proc/{self.proc.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        return None
-
-    def tail(self, lines: int = TAIL_LINES) -> list[str]:
-        try:
-            return self.stderr_path.read_text(errors="replace").splitlines()[-lines:]
-        except OSError:
-            return ["(no stderr file)"]
-
-    def get(self, path: str, timeout_s: float = 2.0) -> Any:
-        url = self.spec.admin_url + path
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            return json.loads(response.read())
-
-
-def _copy_and_close(src: BinaryIO, dst: BinaryIO) -> None:
-    with dst:
-        shutil.copyfileobj(src, dst)
-
-
-class Cluster:
-    """3 controllers and 3 brokers from ``kraft.dev_cluster``'s plan, as child processes."""
-
-    def __init__(self, root: Path, log_level: str) -> None:
-        plan = plan_cluster(3, 3, port=0, admin_port=0)
-        identity = load_or_create_identity(root, 3)
-        configs = write_node_configs(plan, identity, root, overrides={})
-        env = child_environment(os.environ)
-        env["KRAFT_LOG_LEVEL"] = log_level
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        self.controllers = [Node(s, configs[s.node_id], env) for s in plan.controllers]
-        self.brokers = [Node(s, configs[s.node_id], env) for s in plan.brokers]
-        self.leader_id: int | None = None  # last known active controller
-
-    @property
-    def nodes(self) -> list[Node]:
-        return self.controllers + self.brokers
-
-    def start(self) -> None:
-        for node in self.nodes:
-            node.launch()
-        for node in self.nodes:
-            node.wait_ready()
-
-    def stop(self) -> None:
-        """SIGTERM to the brokers, then the controllers; SIGKILL whatever is left."""
-        for group in (self.brokers, self.controllers):
-            live = [n for n in group if n.alive()]
-            for node in live:
-                node.terminate()
-            deadline = time.monotonic() + STOP_GRACE_S
-            for node in live:
-                node.wait(max(0.0, deadline - time.monotonic()))
-        for node in self.nodes:
-            if node.alive():
-                log(f"{node.name} still running {STOP_GRACE_S:g} s after SIGTERM: kill -9")
-                node.kill()
-
-    def controller(self, node_id: int) -> Node:
-        return next(c for c in self.controllers if c.spec.node_id == node_id)
-
-    def leader(self) -> int | None:
-        """The active controller as reported by a live controller (None: not known)."""
-        for node in self.controllers:
-            if not node.alive():
-                continue
-            with contextlib.suppress(OSError, ValueError, KeyError):
-                leader = node.get("/v1/cluster")["controller"]["leader_id"]
-                if leader is not None and leader >= 0:
-                    self.leader_id = int(leader)
-                    return self.leader_id
-        return None
-
-    def suspects(self) -> list[Node]:
-        """The nodes whose stderr to show when a step fails."""
-        dead = [n for n in self.nodes if n.died()]
-        if dead:
-            return dead
-        leader = [c for c in self.controllers if c.spec.node_id == self.leader_id]
-        return [self.brokers[0], *leader]
-
-    def rss(self) -> dict[str, dict[str, float | None]]:
-        return {
-            "controllers": {n.spec.name: n.rss_mib() for n in self.controllers},
-            "brokers": {n.spec.name: n.rss_mib() for n in self.brokers},
-        }
 
 
 def nofile_limit() -> int:
@@ -396,9 +186,7 @@ async def wait_until(what: str, check: Callable[[], Awaitable[Any]], timeout_s: 
 
 async def wait_cluster_formed(cluster: Cluster) -> None:
     async def formed() -> bool:
-        view = await http_get(cluster.brokers[0], "/v1/cluster")
-        unfenced = sum(not b["fenced"] for b in view["brokers"])
-        return unfenced == len(cluster.brokers) and view["controller"]["leader_id"] is not None
+        return cluster.formed(await http_get(cluster.brokers[0], "/v1/cluster"))
 
     await wait_until("3 unfenced brokers and a leader", formed, READY_TIMEOUT_S)
     cluster.leader()
@@ -771,13 +559,6 @@ async def bench_failover(cluster: Cluster, runs: int) -> dict[str, Any]:
 # --- the run ------------------------------------------------------------------------------------
 
 
-def print_tails(nodes: list[Node]) -> None:
-    for node in nodes:
-        log(f"last stderr lines of {node.name} ({node.stderr_path}):")
-        for line in node.tail():
-            print(f"    {line}", file=sys.stderr)
-
-
 async def run_step(
     report: dict[str, Any], cluster: Cluster, key: str, step: Callable[[], Awaitable[Any]]
 ) -> bool:
@@ -788,11 +569,7 @@ async def run_step(
         async with asyncio.timeout(STEP_TIMEOUT_S):
             report["results"][key] = await step()
     except (StepError, OSError, TimeoutError, AssertionError) as exc:
-        message = str(exc) or type(exc).__name__
-        report["errors"][key] = message
-        log(f"step {key} FAILED: {message}")
-        print_tails(exc.nodes if isinstance(exc, StepError) and exc.nodes else cluster.suspects())
-        return not any(n.died() for n in cluster.nodes)
+        return step_failed(report, cluster, key, exc)
     log(f"step {key} done in {time.monotonic() - start:.1f} s")
     return True
 
@@ -827,12 +604,13 @@ def batch_steps(
 async def run_all(cluster: Cluster, cfg: dict[str, Any], report: dict[str, Any]) -> None:
     await wait_cluster_formed(cluster)
     report["results"]["idle"] = await idle_usage(cluster, cfg["idle_s"])
-    bootstrap = ",".join(f"{h}:{p}" for h, p in (b.address for b in cluster.brokers))
     steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
         ("sequential", lambda: bench_sequential(cluster, cfg["creates"])),
         (
             "sequential_confluent",
-            lambda: asyncio.to_thread(confluent_sequential, bootstrap, cfg["confluent_creates"]),
+            lambda: asyncio.to_thread(
+                confluent_sequential, cluster.bootstrap, cfg["confluent_creates"]
+            ),
         ),
         ("visibility", lambda: bench_visibility(cluster, cfg["visibility"])),
         *batch_steps(cluster, cfg, report),
@@ -857,7 +635,7 @@ def image_at_10k(results: dict[str, Any]) -> dict[str, Any]:
     return next((r for r in images if r["partitions"] >= 10_000), {})
 
 
-def targets(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+def targets(report: Report) -> list[Target]:
     """(target, measured, PASS/MISS/n/a/skipped)."""
     results = report["results"]
     out = []
@@ -871,19 +649,6 @@ def targets(report: dict[str, Any]) -> list[tuple[str, str, str]]:
         ok = value >= bound if higher else value <= bound
         out.append((name, fmt(value), "PASS" if ok else "MISS"))
     return out
-
-
-def fmt(value: float) -> str:
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
-
-
-def latency_text(r: dict[str, Any], digits: int = 2) -> str:
-    return (
-        f"p50 {r['p50_ms']:.{digits}f}  p99 {r['p99_ms']:.{digits}f}"
-        f"  max {r['max_ms']:.{digits}f} ms"
-    )
 
 
 def by_role(values: dict[str, dict[str, float | None]], spec: str) -> str:
@@ -950,32 +715,8 @@ def batch_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def render(report: dict[str, Any]) -> str:
-    rows = result_rows(report["results"])
-    width = max((len(label) for label, _ in rows), default=20) + 2
-    lines = [f"{label:{width}}{value}" for label, value in rows]
-    lines.append("\ntargets:")
-    for name, value, verdict in report["targets"]:
-        lines.append(f"  {verdict:7} {name:52} {value}")
-    for key, message in report["skipped"].items():
-        lines.append(f"  skipped {key}: {message}")
-    for key, message in report["errors"].items():
-        lines.append(f"  ERROR in step {key}: {message}")
-    return "\n".join(lines)
-
-
-def machine_info() -> dict[str, Any]:
-    model = ""
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-    with open("/proc/loadavg") as f:
-        load = f.read().split()[:3]
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "loadavg_at_start": load,
-    }
+def render(report: Report) -> str:
+    return bench_cluster.render(report, result_rows(report["results"]), target_width=52)
 
 
 def parse_batches(text: str) -> list[tuple[int, int, int]]:
@@ -990,90 +731,39 @@ def parse_batches(text: str) -> list[tuple[int, int, int]]:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller counts, about 20 s")
-    parser.add_argument("--json", metavar="PATH", help="write the report as JSON")
-    parser.add_argument("--data-dir", type=Path, help="keep the nodes' files and logs here")
-    parser.add_argument("--creates", type=int, help="sequential creates (our client)")
-    parser.add_argument("--confluent-creates", type=int, help="sequential creates (0: skip)")
-    parser.add_argument("--visibility", type=int, help="topics timed until on every broker")
-    parser.add_argument("--failovers", type=int, help="kill -9 runs of the active controller")
-    parser.add_argument("--metadata-requests", type=int, help="full Metadata requests per image")
-    parser.add_argument(
-        "--batches",
-        type=parse_batches,
-        help="batched creates as TOPICSxPARTITIONSxRF,... (default 1x10000x1,10x1000x3)",
-    )
-    parser.add_argument("--log-level", default="INFO", help="KRAFT_LOG_LEVEL of the nodes")
-    return parser.parse_args()
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--creates", type=int, help="sequential creates (our client)")
+        parser.add_argument("--confluent-creates", type=int, help="sequential creates (0: skip)")
+        parser.add_argument("--visibility", type=int, help="topics timed until on every broker")
+        parser.add_argument("--failovers", type=int, help="kill -9 runs of the active controller")
+        parser.add_argument(
+            "--metadata-requests", type=int, help="full Metadata requests per image"
+        )
+        parser.add_argument(
+            "--batches",
+            type=parse_batches,
+            help="batched creates as TOPICSxPARTITIONSxRF,... (default 1x10000x1,10x1000x3)",
+        )
+
+    return bench_cluster.parse_args(__doc__, "smaller counts, about 20 s", add_arguments)
 
 
 def config_of(args: argparse.Namespace) -> dict[str, Any]:
-    cfg = dict(QUICK if args.quick else FULL)
-    keys = (
-        "creates",
-        "confluent_creates",
-        "visibility",
-        "failovers",
-        "metadata_requests",
-        "batches",
-    )
-    for key in keys:
-        if (value := getattr(args, key)) is not None:
-            cfg[key] = value
-    return cfg
+    return bench_cluster.config_of(args, FULL, QUICK)
 
 
-def bench(root: Path, cfg: dict[str, Any], log_level: str) -> dict[str, Any]:
-    report: dict[str, Any] = {"machine": machine_info(), "config": cfg}
+def bench(root: Path, cfg: dict[str, Any], log_level: str) -> Report:
+    report: Report = {"machine": bench_cluster.machine_info(), "config": cfg}
     report.update(results={}, errors={}, skipped={})
     raise_nofile_limit()
     cluster = Cluster(root, log_level)
-    try:
-        log(f"starting 3 controllers and 3 brokers in {root}")
-        start = time.monotonic()
-        cluster.start()
-        log(f"cluster up in {time.monotonic() - start:.1f} s")
-        asyncio.run(run_all(cluster, cfg, report))
-    except StepError as exc:
-        report["errors"]["startup"] = str(exc)
-        log(f"FAILED: {exc}")
-        print_tails(exc.nodes or cluster.suspects())
-    finally:
-        cluster.stop()
-    return report
+    return bench_cluster.bench_on(
+        cluster, report, root, lambda: asyncio.run(run_all(cluster, cfg, report))
+    )
 
 
 def main() -> int:
-    try:
-        return run(parse_args())
-    except KeyboardInterrupt:  # the nodes are stopped by then (finally blocks)
-        log("interrupted")
-        return 130
-
-
-def run(args: argparse.Namespace) -> int:
-    cfg = config_of(args)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # finally blocks stop the nodes
-    started = time.monotonic()
-    if args.data_dir is not None:
-        if args.data_dir.exists() and any(args.data_dir.iterdir()):
-            log(f"--data-dir {args.data_dir} is not empty: the benchmark needs a new cluster")
-            return 2
-        args.data_dir.mkdir(parents=True, exist_ok=True)
-        report = bench(args.data_dir.resolve(), cfg, args.log_level)
-    else:
-        with tempfile.TemporaryDirectory(prefix="bench-controller-") as tmp:
-            report = bench(Path(tmp), cfg, args.log_level)
-    report["targets"] = targets(report)
-    report["elapsed_s"] = time.monotonic() - started
-    print(render(report))
-    print(
-        f"\n{report['elapsed_s']:.0f} s; loadavg at start {report['machine']['loadavg_at_start']}"
-    )
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2, default=str))
-    return 1 if report["errors"] else 0
+    return bench_cluster.main("bench-controller", parse_args, config_of, bench, targets, render)
 
 
 if __name__ == "__main__":

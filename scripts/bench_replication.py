@@ -41,12 +41,9 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
-import json
 import os
-import signal
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -55,30 +52,25 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_controller import (
+import bench_cluster
+from bench_cluster import (
+    READY_TIMEOUT_S,
     Cluster,
-    Node,
+    Report,
     StepError,
+    Target,
     fmt,
     latency_summary,
+    latency_text,
     log,
-    machine_info,
-    print_tails,
+    step_failed,
 )
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kraft.dev_cluster import (
-    child_environment,
-    load_or_create_identity,
-    plan_cluster,
-    write_node_configs,
-)
-
 RF1_TOPIC = "bench-rf1"
 RF3_TOPIC = "bench-rf3"
 MIN_INSYNC = 2
-READY_TIMEOUT_S = 60.0
 ISR_TIMEOUT_S = 30.0
 STEP_DEADLINE_S = 300.0
 FLUSH_TIMEOUT_S = 60.0
@@ -100,26 +92,6 @@ FAILOVER_SLACK_S = 1.0
 # --- the cluster --------------------------------------------------------------------------------
 
 
-class ReplicationCluster(Cluster):
-    """1 controller and 3 brokers (``bench_controller.Cluster`` plans 3 + 3 without overrides)."""
-
-    def __init__(self, root: Path, log_level: str, overrides: dict[str, str]) -> None:
-        plan = plan_cluster(1, 3, port=0, admin_port=0)
-        identity = load_or_create_identity(root, 1)
-        configs = write_node_configs(plan, identity, root, overrides=overrides)
-        env = child_environment(os.environ)
-        env["KRAFT_LOG_LEVEL"] = log_level
-        repo = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [repo, env.get("PYTHONPATH")]))
-        self.controllers = [Node(s, configs[s.node_id], env) for s in plan.controllers]
-        self.brokers = [Node(s, configs[s.node_id], env) for s in plan.brokers]
-        self.leader_id = None
-        self.bootstrap = plan.bootstrap
-
-    def broker(self, node_id: int) -> Node:
-        return next(b for b in self.brokers if b.spec.node_id == node_id)
-
-
 def wait_until(what: str, check: Callable[[], Any], timeout_s: float) -> Any:
     """Poll ``check`` every 50 ms until truthy; StepError naming ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
@@ -134,11 +106,9 @@ def wait_until(what: str, check: Callable[[], Any], timeout_s: float) -> Any:
     raise StepError(f"timed out after {timeout_s:g} s waiting for {what} (last error: {last})")
 
 
-def wait_formed(cluster: ReplicationCluster) -> None:
+def wait_formed(cluster: Cluster) -> None:
     def formed() -> bool:
-        view = cluster.brokers[0].get("/v1/cluster")
-        unfenced = sum(not b["fenced"] for b in view["brokers"])
-        return unfenced == len(cluster.brokers) and view["controller"]["leader_id"] is not None
+        return cluster.formed(cluster.brokers[0].get("/v1/cluster"))
 
     wait_until("3 unfenced brokers and an active controller", formed, READY_TIMEOUT_S)
 
@@ -342,7 +312,7 @@ class SteadyProducer(threading.Thread):
 
 
 def failover_run(
-    cluster: ReplicationCluster, admin: AdminClient, run: int, session_s: float
+    cluster: Cluster, admin: AdminClient, run: int, session_s: float
 ) -> dict[str, Any]:
     """Two producers side by side: librdkafka's defaults, and the same with a 500 ms
     ``topic.metadata.refresh.interval.ms``.  Until the victim is fenced, Metadata still names it
@@ -431,9 +401,7 @@ def wait_new_leader(
 # --- the run ------------------------------------------------------------------------------------
 
 
-def run_step(
-    report: dict[str, Any], cluster: ReplicationCluster, key: str, step: Callable[[], Any]
-) -> bool:
+def run_step(report: dict[str, Any], cluster: Cluster, key: str, step: Callable[[], Any]) -> bool:
     """Run one step into ``report['results'][key]``; on failure say which, with stderr tails.
     False when a node died on its own (the rest would measure a broken cluster)."""
     log(f"step {key} ...")
@@ -441,16 +409,12 @@ def run_step(
     try:
         report["results"][key] = step()
     except (StepError, KafkaException, OSError, AssertionError) as exc:
-        message = str(exc) or type(exc).__name__
-        report["errors"][key] = message
-        log(f"step {key} FAILED: {message}")
-        print_tails(exc.nodes if isinstance(exc, StepError) and exc.nodes else cluster.suspects())
-        return not any(n.died() for n in cluster.nodes)
+        return step_failed(report, cluster, key, exc)
     log(f"step {key} done in {time.monotonic() - start:.1f} s")
     return True
 
 
-def step_throughput(cluster: ReplicationCluster, cfg: dict[str, Any]) -> dict[str, Any]:
+def step_throughput(cluster: Cluster, cfg: dict[str, Any]) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {"rf1": [], "rf3": []}
     settings = [("rf1", RF1_TOPIC, "1"), ("rf3", RF3_TOPIC, "all")]
     for rep in range(cfg["repeat"]):
@@ -462,7 +426,7 @@ def step_throughput(cluster: ReplicationCluster, cfg: dict[str, Any]) -> dict[st
     return {**best, "runs": runs, "ratio": best["rf3"]["mb_s"] / best["rf1"]["mb_s"]}
 
 
-def step_latency(cluster: ReplicationCluster, cfg: dict[str, Any]) -> dict[str, Any]:
+def step_latency(cluster: Cluster, cfg: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for name, topic, acks in (("rf3", RF3_TOPIC, "all"), ("rf1", RF1_TOPIC, "1")):
         out[name] = paced_latency(
@@ -473,9 +437,7 @@ def step_latency(cluster: ReplicationCluster, cfg: dict[str, Any]) -> dict[str, 
     return out
 
 
-def step_failover(
-    cluster: ReplicationCluster, admin: AdminClient, cfg: dict[str, Any]
-) -> dict[str, Any]:
+def step_failover(cluster: Cluster, admin: AdminClient, cfg: dict[str, Any]) -> dict[str, Any]:
     session_s = cfg["session_timeout_ms"] / 1000
     runs = [failover_run(cluster, admin, run, session_s) for run in range(cfg["failovers"])]
     out: dict[str, Any] = {"runs": runs, "session_timeout_s": session_s}
@@ -486,7 +448,7 @@ def step_failover(
     return out
 
 
-def run_all(cluster: ReplicationCluster, cfg: dict[str, Any], report: dict[str, Any]) -> None:
+def run_all(cluster: Cluster, cfg: dict[str, Any], report: dict[str, Any]) -> None:
     wait_formed(cluster)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 5000})
     create_topic(admin, RF1_TOPIC, cfg["partitions"], 1, on_broker=cluster.brokers[0].spec.node_id)
@@ -504,32 +466,27 @@ def run_all(cluster: ReplicationCluster, cfg: dict[str, Any], report: dict[str, 
             return
 
 
-def bench(root: Path, cfg: dict[str, Any], log_level: str) -> dict[str, Any]:
-    report: dict[str, Any] = {"machine": machine_info(), "config": cfg, "results": {}, "errors": {}}
+def bench(root: Path, cfg: dict[str, Any], log_level: str) -> Report:
+    report: Report = {"machine": bench_cluster.machine_info(), "config": cfg}
+    report.update(results={}, errors={})
     overrides = {
         "broker.session.timeout.ms": str(cfg["session_timeout_ms"]),
         "broker.heartbeat.interval.ms": str(cfg["heartbeat_ms"]),
     }
-    cluster = ReplicationCluster(root, log_level, overrides)
-    try:
-        log(f"starting 1 controller and 3 brokers in {root}")
-        start = time.monotonic()
-        cluster.start()
-        log(f"cluster up in {time.monotonic() - start:.1f} s")
-        run_all(cluster, cfg, report)
-    except (StepError, KafkaException, ValueError) as exc:
-        report["errors"]["startup"] = str(exc)
-        log(f"FAILED: {exc}")
-        print_tails(exc.nodes if isinstance(exc, StepError) and exc.nodes else cluster.suspects())
-    finally:
-        cluster.stop()
-    return report
+    cluster = Cluster(root, log_level, controllers=1, brokers=3, overrides=overrides)
+    return bench_cluster.bench_on(
+        cluster,
+        report,
+        root,
+        lambda: run_all(cluster, cfg, report),
+        failures=(StepError, KafkaException, ValueError),
+    )
 
 
 # --- report -------------------------------------------------------------------------------------
 
 
-def targets(report: dict[str, Any]) -> list[tuple[str, str, str]]:
+def targets(report: Report) -> list[Target]:
     """(target, measured, PASS/MISS/n/a)."""
     results = report["results"]
     session_s = report["config"]["session_timeout_ms"] / 1000
@@ -580,8 +537,7 @@ def result_rows(results: dict[str, Any], cfg: dict[str, Any]) -> list[tuple[str,
             rows.append(
                 (
                     f"latency {label} at {cfg['rate_mb_s']:g} MB/s",
-                    f"p50 {x['p50_ms']:.2f}  p99 {x['p99_ms']:.2f}  max {x['max_ms']:.2f} ms"
-                    f"  ({x['n']:,} records, {x['achieved_mb_s']:.1f} MB/s sent)",
+                    latency_text(x) + f"  ({x['n']:,} records, {x['achieved_mb_s']:.1f} MB/s sent)",
                 )
             )
     if r := results.get("failover"):
@@ -604,76 +560,35 @@ def result_rows(results: dict[str, Any], cfg: dict[str, Any]) -> list[tuple[str,
     return rows
 
 
-def render(report: dict[str, Any]) -> str:
+def render(report: Report) -> str:
     rows = result_rows(report["results"], report["config"])
-    width = max((len(label) for label, _ in rows), default=20) + 2
-    lines = [f"{label:{width}}{value}" for label, value in rows]
-    lines.append("\ntargets:")
-    for name, value, verdict in report["targets"]:
-        lines.append(f"  {verdict:7} {name:62} {value}")
-    for key, message in report["errors"].items():
-        lines.append(f"  ERROR in step {key}: {message}")
-    return "\n".join(lines)
+    return bench_cluster.render(report, rows, target_width=62)
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller counts, about 30 s")
-    parser.add_argument("--json", metavar="PATH", help="write the report as JSON")
-    parser.add_argument("--data-dir", type=Path, help="keep the nodes' files and logs here")
-    parser.add_argument("--count", type=int, help="records per throughput run")
-    parser.add_argument("--size", type=int, help="record value size in bytes (default 1024)")
-    parser.add_argument("--partitions", type=int, help="partitions of the two topics (3)")
-    parser.add_argument("--repeat", type=int, help="throughput runs of each setting")
-    parser.add_argument("--rate-mb-s", type=float, help="paced rate of the latency step (10)")
-    parser.add_argument("--latency-s", type=float, help="seconds of each latency run")
-    parser.add_argument("--failovers", type=int, help="kill -9 runs of a partition leader")
-    parser.add_argument("--session-timeout-ms", type=int, default=3000)
-    parser.add_argument("--heartbeat-ms", type=int, default=500)
-    parser.add_argument("--log-level", default="INFO", help="KRAFT_LOG_LEVEL of the nodes")
-    return parser.parse_args()
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--count", type=int, help="records per throughput run")
+        parser.add_argument("--size", type=int, help="record value size in bytes (default 1024)")
+        parser.add_argument("--partitions", type=int, help="partitions of the two topics (3)")
+        parser.add_argument("--repeat", type=int, help="throughput runs of each setting")
+        parser.add_argument("--rate-mb-s", type=float, help="paced rate of the latency step (10)")
+        parser.add_argument("--latency-s", type=float, help="seconds of each latency run")
+        parser.add_argument("--failovers", type=int, help="kill -9 runs of a partition leader")
+        parser.add_argument("--session-timeout-ms", type=int, default=3000)
+        parser.add_argument("--heartbeat-ms", type=int, default=500)
+
+    return bench_cluster.parse_args(__doc__, "smaller counts, about 30 s", add_arguments)
 
 
 def config_of(args: argparse.Namespace) -> dict[str, Any]:
-    cfg: dict[str, Any] = {**DEFAULTS, **(QUICK if args.quick else FULL)}
-    for key in (*DEFAULTS, *FULL):
-        if (value := getattr(args, key)) is not None:
-            cfg[key] = value
+    cfg = bench_cluster.config_of(args, FULL, QUICK, DEFAULTS)
     cfg["session_timeout_ms"] = args.session_timeout_ms
     cfg["heartbeat_ms"] = args.heartbeat_ms
     return cfg
 
 
-def run(args: argparse.Namespace) -> int:
-    cfg = config_of(args)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # finally blocks stop the nodes
-    started = time.monotonic()
-    if args.data_dir is not None:
-        if args.data_dir.exists() and any(args.data_dir.iterdir()):
-            log(f"--data-dir {args.data_dir} is not empty: the benchmark needs a new cluster")
-            return 2
-        args.data_dir.mkdir(parents=True, exist_ok=True)
-        report = bench(args.data_dir.resolve(), cfg, args.log_level)
-    else:
-        with tempfile.TemporaryDirectory(prefix="bench-replication-") as tmp:
-            report = bench(Path(tmp), cfg, args.log_level)
-    report["targets"] = targets(report)
-    report["elapsed_s"] = time.monotonic() - started
-    print(render(report))
-    print(
-        f"\n{report['elapsed_s']:.0f} s; loadavg at start {report['machine']['loadavg_at_start']}"
-    )
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2, default=str))
-    return 1 if report["errors"] else 0
-
-
 def main() -> int:
-    try:
-        return run(parse_args())
-    except KeyboardInterrupt:  # the nodes are stopped by then (finally blocks)
-        log("interrupted")
-        return 130
+    return bench_cluster.main("bench-replication", parse_args, config_of, bench, targets, render)
 
 
 if __name__ == "__main__":

@@ -407,8 +407,7 @@ class LogSegment:
             if header is None or problem:
                 break
             self._index_batch(header, position)
-            if not epoch_changes or header.partition_leader_epoch != epoch_changes[-1][0]:
-                epoch_changes.append((header.partition_leader_epoch, header.base_offset))
+            _note_epoch_change(epoch_changes, header)
             position += header.size_bytes
             next_offset = header.next_offset
         self.next_offset = next_offset
@@ -419,8 +418,7 @@ class LogSegment:
         previous batch's, by a walk of the headers (to rebuild a lost leader epoch cache)."""
         changes: list[EpochEntry] = []
         for _, header in self.records.iter_headers(0):
-            if not changes or header.partition_leader_epoch != changes[-1][0]:
-                changes.append((header.partition_leader_epoch, header.base_offset))
+            _note_epoch_change(changes, header)
         return changes
 
     def last_plausible_offset(self) -> int | None:
@@ -516,3 +514,10 @@ def _last_plausible_offset(reader: ChunkedReader, position: int, size: int) -> i
         last = header.last_offset
         position += header.size_bytes
     return last
+
+
+def _note_epoch_change(changes: list[EpochEntry], header: BatchHeader) -> None:
+    """Append ``(partition leader epoch, base offset)`` of the next batch in offset order if its
+    epoch differs from the previous batch's."""
+    if not changes or header.partition_leader_epoch != changes[-1][0]:
+        changes.append((header.partition_leader_epoch, header.base_offset))

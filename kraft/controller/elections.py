@@ -242,11 +242,7 @@ def preferred_change(
         leader = preferred
     else:
         leader = elect_leader(partition, partition.isr, is_active)
-    if leader == partition.leader:
-        return None
-    return PartitionChangeRecord(
-        partition_id=partition_id, topic_id=topic_id, leader=BrokerId(leader)
-    )
+    return _clean_change(topic_id, partition_id, partition, leader)
 
 
 def _unclean_or_clean(
@@ -255,15 +251,23 @@ def _unclean_or_clean(
     """Kafka's ``electAnyLeader`` with the UNCLEAN election: clean if possible."""
     leader = elect_leader(partition, partition.isr, is_active)
     if leader != NO_LEADER:
-        if leader == partition.leader:
-            return None
-        return PartitionChangeRecord(
-            partition_id=partition_id, topic_id=topic_id, leader=BrokerId(leader)
-        )
+        return _clean_change(topic_id, partition_id, partition, leader)
     leader = elect_unclean_leader(partition, is_active)
     if leader == NO_LEADER:
         return None
     return unclean_change(topic_id, partition_id, partition, leader)
+
+
+def _clean_change(
+    topic_id: uuid.UUID, partition_id: int, partition: PartitionImage, leader: int
+) -> PartitionChangeRecord | None:
+    """``leader`` (from the ISR, or NO_LEADER) takes over; None when the leader would not
+    change."""
+    if leader == partition.leader:
+        return None
+    return PartitionChangeRecord(
+        partition_id=partition_id, topic_id=topic_id, leader=BrokerId(leader)
+    )
 
 
 # --- leader balance -----------------------------------------------------------------------------

@@ -18,9 +18,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from confluent_kafka.admin import AdminClient
 
 from integration.node_process import ProcessControl
 
@@ -204,3 +208,44 @@ class LocalCluster:
 
     def logs(self) -> str:
         return "\n\n".join(f"--- node {n.node_id}\n{n.log_tail(25)}" for n in self.nodes)
+
+
+# --- helpers shared by the tests of a running cluster ---------------------------------------
+
+
+@contextmanager
+def running_cluster(root: Path, extra: dict[str, str]) -> Iterator[LocalCluster]:
+    """Three controllers and three brokers with ``extra`` properties, started; every node
+    killed on the way out."""
+    cluster = LocalCluster.create(root, 3, 3, extra).start()
+    try:
+        yield cluster
+    finally:
+        cluster.kill_all()
+
+
+def admin_client(cluster: LocalCluster) -> AdminClient:
+    return AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 10000})
+
+
+def wait_for(
+    what: str,
+    condition: Callable[[], Any],
+    timeout_s: float,
+    cluster: LocalCluster,
+    *,
+    poll_s: float = 0.02,
+    ignore: tuple[type[Exception], ...] = (AssertionError, OSError),
+) -> Any:
+    """Poll ``condition`` every ``poll_s`` until it returns a truthy value (an exception in
+    ``ignore`` counts as not yet); on timeout fail naming ``what``, with the nodes' logs."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            value = condition()
+        except ignore:
+            value = None
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}\n{cluster.logs()}")

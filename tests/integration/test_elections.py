@@ -10,54 +10,39 @@ partition a leader.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 
-from integration.cluster_process import LocalCluster, ServerProcess
+from integration import cluster_process
+from integration.cluster_process import LocalCluster, ServerProcess, admin_client, running_cluster
 
 pytestmark = pytest.mark.integration
 
 UNCLEAN = "unclean.leader.election.enable"
 
 
-def wait_for(
-    what: str, condition: Callable[[], Any], timeout_s: float, cluster: LocalCluster
-) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            value = condition()
-        except (AssertionError, OSError, KeyError):
-            value = None
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}\n{cluster.logs()}")
+# The REST API's partition views may lack a key while a change is under way.
+wait_for = functools.partial(
+    cluster_process.wait_for, poll_s=0.05, ignore=(AssertionError, OSError, KeyError)
+)
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     root = Path(tmp_path_factory.mktemp("elections"))
     extra = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
-    cluster = LocalCluster.create(root, 3, 3, extra).start()
-    try:
+    with running_cluster(root, extra) as cluster:
         yield cluster
-    finally:
-        cluster.kill_all()
-
-
-def admin(cluster: LocalCluster) -> AdminClient:
-    return AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 10000})
 
 
 def elect(
@@ -65,7 +50,7 @@ def elect(
 ) -> dict[tuple[str, int], str]:
     """Each partition's outcome: its Kafka error name, or NONE."""
     wanted = None if partitions is None else [TopicPartition(t, p) for t, p in partitions]
-    client = admin(cluster)  # the handle must outlive its future
+    client = admin_client(cluster)  # the handle must outlive its future
     results = client.elect_leaders(election_type, wanted).result(timeout=15)
     out = {}
     for tp, error in results.items():
@@ -89,7 +74,7 @@ def partition(node: ServerProcess, topic: str, pid: int = 0) -> dict[str, Any]:
 
 
 def create_topic(cluster: LocalCluster, name: str, assignment: list[list[int]]) -> None:
-    client = admin(cluster)
+    client = admin_client(cluster)
     topic = NewTopic(name, num_partitions=len(assignment), replica_assignment=assignment)
     futures = client.create_topics([topic])
     futures[name].result(timeout=15)
@@ -176,7 +161,7 @@ def _set_config(cluster: LocalCluster, topic: str, key: str, value: str) -> None
         topic,
         incremental_configs=[ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)],
     )
-    client = admin(cluster)
+    client = admin_client(cluster)
     for future in client.incremental_alter_configs([resource]).values():
         future.result(timeout=15)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,13 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from integration.cluster_process import LocalCluster, ServerProcess
+from integration.cluster_process import (
+    LocalCluster,
+    ServerProcess,
+    admin_client,
+    running_cluster,
+    wait_for,
+)
 from integration.raw_client import RawConnection
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import CreateTopicsRequest, FetchRequest, FetchResponse
@@ -29,21 +35,6 @@ SESSION_TIMEOUT_MS = 3000
 HEARTBEAT_MS = 500
 
 
-def wait_for(
-    what: str, condition: Callable[[], Any], timeout_s: float, cluster: LocalCluster
-) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            value = condition()
-        except (AssertionError, OSError):
-            value = None
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}\n{cluster.logs()}")
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     root = Path(tmp_path_factory.mktemp("quorum"))
@@ -53,25 +44,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         # Small, so that brokers restarting later in the module start from a snapshot.
         "metadata.log.max.record.bytes.between.snapshots": "4096",
     }
-    cluster = LocalCluster.create(root, 3, 3, extra).start()
-    try:
+    with running_cluster(root, extra) as cluster:
         yield cluster
-    finally:
-        cluster.kill_all()
-
-
-def admin(cluster: LocalCluster) -> AdminClient:
-    return AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 10000})
 
 
 def create_topic(cluster: LocalCluster, name: str, partitions: int = 3, rf: int = 3) -> None:
-    client = admin(cluster)  # the handle must outlive its futures
+    client = admin_client(cluster)  # the handle must outlive its futures
     futures = client.create_topics([NewTopic(name, partitions, rf)], request_timeout=10)
     futures[name].result(timeout=10)
 
 
 def leaders(cluster: LocalCluster, topic: str) -> dict[int, int]:
-    md = admin(cluster).list_topics(topic, timeout=5)
+    md = admin_client(cluster).list_topics(topic, timeout=5)
     return {p.id: p.leader for p in md.topics[topic].partitions.values()}
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
+    AlterPartitionRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
     CreatePartitionsRequest,
@@ -17,6 +18,7 @@ from kafka_protocol.messages import (
     ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
 )
+from kafka_protocol.types import BrokerId
 from kraft.controller import Controller, ControllerConfig, ControllerResult
 from kraft.controller.elections import unclean_policy
 from metadata_log.delta import replay_records
@@ -144,6 +146,38 @@ def alter(
             )
         ],
         validate_only=validate_only,
+    )
+
+
+def part(image: ClusterImage, topic: str = "t", partition: int = 0) -> PartitionImage:
+    p = image.topics.partition(topic, partition)
+    assert p is not None
+    return p
+
+
+def isr_change(
+    image: ClusterImage, isr: Sequence[int], topic: str = "t", pid: int = 0
+) -> AlterPartitionRequest:
+    """The partition leader's AlterPartition for ``isr``, at the partition's current epochs
+    (a follower caught up or fell behind, or the leader recovered)."""
+    p = part(image, topic, pid)
+    return AlterPartitionRequest(
+        broker_id=BrokerId(p.leader),
+        broker_epoch=image.brokers[p.leader].epoch,
+        topics=[
+            AlterPartitionRequest.TopicData(
+                topic_id=image.topics.by_name[topic].topic_id,
+                partitions=[
+                    AlterPartitionRequest.PartitionData(
+                        partition_index=pid,
+                        leader_epoch=p.leader_epoch,
+                        partition_epoch=p.partition_epoch,
+                        new_isr=[BrokerId(b) for b in isr],
+                        leader_recovery_state=LeaderRecoveryState.RECOVERED,
+                    )
+                ],
+            )
+        ],
     )
 
 

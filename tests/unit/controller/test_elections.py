@@ -13,8 +13,10 @@ from controller_helpers import (
     cluster,
     create,
     heartbeat,
+    isr_change,
     make_controller,
     new_topic,
+    part,
     registration,
     run,
 )
@@ -22,7 +24,6 @@ from controller_helpers import (
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     AlterConfigsRequest,
-    AlterPartitionRequest,
     ElectLeadersRequest,
     ElectLeadersResponse,
 )
@@ -49,12 +50,6 @@ TOPIC_ID = uuid.UUID(int=77)
 
 
 # --- helpers --------------------------------------------------------------------------------------
-
-
-def part(image: ClusterImage, topic: str = "t", partition: int = 0) -> PartitionImage:
-    p = image.topics.partition(topic, partition)
-    assert p is not None
-    return p
 
 
 def with_topic(
@@ -90,25 +85,7 @@ def set_isr(
     controller: Controller, image: ClusterImage, isr: list[int], topic: str = "t", pid: int = 0
 ) -> ClusterImage:
     """The leader's AlterPartition (a follower caught up, or the leader recovered)."""
-    p = part(image, topic, pid)
-    request = AlterPartitionRequest(
-        broker_id=BrokerId(p.leader),
-        broker_epoch=image.brokers[p.leader].epoch,
-        topics=[
-            AlterPartitionRequest.TopicData(
-                topic_id=image.topics.by_name[topic].topic_id,
-                partitions=[
-                    AlterPartitionRequest.PartitionData(
-                        partition_index=pid,
-                        leader_epoch=p.leader_epoch,
-                        partition_epoch=p.partition_epoch,
-                        new_isr=[BrokerId(b) for b in isr],
-                        leader_recovery_state=RECOVERED,
-                    )
-                ],
-            )
-        ],
-    )
+    request = isr_change(image, isr, topic, pid)
     image, response = run(controller, image, "handle_alter_partition", request)
     assert response.topics[0].partitions[0].error_code == E.NONE, response
     return image

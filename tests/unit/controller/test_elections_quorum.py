@@ -18,28 +18,35 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controller_helpers import alter, create, heartbeat, new_topic, registration
+from controller_helpers import (
+    alter,
+    create,
+    heartbeat,
+    isr_change,
+    new_topic,
+    part,
+    registration,
+)
 
 from broker.dispatcher import RequestContext, RequestDispatcher
 from broker.metrics import BrokerMetrics
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.framing import decode_response, encode_request
 from kafka_protocol.messages import (
-    AlterPartitionRequest,
     ApiVersionsRequest,
     ApiVersionsResponse,
     ElectLeadersRequest,
     ElectLeadersResponse,
     RequestHeader,
 )
-from kafka_protocol.types import BrokerId, TopicName
+from kafka_protocol.types import TopicName
 from kraft import quorum_controller as quorum_controller_module
 from kraft.controller import Controller, ControllerConfig, ControllerResult
 from kraft.controller_api import ControllerApis
 from kraft.quorum.raft import RaftSettings, SubmitResult
 from kraft.quorum.state import Appended
 from kraft.quorum_controller import QuorumController
-from metadata_log.image import ClusterImage, LeaderRecoveryState, PartitionImage
+from metadata_log.image import ClusterImage, LeaderRecoveryState
 
 UNCLEAN = "unclean.leader.election.enable"
 RECOVERING = LeaderRecoveryState.RECOVERING
@@ -123,31 +130,9 @@ async def catch_up(qc: QuorumController, topic: str, pid: int = 0) -> None:
     image = qc.image
     p = part(image, topic, pid)
     isr = [p.leader] + [b for b in p.replicas if b != p.leader and image.brokers[b].is_active]
-    request = AlterPartitionRequest(
-        broker_id=BrokerId(p.leader),
-        broker_epoch=image.brokers[p.leader].epoch,
-        topics=[
-            AlterPartitionRequest.TopicData(
-                topic_id=image.topics.by_name[topic].topic_id,
-                partitions=[
-                    AlterPartitionRequest.PartitionData(
-                        partition_index=pid,
-                        leader_epoch=p.leader_epoch,
-                        partition_epoch=p.partition_epoch,
-                        new_isr=[BrokerId(b) for b in isr],
-                    )
-                ],
-            )
-        ],
-    )
+    request = isr_change(image, isr, topic, pid)
     response = await command(qc, "handle_alter_partition", request)
     assert response.topics[0].partitions[0].error_code == ErrorCode.NONE
-
-
-def part(image: ClusterImage, topic: str, pid: int = 0) -> PartitionImage:
-    p = image.topics.partition(topic, pid)
-    assert p is not None
-    return p
 
 
 async def topic(qc: QuorumController, name: str, replicas: list[int], **configs: str) -> None:
