@@ -16,13 +16,15 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client.core import Metric
 
 from broker.controller_channel import ControllerChannel
+from broker.coordinator.records import OFFSETS_TOPIC
+from broker.coordinator.runtime import CoordinatorConfig, GroupCoordinator
 from broker.dispatcher import RequestDispatcher
 from broker.log.config import LogConfig
 from broker.metrics import BrokerMetrics, gauge
@@ -64,6 +66,7 @@ class BrokerConfig:
     replica_fetch_max_bytes: int = 1 << 20
     replica_fetch_response_max_bytes: int = 10 << 20
     high_watermark_checkpoint_interval_ms: int = 5_000
+    coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
     broker_defaults: dict[str, str] = field(default_factory=dict)  # log.* keys as configured
 
 
@@ -95,7 +98,7 @@ class Broker:
         self.replicas.on_append = self._count_append
         self.fetchers = ReplicaFetcherManager(
             self.replicas,
-            self._endpoint,
+            self.endpoint_of,
             FetcherConfig(
                 config.node_id,
                 max_wait_ms=config.replica_fetch_wait_max_ms,
@@ -103,7 +106,9 @@ class Broker:
                 response_max_bytes=config.replica_fetch_response_max_bytes,
             ),
         )
+        self.coordinator = GroupCoordinator(self, config.coordinator, self.replicas.clock_ms)
         self._started = False
+        self._tasks: set[asyncio.Task[object]] = set()
         self._became_leader: list[str] = []
         self._became_follower: list[str] = []
         # This process's registration; a leadership in the image counts only once the image
@@ -138,6 +143,7 @@ class Broker:
             if (tp.topic, tp.partition) in self.replicas.partitions:
                 log.info("deleting partition %s-%d", tp.topic, tp.partition)
                 self._remove(tp.topic, tp.partition)
+        self._forget_offsets_of_deleted_topics(delta)
         touched = {(tp.topic, tp.partition) for tp in (*changes.leaders, *changes.followers)}
         if delta.configs_delta is not None:
             if any(
@@ -172,6 +178,21 @@ class Broker:
                 self._remove(*key)
         self._log_role_changes()
 
+    def _forget_offsets_of_deleted_topics(self, delta: MetadataDelta) -> None:
+        topics = delta.topics_delta
+        if topics is None or not topics.deleted_topic_ids or not self._started:
+            return
+        names = [
+            t.name for i in topics.deleted_topic_ids if (t := topics.image.by_id.get(i)) is not None
+        ]
+        if names:
+            self._background(self.coordinator.remove_offsets_of_topics(names))
+
+    def _background(self, work: Coroutine[object, object, object]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     def _log_role_changes(self) -> None:
         """One line per metadata update that moved leaderships, not one per partition."""
         led, followed = self._became_leader, self._became_follower
@@ -186,6 +207,8 @@ class Broker:
         self._became_leader, self._became_follower = [], []
 
     def _remove(self, topic: str, index: int) -> None:
+        if topic == OFFSETS_TOPIC:
+            self.coordinator.on_partition_removed(index)
         self.fetchers.remove((topic, index))
         self.replicas.remove_partition(topic, index)
 
@@ -205,7 +228,10 @@ class Broker:
         broker = self.image.brokers.get(broker_id)
         return broker.epoch if broker is not None else -1
 
-    def _endpoint(self, broker_id: int) -> tuple[str, int] | None:
+    def endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
+        """A broker's PLAINTEXT address (this broker's as advertised)."""
+        if broker_id == self.node_id:
+            return self.advertised
         broker = self.image.brokers.get(broker_id)
         endpoint = broker.listener("PLAINTEXT") if broker is not None else None
         return (endpoint.host, endpoint.port) if endpoint is not None else None
@@ -255,6 +281,8 @@ class Broker:
             (self._became_leader if part.is_leader else self._became_follower).append(part.name)
         if self._started:
             self.fetchers.update(part)
+            if topic.name == OFFSETS_TOPIC:
+                self.coordinator.on_partition_role(part)
         return part
 
     # --- metrics ------------------------------------------------------------------------------
@@ -289,8 +317,11 @@ class Broker:
         limits = ListenerLimits(max_frame_bytes=self.config.socket_request_max_bytes)
         self.listener = KafkaListener(self.dispatcher, self.config.host, self.config.port, limits)
         self._started = True
+        self.coordinator.start()
         for part in self.replicas.partitions.values():
             self.fetchers.update(part)
+            if part.topic == OFFSETS_TOPIC:
+                self.coordinator.on_partition_role(part)
         cfg = self.config
         self._maintenance = [
             self._every(cfg.retention_check_interval_ms, self.replicas.apply_retention),
@@ -321,6 +352,7 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.fetchers.close()
+        await self.coordinator.stop()
         await self.dispatcher.close()
         self.replicas.close()
 

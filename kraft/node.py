@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.broker import Broker, BrokerConfig
+from broker.coordinator.runtime import CoordinatorConfig
 from broker.log.config import LogConfig
 from broker.log.errors import LogError
 from broker.storage import FileStorage
@@ -129,6 +130,17 @@ def broker_config(cfg: NodeConfig) -> BrokerConfig:
         ),
         high_watermark_checkpoint_interval_ms=_at_least(
             cfg, "replica.high.watermark.checkpoint.interval.ms", 5_000, 10
+        ),
+        coordinator=CoordinatorConfig(
+            num_partitions=_at_least(cfg, "offsets.topic.num.partitions", 50, 1),
+            replication_factor=_at_least(cfg, "offsets.topic.replication.factor", 3, 1),
+            segment_bytes=_at_least(cfg, "offsets.topic.segment.bytes", 100 << 20, 1024),
+            retention_ms=_at_least(cfg, "offsets.retention.minutes", 10_080, 1) * 60_000,
+            retention_check_interval_ms=_at_least(
+                cfg, "offsets.retention.check.interval.ms", 600_000, 10
+            ),
+            commit_timeout_ms=_at_least(cfg, "offsets.commit.timeout.ms", 5_000, 1),
+            metadata_max_bytes=_at_least(cfg, "offset.metadata.max.bytes", 4096, 0),
         ),
         broker_defaults=dict(cfg.values),
     )

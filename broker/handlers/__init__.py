@@ -12,12 +12,9 @@ if TYPE_CHECKING:
 
 def build_handlers(broker: Broker) -> list[ApiHandler]:
     from broker.handlers.admin import AdminHandlers
-    from broker.handlers.basics import (
-        ApiVersionsHandler,
-        FindCoordinatorHandler,
-        InitProducerIdHandler,
-    )
+    from broker.handlers.basics import ApiVersionsHandler, InitProducerIdHandler
     from broker.handlers.fetch import FetchHandler
+    from broker.handlers.groups import GroupHandlers
     from broker.handlers.list_offsets import ListOffsetsHandler
     from broker.handlers.metadata import MetadataHandler
     from broker.handlers.offset_for_leader_epoch import OffsetForLeaderEpochHandler
@@ -29,7 +26,7 @@ def build_handlers(broker: Broker) -> list[ApiHandler]:
         ListOffsetsHandler(broker).spec(),
         OffsetForLeaderEpochHandler(broker).spec(),
         MetadataHandler(broker).spec(),
-        FindCoordinatorHandler(broker).spec(),
+        *GroupHandlers(broker).specs(),
         ApiVersionsHandler(broker).spec(),
         InitProducerIdHandler(broker).spec(),
         *AdminHandlers(broker).specs(),

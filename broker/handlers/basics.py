@@ -1,11 +1,7 @@
-"""ApiVersions 0-4, FindCoordinator 0-4 and InitProducerId 0-4.
+"""ApiVersions 0-4 and InitProducerId 0-4.
 
 ApiVersions advertises the dispatcher's table, nothing else (an unsupported ApiVersions
 version is answered by the dispatcher as v0 with UNSUPPORTED_VERSION).
-
-FindCoordinator names this broker: librdkafka (and kcat) enable lz4 only when FindCoordinator
-v0 is advertised, and with one broker this broker will be every group's coordinator.
-Transaction coordinators do not exist yet: COORDINATOR_NOT_AVAILABLE.
 
 InitProducerId serves idempotent producers: producer ids come in blocks allocated by the
 controller (a ProducerIdsRecord in the metadata log, so ids are never reused after a restart).
@@ -24,19 +20,16 @@ from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     ApiVersionsRequest,
     ApiVersionsResponse,
-    FindCoordinatorRequest,
-    FindCoordinatorResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
 )
-from kafka_protocol.types import BrokerId, ProducerId
+from kafka_protocol.types import ProducerId
 
 if TYPE_CHECKING:
     from broker.broker import Broker
 
 log = logging.getLogger("broker.handlers")
 
-GROUP_KEY = 0
 PRODUCER_ID_BLOCK = 1000
 
 
@@ -49,41 +42,6 @@ class ApiVersionsHandler:
 
     def handle(self, ctx: RequestContext, req: ApiVersionsRequest) -> ApiVersionsResponse:
         return ApiVersionsResponse(api_keys=self.broker.dispatcher.api_versions())
-
-
-class FindCoordinatorHandler:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-
-    def spec(self) -> ApiHandler:
-        return ApiHandler(10, 0, 4, self.handle, "FindCoordinator")
-
-    def _one(self, key: str, key_type: int) -> FindCoordinatorResponse.Coordinator:
-        if key_type != GROUP_KEY:
-            return FindCoordinatorResponse.Coordinator(
-                key=key,
-                node_id=BrokerId(-1),
-                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                error_message="transactions are not supported yet",
-            )
-        host, port = self.broker.advertised
-        return FindCoordinatorResponse.Coordinator(
-            key=key, node_id=BrokerId(self.broker.node_id), host=host, port=port, error_message=None
-        )
-
-    def handle(self, ctx: RequestContext, req: FindCoordinatorRequest) -> FindCoordinatorResponse:
-        if ctx.api_version >= 4:
-            return FindCoordinatorResponse(
-                coordinators=[self._one(k, req.key_type) for k in req.coordinator_keys]
-            )
-        c = self._one(req.key, req.key_type)
-        return FindCoordinatorResponse(
-            error_code=c.error_code,
-            error_message=c.error_message,
-            node_id=c.node_id,
-            host=c.host,
-            port=c.port,
-        )
 
 
 class InitProducerIdHandler:

@@ -1,0 +1,437 @@
+"""The group coordinator's runtime: which ``__consumer_offsets`` partitions this broker
+coordinates, loading them, and writing to them (Kafka's ``GroupMetadataManager``).
+
+Theory of operation
+-------------------
+A broker coordinates the groups of every ``__consumer_offsets`` partition it leads.  When it
+becomes leader of one (``on_partition_role``) it *loads* it: replays every record of the
+partition's log into an :class:`OffsetStore` (and the groups' metadata), yielding to the event
+loop between chunks; meanwhile requests for its groups get COORDINATOR_LOAD_IN_PROGRESS, and
+requests for groups of partitions it does not lead get NOT_COORDINATOR (the client asks
+FindCoordinator again).  Losing the leadership drops the partition's state at once.
+
+Every change is a record appended to the partition with acks=all and applied to the store only
+once committed (``_append``), so what the coordinator answers is what the replicated log
+holds, and a new coordinator after a failover loads exactly that.  An append that fails answers
+Kafka's mapped errors (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, ...) and changes nothing.
+
+The topic is created on first use (FindCoordinator) with ``offsets.topic.num.partitions``
+partitions, replication factor ``min(offsets.topic.replication.factor, live brokers)`` and
+``cleanup.policy=compact``.  Offsets expire after ``offsets.retention.minutes`` of their group
+being empty, and offsets of deleted topics are removed; both by tombstones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from broker.coordinator.offsets import CommittedOffset, OffsetStore, TopicPartition
+from broker.coordinator.records import (
+    OFFSETS_TOPIC,
+    GroupRecord,
+    OffsetRecord,
+    decode,
+    encode_offset,
+    partition_for,
+)
+from broker.deferred import Deferred
+from broker.log.errors import LogError
+from broker.replica_manager import AppendOutcome, Partition
+from kafka_protocol.coordinator import GroupMetadataValue, OffsetCommitValue
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.exceptions import ProtocolError
+from kafka_protocol.messages import CreateTopicsRequest
+from kafka_protocol.record_batch import RecordBatch, SimpleRecord, build_batch, iter_batches
+from kafka_protocol.types import TopicName
+
+if TYPE_CHECKING:
+    from broker.broker import Broker
+
+log = logging.getLogger("broker.coordinator")
+LOAD_CHUNK_BYTES = 1 << 20
+MAX_RECORDS_PER_BATCH = 1000  # tombstone batches for expiry are split into batches this large
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorConfig:
+    num_partitions: int = 50  # offsets.topic.num.partitions
+    replication_factor: int = 3  # offsets.topic.replication.factor (capped at live brokers)
+    segment_bytes: int = 100 * 1024 * 1024  # offsets.topic.segment.bytes
+    retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
+    retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
+    commit_timeout_ms: int = 5_000  # offsets.commit.timeout.ms
+    metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+
+
+# Kafka's mapping of append errors to what group requests answer (GroupMetadataManager).
+_APPEND_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+}
+
+
+@dataclass(slots=True)
+class OwnedPartition:
+    """A ``__consumer_offsets`` partition this broker leads."""
+
+    part: Partition
+    leader_epoch: int
+    offsets: OffsetStore = field(default_factory=OffsetStore)
+    groups: dict[str, GroupMetadataValue] = field(default_factory=dict)  # as persisted
+    loaded: bool = False
+    load_task: asyncio.Task[None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+CommitCheck = Callable[[str, str, int, str | None], ErrorCode | None]
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        broker: Broker,
+        config: CoordinatorConfig,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self.broker = broker
+        self.config = config
+        self.clock_ms = clock_ms
+        self.owned: dict[int, OwnedPartition] = {}
+        self._creating: asyncio.Task[None] | None = None
+        self._expiry: asyncio.Task[None] | None = None
+        # The group membership check of a commit (member id, generation); the classic group
+        # protocol installs its own.  Without groups, only "simple" commits (generation < 0,
+        # no member) are accepted, as Kafka accepts them for an empty group.
+        self.check_commit: CommitCheck = _simple_commits_only
+
+    # --- where groups live --------------------------------------------------------------------
+
+    def partition_of(self, group_id: str) -> int | None:
+        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
+        if topic is None or not topic.partitions:
+            return None
+        return partition_for(group_id, len(topic.partitions))
+
+    def coordinator_of(self, group_id: str) -> int | ErrorCode:
+        """The broker id coordinating ``group_id`` (FindCoordinator), creating the topic on
+        first use."""
+        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
+        if topic is None or not topic.partitions:
+            self._create_topic()
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        leader = topic.partitions[partition_for(group_id, len(topic.partitions))].leader
+        return leader if leader >= 0 else ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+    def owned_for(self, group_id: str) -> OwnedPartition | ErrorCode:
+        """The loaded partition of a group this broker coordinates, or why not."""
+        index = self.partition_of(group_id)
+        if index is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        owned = self.owned.get(index)
+        if owned is None:
+            return ErrorCode.NOT_COORDINATOR
+        if not owned.loaded:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return owned
+
+    def _create_topic(self) -> None:
+        if self._creating is not None and not self._creating.done():
+            return
+        self._creating = asyncio.get_running_loop().create_task(self._create())
+
+    async def _create(self) -> None:
+        live = sum(1 for b in self.broker.image.brokers.values() if b.is_active)
+        rf = max(1, min(self.config.replication_factor, live))
+        request = CreateTopicsRequest(
+            topics=[
+                CreateTopicsRequest.CreatableTopic(
+                    name=TopicName(OFFSETS_TOPIC),
+                    num_partitions=self.config.num_partitions,
+                    replication_factor=rf,
+                    configs=[
+                        CreateTopicsRequest.CreatableTopicConfig(name=k, value=v)
+                        for k, v in (
+                            ("cleanup.policy", "compact"),
+                            ("segment.bytes", str(self.config.segment_bytes)),
+                            ("compression.type", "producer"),
+                        )
+                    ],
+                )
+            ],
+            timeout_ms=30_000,
+        )
+        try:
+            response = await self.broker.controller.create_topics(request, 7)
+        except Exception as exc:  # the client retries FindCoordinator; say why it waits
+            log.warning("cannot create %s yet: %s", OFFSETS_TOPIC, exc)
+            return
+        result = response.topics[0]
+        if result.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+            log.warning(
+                "cannot create %s yet: %s %s",
+                OFFSETS_TOPIC,
+                ErrorCode.from_code(result.error_code).name,
+                result.error_message or "",
+            )
+        else:
+            log.info(
+                "created %s partitions=%d replication_factor=%d",
+                OFFSETS_TOPIC,
+                self.config.num_partitions,
+                rf,
+            )
+
+    # --- partition ownership ------------------------------------------------------------------
+
+    def on_partition_role(self, part: Partition) -> None:
+        """The replica manager changed (or confirmed) a partition's role."""
+        owned = self.owned.get(part.index)
+        if part.is_leader:
+            if owned is not None and owned.part is part and owned.leader_epoch == part.leader_epoch:
+                return
+            self.on_partition_removed(part.index)
+            owned = self.owned[part.index] = OwnedPartition(part, part.leader_epoch)
+            owned.load_task = asyncio.get_running_loop().create_task(
+                self._load(owned), name=f"load {part.name}"
+            )
+        elif owned is not None:
+            self.on_partition_removed(part.index)
+
+    def on_partition_removed(self, index: int) -> None:
+        owned = self.owned.pop(index, None)
+        if owned is None:
+            return
+        if owned.load_task is not None:
+            owned.load_task.cancel()
+        log.info("unloaded %s groups=%d", owned.part.name, len(owned.groups))
+
+    async def _load(self, owned: OwnedPartition) -> None:
+        """Replay the partition into the store, a chunk per loop pass."""
+        part = owned.part
+        started = self.clock_ms()
+        offset, end, records = part.log_start_offset, part.log_end_offset, 0
+        try:
+            while offset < end:
+                chunk = part.log.read(offset, LOAD_CHUNK_BYTES, max_offset=end)
+                if chunk.size_bytes == 0:
+                    break
+                for batch in iter_batches(part.log.read_bytes(chunk), allow_truncated_tail=True):
+                    if not batch.is_control:
+                        for record in batch.iter_records():
+                            records += self._replay(owned, record.key, record.value)
+                    offset = batch.next_offset
+                await asyncio.sleep(0)
+                if self.owned.get(part.index) is not owned:
+                    return  # unloaded meanwhile
+        except (LogError, ProtocolError) as exc:
+            log.error("cannot load %s: %s; retrying", part.name, exc)
+            await asyncio.sleep(1.0)
+            if self.owned.get(part.index) is owned:
+                owned.offsets, owned.groups = OffsetStore(), {}
+                owned.load_task = asyncio.get_running_loop().create_task(self._load(owned))
+            return
+        owned.loaded = True
+        log.log(
+            logging.INFO if records else logging.DEBUG,
+            "loaded %s records=%d groups=%d in %d ms",
+            part.name,
+            records,
+            len(set(owned.offsets.groups()) | set(owned.groups)),
+            self.clock_ms() - started,
+        )
+
+    def _replay(self, owned: OwnedPartition, key: bytes | None, value: bytes | None) -> int:
+        if key is None:
+            return 0
+        try:
+            record = decode(key, value)
+        except (ValueError, ProtocolError) as exc:
+            log.warning("skipping an undecodable record of %s: %s", owned.part.name, exc)
+            return 0
+        if isinstance(record, OffsetRecord):
+            owned.offsets.apply(record)
+        elif isinstance(record, GroupRecord):
+            if record.value is None:
+                owned.groups.pop(record.group, None)
+            else:
+                owned.groups[record.group] = record.value
+        return 1
+
+    # --- appends ------------------------------------------------------------------------------
+
+    async def append(
+        self, owned: OwnedPartition, records: Sequence[tuple[bytes, bytes | None]]
+    ) -> ErrorCode:
+        """Append ``records`` with acks=all; once committed, replay them into the state."""
+        if self.owned.get(owned.part.index) is not owned:
+            return ErrorCode.NOT_COORDINATOR
+        batch = build_batch(
+            [SimpleRecord(value, key) for key, value in records], now_ms=self.clock_ms()
+        )
+        outcome = self.broker.replicas.append_nowait(owned.part, RecordBatch(memoryview(batch)), -1)
+        if isinstance(outcome, Deferred):
+            outcome = await self._within_timeout(outcome)
+        if outcome.error is not ErrorCode.NONE:
+            log.info("append to %s failed: %s", owned.part.name, outcome.error.name)
+            return _APPEND_ERRORS.get(outcome.error, ErrorCode.UNKNOWN_SERVER_ERROR)
+        if self.owned.get(owned.part.index) is owned:
+            for key, value in records:
+                self._replay(owned, key, value)
+        return ErrorCode.NONE
+
+    async def _within_timeout(self, pending: Deferred[AppendOutcome]) -> AppendOutcome:
+        try:
+            async with asyncio.timeout(self.config.commit_timeout_ms / 1000):
+                return await pending
+        except TimeoutError:
+            return AppendOutcome(ErrorCode.REQUEST_TIMED_OUT)
+
+    # --- offsets ------------------------------------------------------------------------------
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        instance_id: str | None,
+        commits: Sequence[OffsetCommit],
+        expire_timestamp_ms: int = -1,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """OffsetCommit: every partition's outcome (the request-level errors are repeated per
+        partition, as Kafka answers them)."""
+        keys = [(c.topic, c.partition) for c in commits]
+        owned = self.owned_for(group_id)
+        if isinstance(owned, ErrorCode):
+            return dict.fromkeys(keys, owned)
+        rejected = self.check_commit(group_id, member_id, generation, instance_id)
+        if rejected is not None:
+            return dict.fromkeys(keys, rejected)
+        now = self.clock_ms()
+        results: dict[TopicPartition, ErrorCode] = {}
+        records = []
+        for c in commits:
+            topic = self.broker.image.topics.get(c.topic)
+            if topic is None or c.partition not in topic.partitions:
+                results[(c.topic, c.partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif (
+                c.metadata is not None and len(c.metadata.encode()) > self.config.metadata_max_bytes
+            ):
+                results[(c.topic, c.partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                value = OffsetCommitValue(
+                    offset=c.offset,
+                    leader_epoch=c.leader_epoch,
+                    metadata=c.metadata or "",
+                    commit_timestamp=now,
+                    expire_timestamp=expire_timestamp_ms,
+                )
+                records.append(encode_offset(group_id, c.topic, c.partition, value))
+                results[(c.topic, c.partition)] = ErrorCode.NONE
+        if records:
+            error = await self.append(owned, records)
+            if error is not ErrorCode.NONE:
+                for tp, e in results.items():
+                    if e is ErrorCode.NONE:
+                        results[tp] = error
+        return results
+
+    def fetch_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition] | None
+    ) -> dict[TopicPartition, CommittedOffset | None] | ErrorCode:
+        """OffsetFetch: the committed offset of each partition (None: none committed); all of
+        the group's when ``partitions`` is None."""
+        owned = self.owned_for(group_id)
+        if isinstance(owned, ErrorCode):
+            return owned
+        if partitions is None:
+            return dict(owned.offsets.offsets(group_id))
+        return {tp: owned.offsets.get(group_id, tp) for tp in partitions}
+
+    # --- housekeeping -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._expiry = asyncio.get_running_loop().create_task(
+            self._expire_loop(), name="offset-expiry"
+        )
+
+    async def stop(self) -> None:
+        for index in list(self.owned):
+            self.on_partition_removed(index)
+        for task in (self._expiry, self._creating):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.retention_check_interval_ms / 1000)
+            await self.expire_offsets()
+
+    async def expire_offsets(self) -> int:
+        """Tombstone expired offsets of every loaded partition; the count removed."""
+        removed = 0
+        for owned in list(self.owned.values()):
+            if not owned.loaded:
+                continue
+            is_empty = functools.partial(_no_members, owned.groups)
+            doomed = owned.offsets.expired(self.clock_ms(), self.config.retention_ms, is_empty)
+            removed += await self._tombstone(owned, doomed, "expired")
+        return removed
+
+    async def remove_offsets_of_topics(self, topics: Sequence[str]) -> int:
+        """Offsets of deleted topics go (Kafka's ``cleanupGroupMetadata`` on topic deletion)."""
+        removed = 0
+        for owned in list(self.owned.values()):
+            if owned.loaded:
+                removed += await self._tombstone(owned, owned.offsets.of_topics(topics), "deleted")
+        return removed
+
+    async def _tombstone(
+        self, owned: OwnedPartition, doomed: Sequence[tuple[str, TopicPartition]], why: str
+    ) -> int:
+        done = 0
+        for i in range(0, len(doomed), MAX_RECORDS_PER_BATCH):
+            chunk = doomed[i : i + MAX_RECORDS_PER_BATCH]
+            records = [encode_offset(g, t, p, None) for g, (t, p) in chunk]
+            if await self.append(owned, records) is not ErrorCode.NONE:
+                break
+            done += len(chunk)
+        if done:
+            log.info("removed %d %s offsets from %s", done, why, owned.part.name)
+        return done
+
+
+def _no_members(groups: dict[str, GroupMetadataValue], group_id: str) -> bool:
+    """Offsets expire only while their group is empty (as last persisted)."""
+    value = groups.get(group_id)
+    return value is None or not value.members
+
+
+def _simple_commits_only(
+    group_id: str, member_id: str, generation: int, instance_id: str | None
+) -> ErrorCode | None:
+    del group_id, instance_id
+    if generation < 0 and not member_id:
+        return None
+    return ErrorCode.UNKNOWN_MEMBER_ID

@@ -1,0 +1,116 @@
+"""Committed offsets in ``__consumer_offsets`` across real clients and a coordinator failover.
+
+One controller and three brokers; the offsets topic (5 partitions here) is created on the
+first FindCoordinator with replication factor 3.  Offsets committed by one client are read
+by the others, and survive a kill -9 of the group's coordinator: the new leader of its
+``__consumer_offsets`` partition loads them from its replica.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import NewTopic
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.structs import OffsetAndMetadata
+
+from broker.coordinator.records import OFFSETS_TOPIC, partition_for
+from integration.cluster_process import LocalCluster, admin_client, wait_for
+
+pytestmark = pytest.mark.integration
+
+OFFSETS_PARTITIONS = 5
+EXTRA = {
+    "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    cluster = LocalCluster.create(Path(tmp_path_factory.mktemp("offsets")), 1, 3, EXTRA).start()
+    try:
+        client = admin_client(cluster)
+        client.create_topics([NewTopic("orders", 2, 3)])["orders"].result(timeout=10)
+        yield cluster
+    finally:
+        cluster.kill_all()
+
+
+def _confluent(cluster: LocalCluster, group: str) -> Consumer:
+    return Consumer(
+        {"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False}
+    )
+
+
+def _committed(cluster: LocalCluster, group: str) -> list[int]:
+    consumer = _confluent(cluster, group)
+    try:
+        found = consumer.committed([TopicPartition("orders", 0), TopicPartition("orders", 1)], 5)
+        return [tp.offset for tp in found]
+    finally:
+        consumer.close()
+
+
+def test_offsets_committed_by_one_client_are_read_by_another(cluster: LocalCluster) -> None:
+    consumer = _confluent(cluster, "shared")
+    commits = [TopicPartition("orders", 0, 42, "from librdkafka"), TopicPartition("orders", 1, 7)]
+    result = consumer.commit(offsets=commits, asynchronous=False)
+    assert [tp.error for tp in result] == [None, None]
+    consumer.close()
+
+    other = KafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id="shared")
+    try:
+        tp0 = KafkaTopicPartition("orders", 0)
+        assert other.committed(tp0) == 42
+        assert other.committed(KafkaTopicPartition("orders", 1)) == 7
+        other.assign([tp0])
+        other.commit({tp0: OffsetAndMetadata(50, "from kafka-python", -1)})
+    finally:
+        other.close()
+    assert _committed(cluster, "shared") == [50, 7]
+    assert _committed(cluster, "nobody") == [-1001, -1001], "no offset: librdkafka's INVALID"
+
+
+def test_commits_of_an_unknown_topic_are_refused(cluster: LocalCluster) -> None:
+    consumer = _confluent(cluster, "strays")
+    try:
+        with pytest.raises(KafkaException) as refused:
+            consumer.commit(offsets=[TopicPartition("no-such-topic", 0, 1)], asynchronous=False)
+        assert "UNKNOWN_TOPIC_OR_PART" in str(refused.value)
+    finally:
+        consumer.close()
+
+
+def test_offsets_survive_a_kill_of_the_coordinator(cluster: LocalCluster) -> None:
+    group = "survivor"
+    consumer = _confluent(cluster, group)
+    consumer.commit(
+        offsets=[TopicPartition("orders", 0, 11), TopicPartition("orders", 1, 22)],
+        asynchronous=False,
+    )
+    consumer.close()
+    md = admin_client(cluster).list_topics(OFFSETS_TOPIC, timeout=5).topics[OFFSETS_TOPIC]
+    coordinator = md.partitions[partition_for(group, OFFSETS_PARTITIONS)].leader
+    victim = cluster.brokers[coordinator]
+    victim.kill()
+    started = time.monotonic()
+    try:
+        found = wait_for(
+            "the committed offsets from the new coordinator",
+            lambda: _committed(cluster, group) == [11, 22],
+            30,
+            cluster,
+            ignore=(KafkaException, AssertionError, OSError),
+        )
+        assert found
+        assert time.monotonic() - started < 15, "the new coordinator took too long"
+    finally:
+        victim.launch()
+        victim.wait_ready()
