@@ -32,6 +32,7 @@ from typing import Any
 
 from broker.broker import Broker, BrokerConfig
 from broker.coordinator.runtime import CoordinatorConfig
+from broker.group.classic_member import GroupConfig
 from broker.log.config import LogConfig
 from broker.log.errors import LogError
 from broker.storage import FileStorage
@@ -103,6 +104,21 @@ def _check_log_defaults(cfg: NodeConfig) -> None:
         raise ConfigError(f"broker log defaults: {exc}") from None
 
 
+def _group_config(cfg: NodeConfig) -> GroupConfig:
+    low = _at_least(cfg, "group.min.session.timeout.ms", 6_000, 1)
+    high = _at_least(cfg, "group.max.session.timeout.ms", 1_800_000, 1)
+    if high < low:
+        raise ConfigError(
+            f"group.max.session.timeout.ms={high} is below group.min.session.timeout.ms={low}"
+        )
+    return GroupConfig(
+        min_session_timeout_ms=low,
+        max_session_timeout_ms=high,
+        initial_rebalance_delay_ms=_at_least(cfg, "group.initial.rebalance.delay.ms", 3_000, 0),
+        max_size=_at_least(cfg, "group.max.size", 2**31 - 1, 1),
+    )
+
+
 def broker_config(cfg: NodeConfig) -> BrokerConfig:
     plain = cfg.listener("PLAINTEXT")
     if plain is None:
@@ -141,6 +157,7 @@ def broker_config(cfg: NodeConfig) -> BrokerConfig:
             ),
             commit_timeout_ms=_at_least(cfg, "offsets.commit.timeout.ms", 5_000, 1),
             metadata_max_bytes=_at_least(cfg, "offset.metadata.max.bytes", 4096, 0),
+            groups=_group_config(cfg),
         ),
         broker_defaults=dict(cfg.values),
     )

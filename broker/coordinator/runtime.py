@@ -25,22 +25,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from broker.coordinator.classic_groups import ClassicGroups
 from broker.coordinator.offsets import CommittedOffset, OffsetStore, TopicPartition
 from broker.coordinator.records import (
     OFFSETS_TOPIC,
     GroupRecord,
     OffsetRecord,
     decode,
+    encode_group,
     encode_offset,
     partition_for,
 )
 from broker.deferred import Deferred
+from broker.group.classic_member import GroupConfig
 from broker.log.errors import LogError
 from broker.replica_manager import AppendOutcome, Partition
 from kafka_protocol.coordinator import GroupMetadataValue, OffsetCommitValue
@@ -67,6 +69,7 @@ class CoordinatorConfig:
     retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
     commit_timeout_ms: int = 5_000  # offsets.commit.timeout.ms
     metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    groups: GroupConfig = field(default_factory=GroupConfig)  # group.* settings
 
 
 # Kafka's mapping of append errors to what group requests answer (GroupMetadataManager).
@@ -103,9 +106,6 @@ class OffsetCommit:
     metadata: str | None
 
 
-CommitCheck = Callable[[str, str, int, str | None], ErrorCode | None]
-
-
 class GroupCoordinator:
     def __init__(
         self,
@@ -119,10 +119,7 @@ class GroupCoordinator:
         self.owned: dict[int, OwnedPartition] = {}
         self._creating: asyncio.Task[None] | None = None
         self._expiry: asyncio.Task[None] | None = None
-        # The group membership check of a commit (member id, generation); the classic group
-        # protocol installs its own.  Without groups, only "simple" commits (generation < 0,
-        # no member) are accepted, as Kafka accepts them for an empty group.
-        self.check_commit: CommitCheck = _simple_commits_only
+        self.classic = ClassicGroups(self, config.groups)
 
     # --- where groups live --------------------------------------------------------------------
 
@@ -153,6 +150,10 @@ class GroupCoordinator:
         if not owned.loaded:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return owned
+
+    def groups_with_offsets(self) -> set[str]:
+        """Groups with committed offsets in the loaded partitions."""
+        return {g for owned in self.owned.values() if owned.loaded for g in owned.offsets.groups()}
 
     def _create_topic(self) -> None:
         if self._creating is not None and not self._creating.done():
@@ -186,7 +187,9 @@ class GroupCoordinator:
             log.warning("cannot create %s yet: %s", OFFSETS_TOPIC, exc)
             return
         result = response.topics[0]
-        if result.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+        if result.error_code == ErrorCode.TOPIC_ALREADY_EXISTS:
+            return  # another broker created it first
+        if result.error_code != ErrorCode.NONE:
             log.warning(
                 "cannot create %s yet: %s %s",
                 OFFSETS_TOPIC,
@@ -223,6 +226,8 @@ class GroupCoordinator:
             return
         if owned.load_task is not None:
             owned.load_task.cancel()
+        if owned.loaded:
+            self.classic.on_unloaded(owned)
         log.info("unloaded %s groups=%d", owned.part.name, len(owned.groups))
 
     async def _load(self, owned: OwnedPartition) -> None:
@@ -251,6 +256,7 @@ class GroupCoordinator:
                 owned.load_task = asyncio.get_running_loop().create_task(self._load(owned))
             return
         owned.loaded = True
+        self.classic.on_loaded(owned)
         log.log(
             logging.INFO if records else logging.DEBUG,
             "loaded %s records=%d groups=%d in %d ms",
@@ -323,7 +329,7 @@ class GroupCoordinator:
         owned = self.owned_for(group_id)
         if isinstance(owned, ErrorCode):
             return dict.fromkeys(keys, owned)
-        rejected = self.check_commit(group_id, member_id, generation, instance_id)
+        rejected = self.classic.check_commit(group_id, member_id, generation, instance_id)
         if rejected is not None:
             return dict.fromkeys(keys, rejected)
         now = self.clock_ms()
@@ -367,6 +373,42 @@ class GroupCoordinator:
             return dict(owned.offsets.offsets(group_id))
         return {tp: owned.offsets.get(group_id, tp) for tp in partitions}
 
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        """DeleteGroups: an empty group's record and offsets are tombstoned."""
+        error, owned = self.classic.delete(group_id)
+        if error is not ErrorCode.NONE or owned is None:
+            return error
+        records = [encode_offset(group_id, t, p, None) for t, p in owned.offsets.offsets(group_id)]
+        records.append(encode_group(group_id, None))
+        return await self.append(owned, records)
+
+    async def delete_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """OffsetDelete: offsets of partitions the group does not consume (its members'
+        subscriptions) are tombstoned; GROUP_SUBSCRIBED_TO_TOPIC for the others."""
+        owned = self.owned_for(group_id)
+        if isinstance(owned, ErrorCode):
+            return owned, {}
+        found = self.classic.get(group_id)
+        if isinstance(found, ErrorCode) and not owned.offsets.has_offsets(group_id):
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
+        subscribed = self.classic.subscribed_topics(group_id)
+        errors: dict[TopicPartition, ErrorCode] = {}
+        doomed = []
+        for tp in partitions:
+            if tp[0] in subscribed:
+                errors[tp] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+            else:
+                errors[tp] = ErrorCode.NONE
+                if owned.offsets.get(group_id, tp) is not None:
+                    doomed.append(encode_offset(group_id, tp[0], tp[1], None))
+        if doomed:
+            error = await self.append(owned, doomed)
+            if error is not ErrorCode.NONE:
+                return error, {}
+        return ErrorCode.NONE, errors
+
     # --- housekeeping -------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -394,8 +436,9 @@ class GroupCoordinator:
         for owned in list(self.owned.values()):
             if not owned.loaded:
                 continue
-            is_empty = functools.partial(_no_members, owned.groups)
-            doomed = owned.offsets.expired(self.clock_ms(), self.config.retention_ms, is_empty)
+            doomed = owned.offsets.expired(
+                self.clock_ms(), self.config.retention_ms, self.classic.is_empty
+            )
             removed += await self._tombstone(owned, doomed, "expired")
         return removed
 
@@ -420,18 +463,3 @@ class GroupCoordinator:
         if done:
             log.info("removed %d %s offsets from %s", done, why, owned.part.name)
         return done
-
-
-def _no_members(groups: dict[str, GroupMetadataValue], group_id: str) -> bool:
-    """Offsets expire only while their group is empty (as last persisted)."""
-    value = groups.get(group_id)
-    return value is None or not value.members
-
-
-def _simple_commits_only(
-    group_id: str, member_id: str, generation: int, instance_id: str | None
-) -> ErrorCode | None:
-    del group_id, instance_id
-    if generation < 0 and not member_id:
-        return None
-    return ErrorCode.UNKNOWN_MEMBER_ID

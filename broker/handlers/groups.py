@@ -1,4 +1,11 @@
-"""FindCoordinator 0-4, OffsetCommit 2-8 and OffsetFetch 1-8 (the group coordinator's offsets).
+"""The group coordinator's APIs: FindCoordinator 0-4, the classic group protocol (JoinGroup 0-7,
+SyncGroup 0-5, Heartbeat 0-4, LeaveGroup 0-5), offsets (OffsetCommit 2-8, OffsetFetch 1-8,
+OffsetDelete 0) and the group admin APIs (ListGroups 0-5, DescribeGroups 0-5, DeleteGroups 0-2).
+
+The group protocol is answered by the group's state machine (broker/group/classic.py) through
+``ClassicGroups``: a JoinGroup or SyncGroup may wait (parked) until the rebalance completes.
+Requests for a group this broker does not coordinate get NOT_COORDINATOR, and
+COORDINATOR_LOAD_IN_PROGRESS while its partition loads.
 
 FindCoordinator names the leader of the group's ``__consumer_offsets`` partition (creating the
 topic on first use: COORDINATOR_NOT_AVAILABLE until it has a leader).  librdkafka (and kcat)
@@ -20,12 +27,28 @@ from broker.coordinator.runtime import OffsetCommit
 from broker.dispatcher import ApiHandler, RequestContext
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
 )
 from kafka_protocol.types import BrokerId, GroupId, TopicName
 
@@ -44,9 +67,142 @@ class GroupHandlers:
     def specs(self) -> list[ApiHandler]:
         return [
             ApiHandler(10, 0, 4, self.find_coordinator, "FindCoordinator"),
+            ApiHandler(11, 0, 7, self.join_group, "JoinGroup"),
+            ApiHandler(14, 0, 5, self.sync_group, "SyncGroup"),
+            ApiHandler(12, 0, 4, self.heartbeat, "Heartbeat"),
+            ApiHandler(13, 0, 5, self.leave_group, "LeaveGroup"),
             ApiHandler(8, 2, 8, self.offset_commit, "OffsetCommit"),
             ApiHandler(9, 1, 8, self.offset_fetch, "OffsetFetch"),
+            ApiHandler(47, 0, 0, self.offset_delete, "OffsetDelete"),
+            ApiHandler(16, 0, 5, self.list_groups, "ListGroups"),
+            ApiHandler(15, 0, 5, self.describe_groups, "DescribeGroups"),
+            ApiHandler(42, 0, 2, self.delete_groups, "DeleteGroups"),
         ]
+
+    # --- the classic group protocol -----------------------------------------------------------
+
+    async def join_group(self, ctx: RequestContext, req: JoinGroupRequest) -> JoinGroupResponse:
+        if not req.group_id:
+            return JoinGroupResponse(error_code=ErrorCode.INVALID_GROUP_ID, member_id=req.member_id)
+        client_id = ctx.header.client_id or ""
+        host = "/" + ctx.peer.rpartition(":")[0]  # Kafka shows the client's address so
+        answer = await self.broker.coordinator.classic.call(
+            req.group_id,
+            True,
+            lambda g, token, now: g.join(token, req, ctx.api_version, client_id, host, now),
+        )
+        if isinstance(answer, ErrorCode):
+            return JoinGroupResponse(error_code=answer, member_id=req.member_id)
+        assert isinstance(answer, JoinGroupResponse), answer
+        return answer
+
+    async def sync_group(self, ctx: RequestContext, req: SyncGroupRequest) -> SyncGroupResponse:
+        answer = await self.broker.coordinator.classic.call(
+            req.group_id, False, lambda g, token, now: g.sync(token, req, ctx.api_version, now)
+        )
+        if isinstance(answer, ErrorCode):
+            return SyncGroupResponse(error_code=answer)
+        assert isinstance(answer, SyncGroupResponse), answer
+        return answer
+
+    async def heartbeat(self, ctx: RequestContext, req: HeartbeatRequest) -> HeartbeatResponse:
+        answer = await self.broker.coordinator.classic.call(
+            req.group_id, False, lambda g, token, now: g.heartbeat(token, req, ctx.api_version, now)
+        )
+        if isinstance(answer, ErrorCode):
+            return HeartbeatResponse(error_code=answer)
+        assert isinstance(answer, HeartbeatResponse), answer
+        return answer
+
+    async def leave_group(self, ctx: RequestContext, req: LeaveGroupRequest) -> LeaveGroupResponse:
+        answer = await self.broker.coordinator.classic.call(
+            req.group_id, False, lambda g, token, now: g.leave(token, req, ctx.api_version, now)
+        )
+        if isinstance(answer, ErrorCode):
+            return LeaveGroupResponse(error_code=answer)
+        assert isinstance(answer, LeaveGroupResponse), answer
+        return answer
+
+    # --- group admin --------------------------------------------------------------------------
+
+    def list_groups(self, ctx: RequestContext, req: ListGroupsRequest) -> ListGroupsResponse:
+        states = {s.lower() for s in req.states_filter}
+        types = {t.lower() for t in req.types_filter}
+        coordinator = self.broker.coordinator
+        found = {
+            g: (grp.state.value, grp.protocol_type or "")
+            for g, grp in coordinator.classic.loaded_groups()
+        }
+        for group_id in coordinator.groups_with_offsets():
+            found.setdefault(group_id, ("Empty", ""))  # committed offsets only: an empty group
+        listed = [
+            ListGroupsResponse.ListedGroup(
+                group_id=GroupId(group_id),
+                protocol_type=protocol_type,
+                group_state=state,
+                group_type="classic",
+            )
+            for group_id, (state, protocol_type) in sorted(found.items())
+            if (not states or state.lower() in states) and (not types or "classic" in types)
+        ]
+        return ListGroupsResponse(groups=listed)
+
+    def describe_groups(
+        self, ctx: RequestContext, req: DescribeGroupsRequest
+    ) -> DescribeGroupsResponse:
+        described = []
+        for group_id in req.groups:
+            found = self.broker.coordinator.classic.get(group_id)
+            if isinstance(found, ErrorCode):
+                error = ErrorCode.NONE if found is ErrorCode.GROUP_ID_NOT_FOUND else found
+                # Kafka describes an unknown group as Dead with no members, and one with only
+                # committed offsets as Empty
+                offsets_only = group_id in self.broker.coordinator.groups_with_offsets()
+                described.append(
+                    DescribeGroupsResponse.DescribedGroup(
+                        error_code=error,
+                        group_id=group_id,
+                        group_state="Empty" if offsets_only else "Dead",
+                        protocol_type="",
+                        protocol_data="",
+                    )
+                )
+            else:
+                described.append(found.describe())
+        return DescribeGroupsResponse(groups=described)
+
+    async def delete_groups(
+        self, ctx: RequestContext, req: DeleteGroupsRequest
+    ) -> DeleteGroupsResponse:
+        results = []
+        for group_id in req.groups_names:
+            error = await self.broker.coordinator.delete_group(group_id)
+            results.append(
+                DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=error)
+            )
+        return DeleteGroupsResponse(results=results)
+
+    async def offset_delete(
+        self, ctx: RequestContext, req: OffsetDeleteRequest
+    ) -> OffsetDeleteResponse:
+        asked = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+        error, per_partition = await self.broker.coordinator.delete_offsets(req.group_id, asked)
+        return OffsetDeleteResponse(
+            error_code=error,
+            topics=[
+                OffsetDeleteResponse.OffsetDeleteResponseTopic(
+                    name=t.name,
+                    partitions=[
+                        OffsetDeleteResponse.OffsetDeleteResponsePartition(
+                            partition_index=p.partition_index,
+                            error_code=per_partition.get((t.name, p.partition_index), error),
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in req.topics
+            ],
+        )
 
     # --- FindCoordinator ----------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """Produce 0-9: validate each partition's batch from its header alone, append, answer.
 
-The records are never parsed: magic, size, CRC32C, record count and producer fields all come
-from the 61-byte header.  Nothing of a rejected batch is appended, and one partition's error
+The records are not parsed: magic, size, CRC32C, record count and producer fields all come
+from the 61-byte header (except in compacted topics, where every record needs a key, as in
+Kafka).  Nothing of a rejected batch is appended, and one partition's error
 does not affect the others.  acks=0 appends and answers nothing; acks=1 answers once the
 leader wrote the batch; acks=all once every in-sync replica has it (the high watermark passed
 it), or REQUEST_TIMED_OUT after the request's ``timeout_ms`` (the batch stays written and may
@@ -24,7 +25,7 @@ from broker.deferred import Deferred
 from broker.dispatcher import ApiHandler, RequestContext
 from broker.replica_manager import AppendOutcome, Partition
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.exceptions import CorruptRecordError
+from kafka_protocol.exceptions import CorruptRecordError, ProtocolError
 from kafka_protocol.messages import ProduceRequest, ProduceResponse
 from kafka_protocol.record_batch import HEADER_BYTES, MAGIC, RecordBatch
 from kafka_protocol.types import TopicName
@@ -68,7 +69,19 @@ def validate_batch(part: Partition, records: object) -> RecordBatch | AppendOutc
         return _refuse(ErrorCode.INVALID_RECORD, "clients may not write control batches")
     if batch.is_transactional:
         return _refuse(ErrorCode.INVALID_TXN_STATE, "transactions are not supported yet")
+    if "compact" in part.config.cleanup_policy and not _all_keyed(batch):
+        # The one case where the records are read: compaction keeps the latest value per key
+        return _refuse(
+            ErrorCode.INVALID_RECORD, "a compacted topic does not accept records without a key"
+        )
     return batch
+
+
+def _all_keyed(batch: RecordBatch) -> bool:
+    try:
+        return all(record.key is not None for record in batch.iter_records())
+    except ProtocolError:
+        return False
 
 
 class ProduceHandler:

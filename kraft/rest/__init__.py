@@ -1,13 +1,14 @@
-"""The REST admin API of one node (aiohttp): health, cluster, topics, configs, records, metrics.
+"""The REST admin API of one node (aiohttp): health, cluster, topics, configs, records, consumer
+groups, metrics.
 
 Every route is listed in :data:`ROUTES` and described in :mod:`kraft.rest.openapi`.  Handlers
 parse and check the request, make one call (a controller RPC for writes, the replica manager for
 records, the broker's image for descriptions) and answer JSON.
 
 The package: :mod:`~kraft.rest.common` (errors and their middleware, request parsing, shared
-lookups), the routes in :mod:`~kraft.rest.cluster`, :mod:`~kraft.rest.topics` and
-:mod:`~kraft.rest.records`, the document in :mod:`~kraft.rest.openapi`, and here the application
-that puts them together.
+lookups), the routes in :mod:`~kraft.rest.cluster`, :mod:`~kraft.rest.topics`,
+:mod:`~kraft.rest.records` and :mod:`~kraft.rest.groups`, the document in
+:mod:`~kraft.rest.openapi`, and here the application that puts them together.
 """
 
 from __future__ import annotations
@@ -21,6 +22,13 @@ from kafka_protocol.partitioner import DefaultPartitioner
 from kraft.config import ConfigError
 from kraft.rest.cluster import get_cluster, get_health, get_metrics, get_openapi, get_ready
 from kraft.rest.common import NODE, AdminNode, error_middleware
+from kraft.rest.groups import (
+    delete_group,
+    describe_group,
+    list_groups,
+    reset_group_offsets,
+    setup_groups,
+)
 from kraft.rest.records import LONG_POLLS, PARTITIONER, LongPolls, produce_records, read_records
 from kraft.rest.topics import (
     alter_topic_configs,
@@ -50,6 +58,10 @@ ROUTES: Final = (
     ("POST", "/v1/topics/{name}/partitions", create_partitions),
     ("POST", "/v1/topics/{name}/records", produce_records),
     ("GET", "/v1/topics/{name}/partitions/{partition}/records", read_records),
+    ("GET", "/v1/groups", list_groups),
+    ("GET", "/v1/groups/{group}", describe_group),
+    ("DELETE", "/v1/groups/{group}", delete_group),
+    ("POST", "/v1/groups/{group}/offsets", reset_group_offsets),
     ("GET", "/metrics", get_metrics),
     ("GET", "/v1/openapi.json", get_openapi),
 )
@@ -60,6 +72,7 @@ def build_app(node: AdminNode) -> web.Application:
     app[NODE] = node
     app[PARTITIONER] = DefaultPartitioner()
     app[LONG_POLLS] = LongPolls()
+    setup_groups(app, node)
     app.on_shutdown.append(_answer_long_polls)
     for method, path, handler in ROUTES:
         if method == "GET":

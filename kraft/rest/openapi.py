@@ -42,6 +42,133 @@ CONFIG_VALUES: Final[Schema] = {
     "additionalProperties": {"oneOf": [STR, {"type": "number"}, BOOL]},
 }
 
+
+def _group_schemas() -> dict[str, Schema]:
+    state = {
+        **STR,
+        "description": "Empty, PreparingRebalance, CompletingRebalance, Stable or Dead",
+    }
+    assigned = _obj(["topic", "partitions"], topic=STR, partitions=INT_LIST)
+    non_negative = {**INT, "minimum": 0}
+    return {
+        "GroupSummary": _obj(
+            ["group_id", "state", "protocol_type", "coordinator"],
+            group_id=STR,
+            state=state,
+            protocol_type={**STR, "description": "consumer for consumer groups"},
+            coordinator={**INT32, "description": "the broker coordinating the group"},
+        ),
+        "GroupMember": _obj(
+            ["member_id", "group_instance_id", "client_id", "host", "assignment"],
+            member_id=STR,
+            group_instance_id=_nullable({**STR, "description": "static membership"}),
+            client_id=STR,
+            host=STR,
+            assignment=_nullable(
+                {
+                    "type": "array",
+                    "items": assigned,
+                    "description": "the member's partitions (empty until the group is Stable;"
+                    " null when the assignment is not a consumer's)",
+                }
+            ),
+        ),
+        "GroupPartition": _obj(
+            ["topic", "partition", "committed", "high_watermark", "lag", "member_id"],
+            topic=STR,
+            partition=INT32,
+            committed=_nullable({**INT, "description": "null: no committed offset"}),
+            high_watermark=_nullable({**INT, "description": "null: the leader did not answer"}),
+            lag=_nullable(
+                {**INT, "description": "high_watermark - committed; null if either is unknown"}
+            ),
+            member_id=_nullable({**STR, "description": "the member it is assigned to"}),
+        ),
+        "Group": _obj(
+            [
+                "group_id",
+                "state",
+                "protocol_type",
+                "protocol",
+                "coordinator",
+                "members",
+                "partitions",
+                "lag",
+            ],
+            group_id=STR,
+            state=state,
+            protocol_type=STR,
+            protocol={**STR, "description": "the assignor (range, roundrobin, ...) once Stable"},
+            coordinator=_obj(["id", "host", "port"], id=INT32, host=STR, port=INT32),
+            members={"type": "array", "items": _ref("GroupMember")},
+            partitions={
+                "type": "array",
+                "items": _ref("GroupPartition"),
+                "description": "every partition assigned to a member or with a committed offset",
+            },
+            lag={**INT, "description": "the sum of the known lags"},
+        ),
+        "OffsetReset": {
+            **_obj(
+                ["to"],
+                topic={**STR, "description": "every partition of this topic"},
+                topics={"type": "array", "items": STR, "minItems": 1},
+                all_topics={
+                    **BOOL,
+                    "description": "every partition the group has committed offsets for",
+                },
+                to={
+                    "description": "the new offsets: the log start, the high watermark, the"
+                    " first offset at or after a timestamp (the high watermark if none), one"
+                    " offset for every partition, or an offset per partition of 'topic';"
+                    " offsets outside [log start, high watermark] are moved to the nearest end",
+                    "oneOf": [
+                        {"type": "string", "enum": ["earliest", "latest"]},
+                        {
+                            **_obj(["timestamp"], timestamp={**non_negative, "description": "ms"}),
+                            "additionalProperties": False,
+                        },
+                        {**_obj(["offset"], offset=non_negative), "additionalProperties": False},
+                        {
+                            **_obj(
+                                ["offsets"],
+                                offsets={
+                                    "type": "object",
+                                    "description": "partition number -> offset",
+                                    "additionalProperties": non_negative,
+                                },
+                            ),
+                            "additionalProperties": False,
+                        },
+                    ],
+                },
+                execute={
+                    **BOOL,
+                    "default": False,
+                    "description": "commit the new offsets; false: a dry run that only plans",
+                },
+            ),
+            "description": 'exactly one of "topic", "topics" or "all_topics": true',
+            "additionalProperties": False,
+        },
+        "OffsetResetResult": _obj(
+            ["group_id", "executed", "partitions"],
+            group_id=STR,
+            executed=BOOL,
+            partitions={
+                "type": "array",
+                "items": _obj(
+                    ["topic", "partition", "previous_offset", "new_offset"],
+                    topic=STR,
+                    partition=INT32,
+                    previous_offset=_nullable(INT),
+                    new_offset=INT,
+                ),
+            },
+        ),
+    }
+
+
 SCHEMAS: Final[dict[str, Schema]] = {
     "Error": _obj(
         ["error", "message"],
@@ -209,6 +336,7 @@ SCHEMAS: Final[dict[str, Schema]] = {
         high_watermark=INT,
         log_start_offset=INT,
     ),
+    **_group_schemas(),
 }
 
 
@@ -379,6 +507,63 @@ def _record_paths() -> dict[str, Schema]:
     }
 
 
+def _group_paths() -> dict[str, Schema]:
+    group = {"name": "group", "in": "path", "required": True, "schema": STR}
+    missing = _error("GROUP_ID_NOT_FOUND")
+    unavailable = _error("a retriable Kafka error (COORDINATOR_NOT_AVAILABLE, ...) or NOT_READY")
+    timed_out = _error("REQUEST_TIMED_OUT")
+    return {
+        "/v1/groups": {
+            "get": _op(
+                "listGroups",
+                "List consumer groups (ListGroups to every broker)",
+                {
+                    "200": _json_body({"type": "array", "items": _ref("GroupSummary")}, "groups"),
+                    "503": unavailable,
+                },
+            ),
+        },
+        "/v1/groups/{group}": {
+            "parameters": [group],
+            "get": _op(
+                "describeGroup",
+                "Describe a group: state, members, assignments, committed offsets and lag",
+                {
+                    "200": _json_body(_ref("Group"), "the group"),
+                    "404": missing,
+                    "503": unavailable,
+                    "504": timed_out,
+                },
+            ),
+            "delete": _op(
+                "deleteGroup",
+                "Delete an empty group and its offsets (DeleteGroups)",
+                {
+                    "204": {"description": "deleted"},
+                    "404": missing,
+                    "409": _error("NON_EMPTY_GROUP: the group has members"),
+                    "503": unavailable,
+                },
+            ),
+        },
+        "/v1/groups/{group}/offsets": {
+            "parameters": [group],
+            "post": _op(
+                "resetGroupOffsets",
+                "Reset an inactive group's committed offsets (a dry run unless execute)",
+                {
+                    "200": _json_body(_ref("OffsetResetResult"), "the planned (or new) offsets"),
+                    "400": BAD_REQUEST,
+                    "404": _error("GROUP_ID_NOT_FOUND or UNKNOWN_TOPIC_OR_PARTITION"),
+                    "409": _error("NON_EMPTY_GROUP: the group has members (Empty or Dead only)"),
+                    "503": unavailable,
+                },
+                requestBody=_request("OffsetReset"),
+            ),
+        },
+    }
+
+
 def _node_paths() -> dict[str, Schema]:
     text = {"text/plain": {"schema": STR}}
     return {
@@ -441,6 +626,6 @@ def openapi_document(version: str) -> dict[str, Any]:
             "description": "Served by every node. Writes go to the active controller. Errors are"
             ' {"error": NAME, "message": TEXT} with a Kafka error name or a short code.',
         },
-        "paths": {**_node_paths(), **_topic_paths(), **_record_paths()},
+        "paths": {**_node_paths(), **_topic_paths(), **_record_paths(), **_group_paths()},
         "components": {"schemas": SCHEMAS},
     }
