@@ -104,6 +104,8 @@ class ClassicGroups:
 
     async def call(self, group_id: str, create: bool, call: GroupCall) -> Response | ErrorCode:
         """Run ``call`` on the group (created if ``create``) and wait for its answer."""
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
         owned = self.coordinator.owned_for(group_id)
         if isinstance(owned, ErrorCode):
             return owned
@@ -205,7 +207,10 @@ class ClassicGroups:
             return set()
         topics: set[str] = set()
         for member in group.members.values():
-            topics.update(subscription_topics(member.metadata(group.protocol_name)))
+            # during a rebalance a member may not (yet) support the chosen protocol
+            metadata = dict(member.protocols).get(group.protocol_name)
+            if metadata is not None:
+                topics.update(subscription_topics(metadata))
         return topics
 
     def is_empty(self, group_id: str) -> bool:

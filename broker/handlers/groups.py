@@ -82,13 +82,11 @@ class GroupHandlers:
     # --- the classic group protocol -----------------------------------------------------------
 
     async def join_group(self, ctx: RequestContext, req: JoinGroupRequest) -> JoinGroupResponse:
-        if not req.group_id:
-            return JoinGroupResponse(error_code=ErrorCode.INVALID_GROUP_ID, member_id=req.member_id)
         client_id = ctx.header.client_id or ""
         host = "/" + ctx.peer.rpartition(":")[0]  # Kafka shows the client's address so
         answer = await self.broker.coordinator.classic.call(
             req.group_id,
-            True,
+            not req.member_id,  # only a new member creates a group (else UNKNOWN_MEMBER_ID)
             lambda g, token, now: g.join(token, req, ctx.api_version, client_id, host, now),
         )
         if isinstance(answer, ErrorCode):
