@@ -13,6 +13,7 @@ from broker.dispatcher import ApiHandler, RequestContext
 from broker.handlers.fetch import check_leader
 from broker.log.errors import LogError
 from broker.replica_manager import Partition
+from broker.replication.partition_state import PartitionState
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import ProtocolError
 from kafka_protocol.messages import ListOffsetsRequest, ListOffsetsResponse
@@ -68,7 +69,17 @@ class ListOffsetsHandler:
         if error is not ErrorCode.NONE:
             return Answer(partition_index=p.partition_index, error_code=error)
         epoch = part.leader_epoch if version >= LEADER_EPOCH_VERSION else -1
+        # KIP-207: a new leader's high watermark may lag what its predecessor exposed until
+        # the followers fetch; "latest" must not go backwards, so answer the retriable
+        # OFFSET_NOT_AVAILABLE until the high watermark reaches this leadership's start.
+        catching_up = isinstance(part.role, PartitionState) and (
+            part.high_watermark < part.role.leader_epoch_start_offset
+        )
         if p.timestamp == LATEST:
+            if catching_up:
+                return Answer(
+                    partition_index=p.partition_index, error_code=ErrorCode.OFFSET_NOT_AVAILABLE
+                )
             offset, ts = part.high_watermark, -1
         elif p.timestamp == EARLIEST:
             offset, ts = part.log_start_offset, -1
@@ -83,6 +94,10 @@ class ListOffsetsHandler:
             found = _lookup(part, p.timestamp)
             if isinstance(found, ErrorCode):
                 return Answer(partition_index=p.partition_index, error_code=found)
+            if found is not None and found[0] >= part.high_watermark and catching_up:
+                return Answer(
+                    partition_index=p.partition_index, error_code=ErrorCode.OFFSET_NOT_AVAILABLE
+                )
             if found is None or found[0] >= part.high_watermark:
                 offset, ts = -1, -1
             else:

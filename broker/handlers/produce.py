@@ -2,13 +2,17 @@
 
 The records are not parsed: magic, size, CRC32C, record count and producer fields all come
 from the 61-byte header (except in compacted topics, where every record needs a key, as in
-Kafka).  Nothing of a rejected batch is appended, and one partition's error
-does not affect the others.  acks=0 appends and answers nothing; acks=1 answers once the
-leader wrote the batch; acks=all once every in-sync replica has it (the high watermark passed
-it), or REQUEST_TIMED_OUT after the request's ``timeout_ms`` (the batch stays written and may
-still commit: the producer's retry is deduplicated by its sequence).  ``min.insync.replicas``
-refuses acks=all with NOT_ENOUGH_REPLICAS before the append, and answers
-NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below it while waiting.
+Kafka).  Nothing of a rejected batch is appended, and one partition's error does not affect
+the others.
+
+acks=0 appends and answers nothing; a partition refused at once (one this broker does not
+lead, say) closes the connection instead, as Kafka does, so that the producer refreshes its
+metadata.  acks=1 answers once the leader wrote the batch; acks=all once every in-sync
+replica has it (the high watermark passed it), or REQUEST_TIMED_OUT after the request's
+``timeout_ms`` (the batch stays written and may still commit: the producer's retry is
+deduplicated by its sequence).  ``min.insync.replicas`` refuses acks=all with
+NOT_ENOUGH_REPLICAS before the append, and answers NOT_ENOUGH_REPLICAS_AFTER_APPEND when the
+ISR shrank below it while waiting.
 
 Versions 0-2 (message format v0/v1) are advertised because librdkafka enables compression
 only when Produce v0 is inside the range (as Kafka 4 does, KAFKA-18659), and refused per
@@ -18,12 +22,14 @@ partition with a clear message.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import TYPE_CHECKING
 
 from broker.deferred import Deferred
 from broker.dispatcher import ApiHandler, RequestContext
 from broker.replica_manager import AppendOutcome, Partition
+from broker.server import CloseConnection
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import CorruptRecordError, ProtocolError
 from kafka_protocol.messages import ProduceRequest, ProduceResponse
@@ -32,6 +38,8 @@ from kafka_protocol.types import TopicName
 
 if TYPE_CHECKING:
     from broker.broker import Broker
+
+log = logging.getLogger("broker.produce")
 
 MIN_RECORD_BATCH_VERSION = 3
 ACKS_ALL = -1
@@ -107,6 +115,14 @@ class ProduceHandler:
         if req.acks not in VALID_ACKS:
             return self._respond(ctx, slots)
         if req.acks == 0:
+            refused = [
+                (t, i, o.error) for t, i, o in slots if isinstance(o, AppendOutcome) and o.error
+            ]
+            if refused:
+                # No answer can carry the error: close, so the producer refreshes its metadata
+                # (Kafka's handleProduceRequest does the same).
+                log.info("closing an acks=0 connection peer=%s refused=%s", ctx.peer, refused[:3])
+                raise CloseConnection
             return None
         waiting = [o for _, _, o in slots if isinstance(o, Deferred) and not o.done]
         if not waiting:
