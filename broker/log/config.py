@@ -1,8 +1,9 @@
 """``LogConfig``: the per-partition storage settings, Kafka's topic config names in snake_case.
 
-``from_topic_configs`` reads Kafka's names (``segment.bytes``, ``retention.ms``, ...) from a
-topic's string configs; keys it does not own (``cleanup.policy``, ``min.insync.replicas``, ...)
-are left to others.  Values outside Kafka's valid ranges raise ``ValueError`` naming the key.
+``from_topic_configs`` reads Kafka's names (``segment.bytes``, ``retention.ms``,
+``cleanup.policy``, ...) from a topic's string configs; keys it does not own
+(``min.insync.replicas``, ...) are left to others.  Values outside Kafka's valid ranges raise
+``ValueError`` naming the key.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from kafka_protocol.record_batch import HEADER_BYTES
 
@@ -30,7 +32,12 @@ TOPIC_CONFIG_KEYS: dict[str, tuple[str, int, int]] = {
     "flush.ms": ("flush_interval_ms", 0, INT64_MAX),
     "segment.index.bytes": ("segment_index_bytes", TIME_INDEX_ENTRY_BYTES, INT32_MAX),
     "file.delete.delay.ms": ("file_delete_delay_ms", 0, INT64_MAX),
+    "delete.retention.ms": ("delete_retention_ms", 0, INT64_MAX),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", 0, INT64_MAX),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", 1, INT64_MAX),
 }
+CLEANUP_POLICIES = ("compact", "delete")
+ONE_DAY_MS = 24 * 60 * 60 * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,19 +56,47 @@ class LogConfig:
     # Broker-level in Kafka (log.flush.offset.checkpoint.interval.ms): how often the
     # recovery point is checkpointed; a stale one only means more to re-validate after a crash.
     recovery_point_checkpoint_interval_ms: int = 60_000
+    # Compaction (cleaner.py).  ``cleanup_policy``: any of "compact", "delete" (retention).
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    delete_retention_ms: int = ONE_DAY_MS  # how long a cleaned tombstone stays readable
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = INT64_MAX
+    min_cleanable_dirty_ratio: float = 0.5
 
     def __post_init__(self) -> None:
         for key, (name, low, high) in TOPIC_CONFIG_KEYS.items():
             value = getattr(self, name)
             if not low <= value <= high:
                 raise ValueError(f"{key}={value} is outside [{low}, {high}]")
+        if unknown := set(self.cleanup_policy) - set(CLEANUP_POLICIES):
+            raise ValueError(f"cleanup.policy={','.join(self.cleanup_policy)}: unknown {unknown}")
+        if not 0 <= self.min_cleanable_dirty_ratio <= 1:
+            raise ValueError(
+                f"min.cleanable.dirty.ratio={self.min_cleanable_dirty_ratio} is outside [0, 1]"
+            )
+
+    @property
+    def compact(self) -> bool:
+        """``cleanup.policy`` includes compaction (the log cleaner keeps the latest per key)."""
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """``cleanup.policy`` includes deletion (retention by ``retention.ms``/``.bytes``)."""
+        return "delete" in self.cleanup_policy
+
+    @property
+    def roll_ms(self) -> int:
+        """``segment.ms``, capped for a compacted log by ``max.compaction.lag.ms``: the active
+        segment is never cleaned, so it must roll for its records to become cleanable."""
+        return min(self.segment_ms, self.max_compaction_lag_ms) if self.compact else self.segment_ms
 
     @classmethod
     def from_topic_configs(
         cls, configs: Mapping[str, str], defaults: LogConfig | None = None
     ) -> LogConfig:
         """Overlay a topic's configs (Kafka names, string values) on ``defaults``."""
-        changes: dict[str, int] = {}
+        changes: dict[str, Any] = {}
         for key, (name, _, _) in TOPIC_CONFIG_KEYS.items():
             if key not in configs:
                 continue
@@ -70,6 +105,7 @@ class LogConfig:
                 changes[name] = int(raw.strip())
             except ValueError:
                 raise ValueError(f"{key}={raw!r} is not an integer") from None
+        changes.update(_compaction_configs(configs))
         if (tiny := configs.get("internal.segment.bytes")) is not None:
             # Kafka's undescribed override for tests: segments below segment.bytes' minimum.
             try:
@@ -85,3 +121,16 @@ class LogConfig:
     @property
     def max_time_index_entries(self) -> int:
         return self.segment_index_bytes // TIME_INDEX_ENTRY_BYTES
+
+
+def _compaction_configs(configs: Mapping[str, str]) -> dict[str, Any]:
+    """``cleanup.policy`` (a comma list) and ``min.cleanable.dirty.ratio`` (a float)."""
+    changes: dict[str, Any] = {}
+    if (policy := configs.get("cleanup.policy")) is not None:
+        changes["cleanup_policy"] = tuple(p.strip() for p in policy.split(",") if p.strip())
+    if (ratio := configs.get("min.cleanable.dirty.ratio")) is not None:
+        try:
+            changes["min_cleanable_dirty_ratio"] = float(ratio.strip())
+        except ValueError:
+            raise ValueError(f"min.cleanable.dirty.ratio={ratio!r} is not a number") from None
+    return changes
