@@ -66,6 +66,7 @@ class BrokerConfig:
     replica_fetch_max_bytes: int = 1 << 20
     replica_fetch_response_max_bytes: int = 10 << 20
     high_watermark_checkpoint_interval_ms: int = 5_000
+    log_cleaner_backoff_ms: int = 15_000
     coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
     broker_defaults: dict[str, str] = field(default_factory=dict)  # log.* keys as configured
 
@@ -331,7 +332,17 @@ class Broker:
                 cfg.high_watermark_checkpoint_interval_ms,
                 self.replicas.checkpoint_high_watermarks,
             ),
+            asyncio.create_task(self._log_cleaner(), name="log-cleaner"),
         ]
+
+    async def _log_cleaner(self) -> None:
+        """Kafka's log cleaner thread: compacted partitions, every ``log.cleaner.backoff.ms``."""
+        while True:
+            await asyncio.sleep(self.config.log_cleaner_backoff_ms / 1000)
+            try:
+                await self.replicas.clean_logs()
+            except Exception:
+                log.exception("log cleaning failed")
 
     def _every(self, interval_ms: int, action: Callable[[], object]) -> asyncio.Task[None]:
         async def loop() -> None:

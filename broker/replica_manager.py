@@ -45,6 +45,7 @@ from pathlib import Path
 
 from broker.deferred import Deferred
 from broker.log.checkpoint import write_atomically
+from broker.log.cleaner import LogCleaning
 from broker.log.config import LogConfig
 from broker.log.errors import LogError
 from broker.log.log import AppendResult, PartitionLog
@@ -201,6 +202,8 @@ class ReplicaManager:
         # controller to ask (a single combined node, where every ISR is the broker itself).
         self.alter_partition: AlterPartitionSink | None = None
         self._checkpointed_hw = self._read_high_watermarks()
+        # A compaction pass under way: its plan and the thread building the new segments.
+        self._cleaning: dict[Partition, tuple[LogCleaning, asyncio.Future[None]]] = {}
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -320,8 +323,16 @@ class ReplicaManager:
         part.pending.clear()
         self._fail_delayed(part, gone)
         part.wake_waiters()
+        cleaning = self._cleaning.get(part)
+        if cleaning is not None:  # the cleaner's thread reads the files: delete them after it
+            cleaning[0].cancel()
+            cleaning[1].add_done_callback(lambda _: self._delete_files(part))
+        else:
+            self._delete_files(part)
+
+    def _delete_files(self, part: Partition) -> None:
         part.log.delete()
-        shutil.rmtree(self.log_dir / f"{topic}-{index}", ignore_errors=True)
+        shutil.rmtree(self.log_dir / part.name, ignore_errors=True)
 
     def close(self) -> None:
         """Write what is pending, checkpoint high watermarks, then close every log (each close
@@ -731,6 +742,52 @@ class ReplicaManager:
                     len(deleted),
                     part.log_start_offset,
                 )
+
+    async def clean_logs(self) -> int:
+        """One pass of Kafka's log cleaner over the compacted partitions: plan on the loop,
+        build the new segments in a worker thread (it reads only inactive segments), swap them
+        in on the loop.  Never above the high watermark.  Returns the partitions cleaned."""
+        cleaned = 0
+        for part in list(self.partitions.values()):
+            if not part.config.compact or self.partitions.get((part.topic, part.index)) is not part:
+                continue
+            try:
+                cleaning = part.log.prepare_clean(self.clock_ms(), part.high_watermark)
+            except LogError as exc:
+                log.error("log cleaning failed partition=%s error=%s", part.name, exc)
+                continue
+            if cleaning is None:
+                continue
+            build = asyncio.ensure_future(asyncio.to_thread(cleaning.build))
+            self._cleaning[part] = (cleaning, build)
+            try:
+                await asyncio.shield(build)
+            except asyncio.CancelledError:
+                cleaning.cancel()
+                await build  # the thread ends before the log may close
+                part.log.complete_clean(cleaning)  # discards the work
+                raise
+            finally:
+                self._cleaning.pop(part, None)
+            if self.partitions.get((part.topic, part.index)) is not part:
+                continue  # deleted meanwhile (its files go once the build ended)
+            try:
+                result = part.log.complete_clean(cleaning)
+            except LogError as exc:
+                log.error("log cleaning failed partition=%s error=%s", part.name, exc)
+                continue
+            if result is not None:
+                cleaned += 1
+                log.info(
+                    "cleaned partition=%s offsets=%d-%d bytes=%d->%d tombstones_removed=%d",
+                    part.name,
+                    result.first_offset,
+                    result.end_offset,
+                    result.bytes_before,
+                    result.bytes_after,
+                    result.tombstones_removed,
+                )
+        return cleaned
 
     def _read_high_watermarks(self) -> dict[tuple[str, int], int]:
         """Kafka's ``replication-offset-checkpoint``: ``0``, a count, ``topic partition hw``

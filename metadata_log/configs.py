@@ -334,6 +334,7 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("leader.imbalance.per.broker.percentage", _T.INT, "10", at_least(0)),
     # Partition replication, read by brokers (Kafka's ReplicationConfigs).
     ConfigDef("replica.lag.time.max.ms", _T.LONG, "30000", at_least(20)),
+    ConfigDef("log.cleaner.backoff.ms", _T.LONG, "15000", at_least(10)),
     ConfigDef("replica.fetch.wait.max.ms", _T.INT, "500", at_least(0)),
     ConfigDef("replica.fetch.max.bytes", _T.INT, "1048576", at_least(1024)),
     ConfigDef("replica.fetch.response.max.bytes", _T.INT, "10485760", at_least(1024)),

@@ -5,6 +5,7 @@ Theory of operation.  Two checkpoints say how much can be trusted (checkpoint.py
 (everything below that offset was flushed).  Trusted data is opened cheaply; the rest is
 re-validated, Kafka's ``LogLoader.recoverLog``::
 
+    0. finish a segment swap the log cleaner committed, remove one it did not (segment_swap.py)
     1. remove leftovers: ``*.tmp`` files, index files without a ``.log``
     2. segments below the one holding the recovery point: trusted (``load_trusted``) unless
        an index is missing or its last entry does not fit; then recovered with every CRC
@@ -12,7 +13,8 @@ re-validated, Kafka's ``LogLoader.recoverLog``::
        batch, CRC-check those from the recovery point on, cut the segment at the first torn
        or corrupt batch and delete every later segment (their offsets would leave a hole);
        likewise delete from the first segment that does not start where the previous one
-       ends (a crash emptied the previous one's unflushed tail)
+       ends (a crash emptied the previous one's unflushed tail); a recovered segment that
+       is not the last gets the time-index entry for its largest timestamp, as at its roll
        (after a clean shutdown only the last segment is walked, from its last index entry)
     4. log start offset = max(checkpoint, first segment's base offset); if that is above the
        log end (data lost in a crash after DeleteRecords), start an empty log there
@@ -24,7 +26,11 @@ re-validated, Kafka's ``LogLoader.recoverLog``::
        log start itself is read from the batch headers when the checkpoint cannot vouch for
        it (no flushed batch between the log start and the first re-validated segment), and
        dropped when no batch at or below the log start is left (a crash right after retention
-       deleted them).  A missing or unreadable checkpoint is rebuilt from every batch header
+       deleted them; if the first batch left, after a compaction gap, has the same epoch, the
+       entry moves to it).  A missing or unreadable checkpoint is rebuilt from every batch
+       header
+    7. the cleaner checkpoint (``cleaner-offset-checkpoint``, cleaner.py): above the log end
+       (data lost in a crash after a truncation), it is lowered to the log end
 
 Everything dropped is logged (logger ``broker.log``, WARNING, key=value plus ``extra``) and
 returned in a ``RecoveryReport``.
@@ -44,6 +50,7 @@ from broker.log.checkpoint import (
     TMP_SUFFIX,
     OffsetCheckpoint,
 )
+from broker.log.cleaner import CLEANER_OFFSET_FILE
 from broker.log.config import LogConfig
 from broker.log.errors import CorruptIndexError
 from broker.log.leader_epoch_cache import (
@@ -60,6 +67,7 @@ from broker.log.segment import (
     SegmentRecovery,
     parse_segment_file_name,
 )
+from broker.log.segment_swap import recover_swaps
 from broker.replication.partition_state import EpochEntry
 from broker.storage import Storage, join
 from kafka_protocol.exceptions import CorruptRecordError
@@ -103,6 +111,7 @@ class LoadedLog:
     recovery_point: int
     report: RecoveryReport
     leader_epochs: list[EpochEntry]  # as checkpointed (leader-epoch-checkpoint)
+    first_dirty_offset: int = 0  # the cleaner checkpoint, at most the log end
 
 
 class LogLoader:
@@ -118,6 +127,7 @@ class LogLoader:
 
     def load(self) -> LoadedLog:
         self._storage.makedirs(self._directory)
+        recover_swaps(self._storage, self._directory)
         bases = self._scan_directory()
         clean = self._consume_clean_shutdown_marker()
         log_start = OffsetCheckpoint(self._storage, self._directory, LOG_START_OFFSET_FILE)
@@ -148,7 +158,15 @@ class LogLoader:
             recovery.write(end)
         report.log_start_offset, report.log_end_offset = start, end
         epochs = self._load_leader_epochs(segments, start, end)
-        return LoadedLog(segments, start, end, report, epochs)
+        return LoadedLog(segments, start, end, report, epochs, self._first_dirty_offset(end))
+
+    def _first_dirty_offset(self, log_end_offset: int) -> int:
+        """Step 7."""
+        checkpoint = OffsetCheckpoint(self._storage, self._directory, CLEANER_OFFSET_FILE)
+        first_dirty = checkpoint.read() or 0
+        if first_dirty > log_end_offset:
+            checkpoint.write(log_end_offset)
+        return min(first_dirty, log_end_offset)
 
     def _scan_directory(self) -> list[int]:
         """Base offsets of the ``.log`` files, after removing temporary and orphan files."""
@@ -221,6 +239,10 @@ class LogLoader:
         if result.truncated_bytes:
             self._drop(result, deleted=False)
             return False
+        if next_base != UNBOUNDED_OFFSET:
+            # Not the last: index its largest timestamp as its roll did, or the next open,
+            # trusting it, would take the last time-index entry for its largest timestamp.
+            segment.on_become_inactive()
         return True
 
     def _indexes_present(self, base_offset: int) -> bool:
@@ -265,12 +287,8 @@ class LogLoader:
             if log_start < trusted_below:
                 epochs = [e for e in stored if e[1] < trusted_below]
                 truncate_epochs_from_start(epochs, log_start)
-                if (
-                    epochs
-                    and epochs[0][1] == log_start
-                    and not has_batch_at_or_below(segments, log_start)
-                ):
-                    del epochs[0]  # a crash after retention deleted its batches
+                drop_gone_log_start_epoch(segments, epochs, log_start)  # a crash after
+                # retention deleted its batches
             else:
                 head = epoch_entry_at(segments, log_start)
                 epochs = [head] if head is not None else []
@@ -347,6 +365,24 @@ def has_batch_at_or_below(segments: Sequence[LogSegment], offset: int) -> bool:
     """Whether the log still holds a batch whose base offset is at most ``offset``."""
     first = segments[0]
     return first.size_bytes > 0 and first.records.header_at(0).base_offset <= offset
+
+
+def drop_gone_log_start_epoch(
+    segments: Sequence[LogSegment], epochs: list[EpochEntry], log_start_offset: int
+) -> None:
+    """When no batch at or below the log start is left (retention deleted them), the entry for
+    the log start goes; but if the first batch left (after a compaction gap) still carries its
+    epoch, that epoch now starts there, as a rescan of the headers finds."""
+    if not epochs or epochs[0][1] > log_start_offset:
+        return
+    if has_batch_at_or_below(segments, log_start_offset):
+        return
+    epoch, _ = epochs.pop(0)
+    first = segments[0]
+    if first.size_bytes:
+        header = first.records.header_at(0)
+        if header.partition_leader_epoch == epoch:
+            epochs.insert(0, (epoch, header.base_offset))
 
 
 def epoch_entry_at(segments: Sequence[LogSegment], offset: int) -> EpochEntry | None:

@@ -37,12 +37,18 @@ Theory of operation.
   ``log_start_offset`` (checkpointed at once, so it survives a restart).  A deleted segment's
   files are unlinked at once but stay open for ``file.delete.delay.ms``, so a ``sendfile``
   already given its descriptor still reads valid bytes.
+* Compaction (cleaner.py, ``cleanup.policy=compact``): ``prepare_clean`` (here) picks the
+  inactive segments below the high watermark, ``LogCleaning.build`` (any thread) writes their
+  cleaned copies as ``.cleaned`` files, ``complete_clean`` (here) swaps them in
+  (segment_swap.py) and checkpoints where the next pass starts (``cleaner-offset-checkpoint``).
+  Retention by time and size applies only with ``cleanup.policy`` including ``delete``.
 * Any ``OSError`` takes the log offline (``KafkaStorageError`` from then on); reopening it runs
   recovery (loader.py), which is also what ``open`` does after a crash.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from bisect import bisect_right
 from collections.abc import Sequence
@@ -54,6 +60,13 @@ from broker.log.checkpoint import (
     RECOVERY_POINT_FILE,
     OffsetCheckpoint,
     write_atomically,
+)
+from broker.log.cleaner import (
+    CLEANER_OFFSET_FILE,
+    DEFAULT_MAX_MAP_ENTRIES,
+    CleanResult,
+    LogCleaning,
+    plan_cleaning,
 )
 from broker.log.config import LogConfig
 from broker.log.errors import (
@@ -69,8 +82,8 @@ from broker.log.loader import (
     LoadedLog,
     LogLoader,
     RecoveryReport,
+    drop_gone_log_start_epoch,
     epoch_entry_at,
-    has_batch_at_or_below,
 )
 from broker.log.retention import segments_to_delete
 from broker.log.segment import LOG_SUFFIX, LogSegment
@@ -171,6 +184,13 @@ class PartitionLog:
         self._unflushed: dict[int, LogSegment] = {}
         self._offline: str | None = None
         self._closed = False
+        self._cleaner_checkpoint = OffsetCheckpoint(storage, directory, CLEANER_OFFSET_FILE)
+        self._first_dirty_offset = loaded.first_dirty_offset
+        self._cleaning: LogCleaning | None = None  # the pass under way
+        self._uncleanable: str | None = None  # why cleaning stopped (corrupt data)
+        # The earliest delete horizon among the tombstones the last pass kept (unknown after a
+        # restart until the next pass, as in Kafka).
+        self._delete_horizon_ms: int | None = None
         self._check_invariants()
 
     @classmethod
@@ -559,8 +579,21 @@ class PartitionLog:
         batch = segment.find_batch(max(batch_offset, start))
         assert batch is not None, f"{segment}: batch of the max timestamp not found"
         records = [r for r in segment.read_batch(*batch).iter_records() if r.offset >= start]
+        if not records:  # a batch emptied by compaction keeps its max timestamp
+            return self._offset_of_max_timestamp_by_records(start)
         top = max(r.timestamp for r in records)
         return next((r.offset, r.timestamp) for r in records if r.timestamp == top)
+
+    def _offset_of_max_timestamp_by_records(self, start: int) -> tuple[int, int] | None:
+        """The same, record by record."""
+        best: tuple[int, int] | None = None
+        for segment in self._segments:
+            found = segment.find_batch(start) if segment.next_offset > start else None
+            for position, header in segment.records.iter_headers(found[0]) if found else ():
+                for r in segment.read_batch(position, header).iter_records():
+                    if r.offset >= start and (best is None or r.timestamp > best[1]):
+                        best = (r.offset, r.timestamp)
+        return best
 
     # --- retention and truncation -------------------------------------------------------------
 
@@ -570,7 +603,10 @@ class PartitionLog:
         with self._io("retention"):
             self._now_ms = now_ms
             self._close_graveyard(now_ms)
-            count = segments_to_delete(self._segments, self._config, self._log_start_offset, now_ms)
+            config = self._config
+            if not config.delete:  # compact only: segments go by the log start offset alone
+                config = dataclasses.replace(config, retention_ms=-1, retention_bytes=-1)
+            count = segments_to_delete(self._segments, config, self._log_start_offset, now_ms)
             deleted = [s.base_offset for s in self._segments[:count]]
             if count:
                 self._delete_front(count, "retention")
@@ -584,8 +620,9 @@ class PartitionLog:
         self._recovery_point = max(self._recovery_point, self._bases[0])
         self._advance_log_start_offset(self._bases[0])
         self._bury(doomed)
-        if not has_batch_at_or_below(self._segments, self._log_start_offset):
-            self._epochs.drop_log_start_entry(self._log_start_offset)
+        epochs = self._epochs.entries()
+        drop_gone_log_start_epoch(self._segments, epochs, self._log_start_offset)
+        self._epochs.reset(epochs)
         logger.info(
             "deleted segments dir=%s segments=%s reason=%s log_start_offset=%d",
             self.directory,
@@ -655,6 +692,7 @@ class PartitionLog:
             self._recovery_point = min(self._recovery_point, self.log_end_offset)
             self._checkpoint_recovery_point(self._now_ms)
             self._truncate_epochs_from_end()
+            self._cap_first_dirty_offset()
         logger.info(
             "truncated dir=%s offset=%d log_end_offset=%d bytes_removed_from_active=%d",
             self.directory,
@@ -686,7 +724,147 @@ class PartitionLog:
             self._recovery_point = offset
             self._checkpoint_recovery_point(self._now_ms)
             self._epochs.reset([])
+            self._cap_first_dirty_offset()
         self._check_invariants()
+
+    # --- compaction ---------------------------------------------------------------------------
+
+    @property
+    def first_dirty_offset(self) -> int:
+        """Where the next cleaning's offset map starts (below it: one record per key)."""
+        return max(self._first_dirty_offset, self._log_start_offset)
+
+    def prepare_clean(
+        self,
+        now_ms: int,
+        high_watermark: int,
+        *,
+        force: bool = False,
+        max_map_entries: int = DEFAULT_MAX_MAP_ENTRIES,
+    ) -> LogCleaning | None:
+        """Compaction, step 1 of 3, on the event loop: the pass due now (``force``: over
+        whatever is cleanable, due or not), or None (not compacted, nothing due or cleanable,
+        a pass already under way).
+        Step 2: its ``build()``, in a worker thread if you like (it reads only inactive
+        segments and writes only its own files).  Step 3: ``complete_clean`` here.  Before
+        ``close`` or ``delete``, wait for a running ``build`` (``cancel()`` hurries it)."""
+        end = self.log_end_offset
+        assert high_watermark <= end, f"high watermark {high_watermark} above the log end {end}"
+        if self._cleaning is not None or self._uncleanable is not None:
+            return None
+        with self._io("plan cleaning"):
+            plan = plan_cleaning(
+                self._segments,
+                self._config,
+                log_start_offset=self._log_start_offset,
+                first_dirty_offset=self._first_dirty_offset,
+                high_watermark=high_watermark,
+                now_ms=now_ms,
+                delete_horizon_ms=self._delete_horizon_ms,
+                force=force,
+            )
+        if plan is None:
+            return None
+        self._cleaning = LogCleaning(
+            self._storage,
+            self.directory,
+            self._config,
+            self._segments,
+            plan,
+            now_ms,
+            max_map_entries,
+        )
+        return self._cleaning
+
+    def complete_clean(self, cleaning: LogCleaning) -> CleanResult | None:
+        """Compaction, step 3, on the event loop: swap the cleaned segments in.  None (the work
+        thrown away) if the build was cancelled, the log changed under it (retention,
+        truncation, close), or it met corrupt data (logged; cleaning stops until the log is
+        reopened); raises ``KafkaStorageError`` (offline) if the build or the swap failed on
+        I/O."""
+        assert cleaning is self._cleaning, "not this log's pass under way"
+        self._cleaning = None
+        error = cleaning.error
+        if cleaning.cancelled or not self._still_has(cleaning):
+            cleaning.discard()  # an error then is most likely a file closed under the build
+            logger.info("log cleaning abandoned dir=%s error=%s", self.directory, error)
+            return None
+        if isinstance(error, OSError):
+            raise self._go_offline("log cleaning", error) from error
+        if error is not None:
+            self._uncleanable = f"{type(error).__name__}: {error}"
+            logger.error("log cleaning stopped dir=%s reason=%s", self.directory, error)
+            return None
+        assert cleaning.built
+        with self._io("log cleaning swap"):
+            for group in cleaning.groups:
+                replaced = cleaning.old_segments[group.first : group.last]
+                self._replace_segments(replaced, cleaning.swap_in(group))
+            if cleaning.next_dirty_offset != self._first_dirty_offset:
+                self._cleaner_checkpoint.write(cleaning.next_dirty_offset)
+                self._first_dirty_offset = cleaning.next_dirty_offset
+        self._delete_horizon_ms = cleaning.delete_horizon_ms
+        self._check_invariants()
+        result = cleaning.result(segments_after=len(cleaning.groups))
+        logger.info(
+            "cleaned log dir=%s offsets=%d..%d segments=%d->%d bytes=%d->%d records=%d->%d"
+            " tombstones_removed=%d next_dirty_offset=%d reason=%s",
+            self.directory,
+            result.first_offset,
+            result.end_offset - 1,
+            result.segments_before,
+            result.segments_after,
+            result.bytes_before,
+            result.bytes_after,
+            result.records_before,
+            result.records_after,
+            result.tombstones_removed,
+            result.next_dirty_offset,
+            cleaning.plan.reason,
+        )
+        return result
+
+    def clean(self, now_ms: int, high_watermark: int, *, force: bool = False) -> CleanResult | None:
+        """The three steps in a row, blocking (tests, tools; a broker runs ``build`` off the
+        event loop)."""
+        cleaning = self.prepare_clean(now_ms, high_watermark, force=force)
+        if cleaning is None:
+            return None
+        cleaning.build()
+        return self.complete_clean(cleaning)
+
+    def _still_has(self, cleaning: LogCleaning) -> bool:
+        """Whether the segments the pass read are still this log's, unchanged."""
+        old = cleaning.sources
+        return (
+            not self._closed
+            and self._offline is None
+            and len(self._segments) > len(old)
+            and all(
+                s is o.segment and s.size_bytes == o.size_bytes
+                for s, o in zip(self._segments, old, strict=False)
+            )
+        )
+
+    def _replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
+        """``new`` (swapped in, durable) takes the place of ``old``, whose files are gone; their
+        handles close after ``file.delete.delay.ms`` (a sendfile may be reading them)."""
+        i = self._segments.index(old[0])
+        assert self._segments[i : i + len(old)] == old
+        self._segments[i : i + len(old)] = [new]
+        self._bases[i : i + len(old)] = [new.base_offset]
+        new.config = self._config  # as update_config does
+        close_at = self._now_ms + self._config.file_delete_delay_ms
+        for segment in old:
+            self._unflushed.pop(segment.base_offset, None)
+            self._graveyard.append((close_at, segment))
+
+    def _cap_first_dirty_offset(self) -> None:
+        """After a truncation: offsets appended again above the log end are dirty."""
+        end = self.log_end_offset
+        if self._first_dirty_offset > end:
+            self._cleaner_checkpoint.write(end)
+            self._first_dirty_offset = end
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -694,6 +872,8 @@ class PartitionLog:
         """Flush, checkpoint, mark the shutdown clean, and close every file."""
         if self._closed:
             return
+        if self._cleaning is not None:
+            self._cleaning.cancel()
         try:
             if self._offline is None:
                 with self._io("close"):
@@ -713,6 +893,8 @@ class PartitionLog:
 
     def delete(self) -> None:
         """Close without flushing and remove the directory with everything in it."""
+        if self._cleaning is not None:
+            self._cleaning.cancel()
         if not self._closed:
             self._close_files()
         try:

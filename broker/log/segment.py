@@ -94,11 +94,14 @@ class LogSegment:
         directory: str,
         base_offset: int,
         config: LogConfig,
+        *,
+        file_suffix: str = "",
     ) -> None:
         self._storage = storage
         self.directory = directory
         self.base_offset = base_offset
         self.config = config
+        self.file_suffix = file_suffix  # ".cleaned": a segment the cleaner is writing
         log = storage.open(self.path(LOG_SUFFIX))
         self.records = FileRecords(log, log.size())
         self.offset_index = OffsetIndex(
@@ -115,17 +118,23 @@ class LogSegment:
 
     @classmethod
     def create(
-        cls, storage: Storage, directory: str, base_offset: int, config: LogConfig
+        cls,
+        storage: Storage,
+        directory: str,
+        base_offset: int,
+        config: LogConfig,
+        *,
+        file_suffix: str = "",
     ) -> LogSegment:
         """A new, empty segment (any leftover files of that name are emptied)."""
-        segment = cls(storage, directory, base_offset, config)
+        segment = cls(storage, directory, base_offset, config, file_suffix=file_suffix)
         segment.records.truncate_to(0)
         segment.offset_index.reset()
         segment.time_index.reset()
         return segment
 
     def path(self, suffix: str) -> str:
-        return join(self.directory, segment_file_name(self.base_offset, suffix))
+        return join(self.directory, segment_file_name(self.base_offset, suffix) + self.file_suffix)
 
     @property
     def size_bytes(self) -> int:
@@ -150,8 +159,8 @@ class LogSegment:
         config, size = self.config, self.records.size_bytes
         if size + size_bytes > config.segment_bytes:
             return f"segment.bytes {config.segment_bytes} reached"
-        if self.rolling_base_ms is not None and now_ms - self.rolling_base_ms > config.segment_ms:
-            return f"segment.ms {config.segment_ms} elapsed"
+        if self.rolling_base_ms is not None and now_ms - self.rolling_base_ms > config.roll_ms:
+            return f"segment.ms {config.roll_ms} elapsed"
         offsets, times = self.offset_index, self.time_index
         if (
             offsets.entries + batches > offsets.max_entries
@@ -388,8 +397,7 @@ class LogSegment:
         self.next_offset = next_offset  # the next segment's base: the walk may end below it
         if problem or valid_bytes != self.size_bytes:
             raise CorruptRecordError(f"{self.path(LOG_SUFFIX)} at {valid_bytes}: {problem}")
-        self.offset_index.write_pending()
-        self.time_index.write_pending()
+        self.on_become_inactive()  # with the entry for its largest timestamp, as at a roll
 
     def _reindex(
         self, reader: ChunkedReader, crc_from_offset: int, max_next_offset: int
