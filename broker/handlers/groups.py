@@ -20,9 +20,10 @@ committed in ``__consumer_offsets``.  OffsetFetch v8 asks for several groups at 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
+from broker.coordinator.classic_groups import GroupCall
 from broker.coordinator.runtime import OffsetCommit
 from broker.dispatcher import ApiHandler, RequestContext
 from kafka_protocol.errors import ErrorCode
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from broker.broker import Broker
 
 GROUP_KEY = 0
+_R = TypeVar("_R", JoinGroupResponse, SyncGroupResponse, HeartbeatResponse, LeaveGroupResponse)
 MULTI_GROUP_FETCH_VERSION = 8
 PER_PARTITION_ERROR_VERSION = 2  # OffsetFetch v2+ has a top-level error code too
 
@@ -84,41 +86,55 @@ class GroupHandlers:
     async def join_group(self, ctx: RequestContext, req: JoinGroupRequest) -> JoinGroupResponse:
         client_id = ctx.header.client_id or ""
         host = "/" + ctx.peer.rpartition(":")[0]  # Kafka shows the client's address so
-        answer = await self.broker.coordinator.classic.call(
+        return await self._ask(
             req.group_id,
             not req.member_id,  # only a new member creates a group (else UNKNOWN_MEMBER_ID)
             lambda g, token, now: g.join(token, req, ctx.api_version, client_id, host, now),
+            lambda error: JoinGroupResponse(error_code=error, member_id=req.member_id),
+            JoinGroupResponse,
         )
-        if isinstance(answer, ErrorCode):
-            return JoinGroupResponse(error_code=answer, member_id=req.member_id)
-        assert isinstance(answer, JoinGroupResponse), answer
-        return answer
 
     async def sync_group(self, ctx: RequestContext, req: SyncGroupRequest) -> SyncGroupResponse:
-        answer = await self.broker.coordinator.classic.call(
-            req.group_id, False, lambda g, token, now: g.sync(token, req, ctx.api_version, now)
+        return await self._ask(
+            req.group_id,
+            False,
+            lambda g, token, now: g.sync(token, req, ctx.api_version, now),
+            lambda error: SyncGroupResponse(error_code=error),
+            SyncGroupResponse,
         )
-        if isinstance(answer, ErrorCode):
-            return SyncGroupResponse(error_code=answer)
-        assert isinstance(answer, SyncGroupResponse), answer
-        return answer
 
     async def heartbeat(self, ctx: RequestContext, req: HeartbeatRequest) -> HeartbeatResponse:
-        answer = await self.broker.coordinator.classic.call(
-            req.group_id, False, lambda g, token, now: g.heartbeat(token, req, ctx.api_version, now)
+        return await self._ask(
+            req.group_id,
+            False,
+            lambda g, token, now: g.heartbeat(token, req, ctx.api_version, now),
+            lambda error: HeartbeatResponse(error_code=error),
+            HeartbeatResponse,
         )
-        if isinstance(answer, ErrorCode):
-            return HeartbeatResponse(error_code=answer)
-        assert isinstance(answer, HeartbeatResponse), answer
-        return answer
 
     async def leave_group(self, ctx: RequestContext, req: LeaveGroupRequest) -> LeaveGroupResponse:
-        answer = await self.broker.coordinator.classic.call(
-            req.group_id, False, lambda g, token, now: g.leave(token, req, ctx.api_version, now)
+        return await self._ask(
+            req.group_id,
+            False,
+            lambda g, token, now: g.leave(token, req, ctx.api_version, now),
+            lambda error: LeaveGroupResponse(error_code=error),
+            LeaveGroupResponse,
         )
+
+    async def _ask(
+        self,
+        group_id: str,
+        create: bool,
+        call: GroupCall,
+        failed: Callable[[ErrorCode], _R],
+        kind: type[_R],
+    ) -> _R:
+        """One request to its group's state machine: its answer, or ``failed(error)`` when the
+        group cannot be asked (not the coordinator, loading, unknown)."""
+        answer = await self.broker.coordinator.classic.call(group_id, create, call)
         if isinstance(answer, ErrorCode):
-            return LeaveGroupResponse(error_code=answer)
-        assert isinstance(answer, LeaveGroupResponse), answer
+            return failed(answer)
+        assert isinstance(answer, kind), answer
         return answer
 
     # --- group admin --------------------------------------------------------------------------
