@@ -557,7 +557,11 @@ class ClassicGroup(ClassicGroupState):
             self._remove_pending_sync(member.member_id)
             self._out.sync_ok(parked, self._protocol_type, self._protocol_name, member.assignment)
 
-    def _validate_sync(self, request: SyncGroupRequest) -> ErrorCode | None:
+    def _validate_generation(
+        self, request: SyncGroupRequest | HeartbeatRequest
+    ) -> ErrorCode | None:
+        """What SyncGroup and Heartbeat check first: a live group, a known (unfenced) member,
+        the current generation."""
         if self._state is _S.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         error = self._validate_member(request.member_id, request.group_instance_id)
@@ -565,6 +569,12 @@ class ClassicGroup(ClassicGroupState):
             return error
         if request.generation_id != self._generation_id:
             return ErrorCode.ILLEGAL_GENERATION
+        return None
+
+    def _validate_sync(self, request: SyncGroupRequest) -> ErrorCode | None:
+        error = self._validate_generation(request)
+        if error is not None:
+            return error
         if _inconsistent(request.protocol_type, self._protocol_type) or _inconsistent(
             request.protocol_name, self._protocol_name
         ):
@@ -623,13 +633,9 @@ class ClassicGroup(ClassicGroupState):
     # --- Heartbeat, LeaveGroup, expiry ------------------------------------------------------------
 
     def _heartbeat(self, request: HeartbeatRequest) -> ErrorCode:
-        if self._state is _S.DEAD:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        error = self._validate_member(request.member_id, request.group_instance_id)
+        error = self._validate_generation(request)
         if error is not None:
             return error
-        if request.generation_id != self._generation_id:
-            return ErrorCode.ILLEGAL_GENERATION
         self._refresh_heartbeat(self._members[request.member_id])
         if self._state is _S.PREPARING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS

@@ -109,13 +109,17 @@ class ApiSchemas:
             return [self._resolve(v) for v in schema]
         return schema
 
-    def check(self, method: str, template: str, reply: Reply) -> Any:
+    def response_schema(self, method: str, template: str, status: int) -> Any:
+        """The schema of the JSON answer (``$ref``s resolved); None if the answer has no body."""
         responses = self.doc["paths"][template][method.lower()]["responses"]
-        spec = responses.get(str(reply.status), responses["default"])
+        spec = responses.get(str(status), responses["default"])
         content = spec.get("content", {}).get("application/json")
-        if content is None or self.validator is None:
+        return None if content is None else self._resolve(content["schema"])
+
+    def check(self, method: str, template: str, reply: Reply) -> Any:
+        schema = self.response_schema(method, template, reply.status)
+        if schema is None or self.validator is None:
             return None
-        schema = self._resolve(content["schema"])
         self.validator.validate(reply.json, schema, cls=self.validator.OAS30Validator)
         return reply.json
 

@@ -116,6 +116,11 @@ def test_topics_create_arguments() -> None:
 def test_bad_arguments_are_usage_errors(
     argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    assert_usage_error(argv, capsys)
+
+
+def assert_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse refuses ``argv``: exit status 2 and a usage line on stderr."""
     with pytest.raises(SystemExit) as exc:
         parser().parse_args(argv)
     assert exc.value.code == 2
@@ -266,7 +271,7 @@ class FakeApi:
 @pytest.fixture
 def api() -> Iterator[FakeApi]:
     fake = FakeApi()
-    thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
+    thread = threading.Thread(target=fake.server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     yield fake
     fake.server.shutdown()

@@ -3,25 +3,16 @@ tables) against a fake REST admin API."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+import test_admin_cli
+from test_admin_cli import FakeApi, assert_usage_error, parser, run
 
 from kraft import admin_cli
-from kraft.admin_cli import add_admin_commands, datetime_ms, offsets_text
-
-
-def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="kraft")
-    add_admin_commands(root.add_subparsers(dest="command"))
-    return root
-
+from kraft.admin_cli import datetime_ms, offsets_text
 
 # --- arguments -----------------------------------------------------------------------------------
 
@@ -72,10 +63,7 @@ def test_reset_offsets_arguments() -> None:
 def test_bad_arguments_are_usage_errors(
     argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with pytest.raises(SystemExit) as exc:
-        parser().parse_args(argv)
-    assert exc.value.code == 2
-    assert "usage:" in capsys.readouterr().err
+    assert_usage_error(argv, capsys)
 
 
 def test_datetimes_are_epoch_milliseconds(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,53 +81,7 @@ def test_datetimes_are_epoch_milliseconds(monkeypatch: pytest.MonkeyPatch) -> No
 
 # --- against a fake admin API --------------------------------------------------------------------
 
-
-class FakeApi:
-    """Canned replies by (method, path); every request recorded."""
-
-    def __init__(self) -> None:
-        self.replies: dict[tuple[str, str], tuple[int, Any]] = {}
-        self.requests: list[tuple[str, str, Any]] = []
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length)) if length else None
-                fake.requests.append((self.command, self.path, body))
-                default = (404, {"error": "NOT_FOUND", "message": "no such route"})
-                status, reply = fake.replies.get((self.command, self.path), default)
-                data = b"" if reply is None else json.dumps(reply).encode()
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_DELETE = _serve
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def reply(self, method: str, path: str, status: int, body: Any) -> None:
-        self.replies[(method, path)] = (status, body)
-
-
-@pytest.fixture
-def api() -> Iterator[FakeApi]:
-    fake = FakeApi()
-    thread = threading.Thread(target=fake.server.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    yield fake
-    fake.server.shutdown()
-    fake.server.server_close()
-
-
-def run(argv: list[str], api: FakeApi) -> int:
-    args = parser().parse_args([*argv, "--admin", api.url])
-    return int(args.func(args))
+api = test_admin_cli.api  # the fixture: test_admin_cli's fake REST API
 
 
 MEMBER = {
@@ -190,7 +132,7 @@ GROUP: dict[str, Any] = {
 def test_describe_prints_kafkas_offsets_table(
     api: FakeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    api.reply("GET", "/v1/groups/g", 200, GROUP)
+    api.reply("GET", "/v1/groups/g", (200, GROUP))
     assert run(["groups", "describe", "g"], api) == 0
     lines = [line.split() for line in capsys.readouterr().out.splitlines()]
     assert lines == [
@@ -222,18 +164,20 @@ def test_describe_notes_an_empty_or_rebalancing_group(
     api: FakeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
     empty = {**GROUP, "state": "Empty", "members": [], "partitions": GROUP["partitions"][2:]}
-    api.reply("GET", "/v1/groups/e", 200, {**empty, "group_id": "e"})
+    api.reply("GET", "/v1/groups/e", (200, {**empty, "group_id": "e"}))
     assert run(["groups", "describe", "e"], api) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "Consumer group 'e' has no active members."
     assert out[2].split() == ["e", "old", "0", "9", "9", "0", "-", "-", "-"]
-    api.reply("GET", "/v1/groups/r", 200, {**GROUP, "group_id": "r", "state": "PreparingRebalance"})
+    api.reply(
+        "GET", "/v1/groups/r", (200, {**GROUP, "group_id": "r", "state": "PreparingRebalance"})
+    )
     assert run(["groups", "describe", "--group", "r"], api) == 0
     assert capsys.readouterr().out.startswith("Warning: Consumer group 'r' is rebalancing.\n")
 
 
 def test_describe_members_and_state(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
-    api.reply("GET", "/v1/groups/g", 200, GROUP)
+    api.reply("GET", "/v1/groups/g", (200, GROUP))
     assert run(["groups", "describe", "g", "--members"], api) == 0
     lines = [line.split() for line in capsys.readouterr().out.splitlines()]
     assert lines == [
@@ -263,7 +207,7 @@ def test_describe_members_and_state(api: FakeApi, capsys: pytest.CaptureFixture[
 
 
 def test_describe_json_is_the_api_answer(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
-    api.reply("GET", "/v1/groups/a%2Fb", 200, GROUP)
+    api.reply("GET", "/v1/groups/a%2Fb", (200, GROUP))
     assert run(["groups", "describe", "a/b", "--json"], api) == 0
     assert json.loads(capsys.readouterr().out) == GROUP
     assert api.requests[0][1] == "/v1/groups/a%2Fb"
@@ -285,7 +229,7 @@ def test_list(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
         {"group_id": "g", "state": "Stable", "protocol_type": "consumer", "coordinator": 2},
         {"group_id": "h", "state": "Empty", "protocol_type": "consumer", "coordinator": 3},
     ]
-    api.reply("GET", "/v1/groups", 200, groups)
+    api.reply("GET", "/v1/groups", (200, groups))
     assert run(["groups", "list"], api) == 0
     lines = [line.split() for line in capsys.readouterr().out.splitlines()]
     assert lines == [
@@ -296,13 +240,13 @@ def test_list(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_delete(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
-    api.reply("DELETE", "/v1/groups/g", 204, None)
+    api.reply("DELETE", "/v1/groups/g", (204, None))
     assert run(["groups", "delete", "g"], api) == 0
     assert (
         capsys.readouterr().out == "Deletion of requested consumer groups ('g') was successful.\n"
     )
     error = {"error": "NON_EMPTY_GROUP", "message": "consumer group 'busy' has active members"}
-    api.reply("DELETE", "/v1/groups/busy", 409, error)
+    api.reply("DELETE", "/v1/groups/busy", (409, error))
     assert run(["groups", "delete", "busy"], api) == 1
     captured = capsys.readouterr()
     assert (captured.out, captured.err) == ("", f"kraft: NON_EMPTY_GROUP: {error['message']}\n")
@@ -321,7 +265,7 @@ RESET = {
 def test_reset_offsets_is_a_dry_run_by_default(
     api: FakeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    api.reply("POST", "/v1/groups/g/offsets", 200, RESET)
+    api.reply("POST", "/v1/groups/g/offsets", (200, RESET))
     assert run(["groups", "reset-offsets", "g", "--topic", "orders", "--to-earliest"], api) == 0
     assert api.requests == [
         ("POST", "/v1/groups/g/offsets", {"to": "earliest", "execute": False, "topics": ["orders"]})
@@ -355,7 +299,7 @@ def test_reset_offsets_is_a_dry_run_by_default(
 def test_reset_offsets_requests(
     argv: list[str], body: dict[str, Any], api: FakeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    api.reply("POST", "/v1/groups/g/offsets", 200, {**RESET, "executed": body["execute"]})
+    api.reply("POST", "/v1/groups/g/offsets", (200, {**RESET, "executed": body["execute"]}))
     assert run(["groups", "reset-offsets", "--group", "g", *argv], api) == 0
     assert api.requests == [("POST", "/v1/groups/g/offsets", body)]
     assert ("Dry run" in capsys.readouterr().err) is not body["execute"]
@@ -365,7 +309,7 @@ def test_reset_offsets_of_an_active_group_fails(
     api: FakeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
     error = {"error": "NON_EMPTY_GROUP", "message": "offsets can only be reset while ... inactive"}
-    api.reply("POST", "/v1/groups/g/offsets", 409, error)
+    api.reply("POST", "/v1/groups/g/offsets", (409, error))
     assert (
         run(["groups", "reset-offsets", "g", "--all-topics", "--to-earliest", "--json"], api) == 1
     )

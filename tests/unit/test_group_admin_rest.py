@@ -11,6 +11,7 @@ from typing import Any, TypeVar, cast
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from integration.test_rest import ApiSchemas
 from test_group_admin import FakeBrokers, FakeGroup, stable_group
 
 from kafka_protocol.messages import OffsetCommitRequest
@@ -101,8 +102,7 @@ class FakeNode:
 class Api:
     def __init__(self, client: TestClient[Any, Any]) -> None:
         self.client = client
-        doc = openapi_document("test")
-        self.doc = doc
+        self.schemas = ApiSchemas(openapi_document("test"))
 
     async def call(
         self, method: str, path: str, template: str, body: Any = None
@@ -115,23 +115,11 @@ class Api:
 
     def _check(self, method: str, template: str, status: int, data: Any) -> None:
         validator = pytest.importorskip("openapi_schema_validator")
-        responses = self.doc["paths"][template][method.lower()]["responses"]
-        spec = responses.get(str(status), responses["default"])
-        content = spec.get("content", {}).get("application/json")
-        if content is None:
+        schema = self.schemas.response_schema(method, template, status)
+        if schema is None:
             assert data is None, (status, data)
             return
-        validator.validate(data, self._resolve(content["schema"]), cls=validator.OAS30Validator)
-
-    def _resolve(self, schema: Any) -> Any:
-        if isinstance(schema, dict):
-            ref = schema.get("$ref")
-            if ref is not None:
-                return self._resolve(self.doc["components"]["schemas"][ref.rsplit("/", 1)[1]])
-            return {k: self._resolve(v) for k, v in schema.items()}
-        if isinstance(schema, list):
-            return [self._resolve(v) for v in schema]
-        return schema
+        validator.validate(data, schema, cls=validator.OAS30Validator)
 
 
 def serve(

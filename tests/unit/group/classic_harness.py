@@ -35,6 +35,75 @@ CONFIG = GroupConfig(
 RANGE: tuple[Protocol, ...] = (("range", b"sub"),)
 
 
+# --- requests to group "g" (shared with test_classic_sim.py) -------------------------------------
+
+
+def join_request(
+    member_id: str,
+    instance_id: str | None,
+    protocols: Sequence[Protocol],
+    protocol_type: str,
+    session_ms: int,
+    rebalance_ms: int,
+) -> JoinGroupRequest:
+    return JoinGroupRequest(
+        group_id=GroupId("g"),
+        session_timeout_ms=session_ms,
+        rebalance_timeout_ms=rebalance_ms,
+        member_id=member_id,
+        group_instance_id=instance_id,
+        protocol_type=protocol_type,
+        protocols=[
+            JoinGroupRequest.JoinGroupRequestProtocol(name=n, metadata=m) for n, m in protocols
+        ],
+    )
+
+
+def sync_request(
+    member_id: str,
+    generation_id: int,
+    assignments: dict[str, bytes] | None,
+    instance_id: str | None,
+    protocol_type: str | None,
+    protocol_name: str | None = None,
+) -> SyncGroupRequest:
+    return SyncGroupRequest(
+        group_id=GroupId("g"),
+        generation_id=generation_id,
+        member_id=member_id,
+        group_instance_id=instance_id,
+        protocol_type=protocol_type,
+        protocol_name=protocol_name,
+        assignments=[
+            SyncGroupRequest.SyncGroupRequestAssignment(member_id=k, assignment=v)
+            for k, v in (assignments or {}).items()
+        ],
+    )
+
+
+def heartbeat_request(
+    member_id: str, generation_id: int, instance_id: str | None
+) -> HeartbeatRequest:
+    return HeartbeatRequest(
+        group_id=GroupId("g"),
+        generation_id=generation_id,
+        member_id=member_id,
+        group_instance_id=instance_id,
+    )
+
+
+def leave_request(members: Sequence[tuple[str, str | None]], version: int) -> LeaveGroupRequest:
+    """By member identities from v3; before v3, one member id."""
+    if version < 3:
+        return LeaveGroupRequest(group_id=GroupId("g"), member_id=members[0][0])
+    return LeaveGroupRequest(
+        group_id=GroupId("g"),
+        members=[
+            LeaveGroupRequest.MemberIdentity(member_id=m, group_instance_id=i) for m, i in members
+        ],
+    )
+
+
 class Harness:
     def __init__(self, config: GroupConfig = CONFIG, now_ms: int = 0, seed: int = 0) -> None:
         self.group = ClassicGroup("g", config, random.Random(seed), now_ms)
@@ -92,16 +161,8 @@ class Harness:
         client_id: str = "client",
     ) -> int:
         token = self.token()
-        request = JoinGroupRequest(
-            group_id=GroupId("g"),
-            session_timeout_ms=session_ms,
-            rebalance_timeout_ms=rebalance_ms,
-            member_id=member_id,
-            group_instance_id=instance_id,
-            protocol_type=protocol_type,
-            protocols=[
-                JoinGroupRequest.JoinGroupRequestProtocol(name=n, metadata=m) for n, m in protocols
-            ],
+        request = join_request(
+            member_id, instance_id, protocols, protocol_type, session_ms, rebalance_ms
         )
         self.take(self.group.join(token, request, version, client_id, "/10.0.0.1", self.now_ms))
         return token
@@ -125,17 +186,8 @@ class Harness:
         version: int = 5,
     ) -> int:
         token = self.token()
-        request = SyncGroupRequest(
-            group_id=GroupId("g"),
-            generation_id=generation_id,
-            member_id=member_id,
-            group_instance_id=instance_id,
-            protocol_type=protocol_type,
-            protocol_name=protocol_name,
-            assignments=[
-                SyncGroupRequest.SyncGroupRequestAssignment(member_id=k, assignment=v)
-                for k, v in (assignments or {}).items()
-            ],
+        request = sync_request(
+            member_id, generation_id, assignments, instance_id, protocol_type, protocol_name
         )
         self.take(self.group.sync(token, request, version, self.now_ms))
         return token
@@ -144,12 +196,7 @@ class Harness:
         self, member_id: str, generation_id: int, *, instance_id: str | None = None
     ) -> ErrorCode:
         token = self.token()
-        request = HeartbeatRequest(
-            group_id=GroupId("g"),
-            generation_id=generation_id,
-            member_id=member_id,
-            group_instance_id=instance_id,
-        )
+        request = heartbeat_request(member_id, generation_id, instance_id)
         self.take(self.group.heartbeat(token, request, 4, self.now_ms))
         response = self.answers[token]
         assert isinstance(response, HeartbeatResponse)
@@ -157,17 +204,7 @@ class Harness:
 
     def leave(self, *members: tuple[str, str | None], version: int = 5) -> LeaveGroupResponse:
         token = self.token()
-        if version >= 3:
-            request = LeaveGroupRequest(
-                group_id=GroupId("g"),
-                members=[
-                    LeaveGroupRequest.MemberIdentity(member_id=m, group_instance_id=i)
-                    for m, i in members
-                ],
-            )
-        else:
-            request = LeaveGroupRequest(group_id=GroupId("g"), member_id=members[0][0])
-        self.take(self.group.leave(token, request, version, self.now_ms))
+        self.take(self.group.leave(token, leave_request(members, version), version, self.now_ms))
         response = self.answers[token]
         assert isinstance(response, LeaveGroupResponse)
         return response

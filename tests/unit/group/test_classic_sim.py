@@ -44,6 +44,7 @@ import random
 from dataclasses import dataclass, field
 
 import pytest
+from classic_harness import heartbeat_request, join_request, leave_request, sync_request
 
 from broker.group.classic import ClassicGroup
 from broker.group.classic_member import GroupConfig, GroupState, Protocol
@@ -51,16 +52,11 @@ from broker.group.classic_outcome import Outcome, Response, StoreRequest
 from kafka_protocol.coordinator.group_metadata_value import GroupMetadataValue
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
-    HeartbeatRequest,
     HeartbeatResponse,
-    JoinGroupRequest,
     JoinGroupResponse,
-    LeaveGroupRequest,
     LeaveGroupResponse,
-    SyncGroupRequest,
     SyncGroupResponse,
 )
-from kafka_protocol.types import GroupId
 
 SEEDS = range(30)
 STEPS = 2500
@@ -201,17 +197,13 @@ class GroupSim:
             client.generation = -1
         client.phase = "joining"
         token = self.send(client, "join", client.member_id)
-        request = JoinGroupRequest(
-            group_id=GroupId("g"),
-            session_timeout_ms=client.session_ms,
-            rebalance_timeout_ms=self.rebalance_ms,
-            member_id=client.member_id,
-            group_instance_id=client.instance_id,
-            protocol_type="consumer",
-            protocols=[
-                JoinGroupRequest.JoinGroupRequestProtocol(name=n, metadata=m)
-                for n, m in client.protocols
-            ],
+        request = join_request(
+            client.member_id,
+            client.instance_id,
+            client.protocols,
+            "consumer",
+            client.session_ms,
+            self.rebalance_ms,
         )
         if self.loading_until_ms is not None:
             self.runtime_answer(token, JoinGroupResponse(error_code=E.COORDINATOR_LOAD_IN_PROGRESS))
@@ -232,16 +224,8 @@ class GroupSim:
     def sync(self, client: Client, assignments: dict[str, bytes] | None) -> None:
         client.phase = "syncing"
         token = self.send(client, "sync", client.member_id)
-        request = SyncGroupRequest(
-            group_id=GroupId("g"),
-            generation_id=client.generation,
-            member_id=client.member_id,
-            group_instance_id=client.instance_id,
-            protocol_type="consumer",
-            assignments=[
-                SyncGroupRequest.SyncGroupRequestAssignment(member_id=k, assignment=v)
-                for k, v in (assignments or {}).items()
-            ],
+        request = sync_request(
+            client.member_id, client.generation, assignments, client.instance_id, "consumer"
         )
         if self.loading_until_ms is not None:
             self.runtime_answer(token, SyncGroupResponse(error_code=E.COORDINATOR_LOAD_IN_PROGRESS))
@@ -260,12 +244,7 @@ class GroupSim:
     def heartbeat(self, client: Client) -> None:
         client.next_heartbeat_ms = self.now_ms + client.heartbeat_ms
         token = self.send(client, "heartbeat", client.member_id)
-        request = HeartbeatRequest(
-            group_id=GroupId("g"),
-            generation_id=client.generation,
-            member_id=client.member_id,
-            group_instance_id=client.instance_id,
-        )
+        request = heartbeat_request(client.member_id, client.generation, client.instance_id)
         if self.loading_until_ms is not None:
             self.runtime_answer(token, HeartbeatResponse(error_code=E.NONE))  # Kafka: blindly
         elif self.group is None:
@@ -275,16 +254,7 @@ class GroupSim:
 
     def leave(self, client: Client, members: list[tuple[str, str | None]], version: int) -> None:
         token = self.send(client, "leave", members[0][0] if len(members) == 1 else "")
-        if version >= 3:
-            request = LeaveGroupRequest(
-                group_id=GroupId("g"),
-                members=[
-                    LeaveGroupRequest.MemberIdentity(member_id=m, group_instance_id=i)
-                    for m, i in members
-                ],
-            )
-        else:
-            request = LeaveGroupRequest(group_id=GroupId("g"), member_id=members[0][0])
+        request = leave_request(members, version)
         if self.group is None or self.loading_until_ms is not None:
             self.runtime_answer(token, LeaveGroupResponse(error_code=E.COORDINATOR_NOT_AVAILABLE))
         else:
