@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
+from kafka.admin import KafkaAdminClient
 from kafka.structs import OffsetAndMetadata
 
 from broker.coordinator.records import OFFSETS_TOPIC, partition_for
@@ -114,3 +115,38 @@ def test_offsets_survive_a_kill_of_the_coordinator(cluster: LocalCluster) -> Non
     finally:
         victim.launch()
         victim.wait_ready()
+
+
+def test_offset_delete_and_deleted_topics_remove_offsets(cluster: LocalCluster) -> None:
+    client = admin_client(cluster)
+    client.create_topics([NewTopic("doomed", 1, 3)])["doomed"].result(timeout=10)
+    consumer = _confluent(cluster, "tidy")
+    commits = [
+        TopicPartition("orders", 0, 3),
+        TopicPartition("orders", 1, 4),
+        TopicPartition("doomed", 0, 5),
+    ]
+    consumer.commit(offsets=commits, asynchronous=False)
+    consumer.close()
+
+    # OffsetDelete (kafka-python's admin) on an empty group: that offset goes, others stay
+    kafka_admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        result = kafka_admin.delete_group_offsets("tidy", [KafkaTopicPartition("orders", 0)])
+    finally:
+        kafka_admin.close()
+    assert [e.__name__ for e in result.values()] == ["NoError"], result
+    assert _committed(cluster, "tidy") == [-1001, 4]
+
+    # deleting a topic removes every group's offsets of it
+    client.delete_topics(["doomed"])["doomed"].result(timeout=10)
+
+    def doomed_offset_gone() -> bool:
+        other = KafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id="tidy")
+        try:
+            return other.committed(KafkaTopicPartition("doomed", 0)) is None
+        finally:
+            other.close()
+
+    wait_for("the deleted topic's offsets to go", doomed_offset_gone, 20, cluster)
+    assert _committed(cluster, "tidy") == [-1001, 4], "other topics' offsets stay"
