@@ -62,6 +62,37 @@ class StepError(Exception):
         self.nodes = nodes or []
 
 
+def wait_until(
+    what: str,
+    check: Callable[[], Any],
+    timeout_s: float,
+    *,
+    poll_s: float = 0.05,
+    errors: tuple[type[Exception], ...] = (OSError, ValueError, KeyError),
+) -> Any:
+    """Poll ``check`` every ``poll_s`` until truthy (an exception in ``errors`` counts as not
+    yet); StepError naming ``what`` and the last error after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            if value := check():
+                return value
+        except errors as exc:
+            last = exc
+        time.sleep(poll_s)
+    raise StepError(f"timed out after {timeout_s:g} s waiting for {what} (last error: {last})")
+
+
+def wait_formed(cluster: Cluster) -> None:
+    """Every broker unfenced and an active controller, as the first broker's REST sees it."""
+
+    def formed() -> bool:
+        return cluster.formed(cluster.brokers[0].get("/v1/cluster"))
+
+    wait_until("every broker unfenced and an active controller", formed, READY_TIMEOUT_S)
+
+
 # --- statistics ---------------------------------------------------------------------------------
 
 

@@ -63,7 +63,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import bench_cluster
 from bench_cluster import (
-    READY_TIMEOUT_S,
     Cluster,
     Report,
     StepError,
@@ -103,24 +102,9 @@ TARGET_RATIO = 3.0
 
 
 def wait_until(what: str, check: Callable[[], Any], timeout_s: float) -> Any:
-    """Poll ``check`` every 20 ms until truthy; StepError naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            if value := check():
-                return value
-        except (OSError, ValueError, KeyError, KafkaException) as exc:
-            last = exc
-        time.sleep(0.02)
-    raise StepError(f"timed out after {timeout_s:g} s waiting for {what} (last error: {last})")
-
-
-def wait_formed(cluster: Cluster) -> None:
-    def formed() -> bool:
-        return cluster.formed(cluster.brokers[0].get("/v1/cluster"))
-
-    wait_until("3 unfenced brokers and an active controller", formed, READY_TIMEOUT_S)
+    return bench_cluster.wait_until(
+        what, check, timeout_s, poll_s=0.02, errors=(OSError, ValueError, KeyError, KafkaException)
+    )
 
 
 def create_topic(admin: AdminClient, name: str, partitions: int, rf: int) -> None:
@@ -526,7 +510,7 @@ def wait_coordinator(admin: AdminClient) -> None:
 
 
 def run_all(cluster: Cluster, cfg: dict[str, Any], report: dict[str, Any]) -> None:
-    wait_formed(cluster)
+    bench_cluster.wait_formed(cluster)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 5000})
     create_topic(admin, REBALANCE_TOPIC, REBALANCE_PARTITIONS, 3)
     create_topic(admin, BACKLOG_TOPIC, cfg["partitions"], 3)

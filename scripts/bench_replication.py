@@ -93,24 +93,9 @@ FAILOVER_SLACK_S = 1.0
 
 
 def wait_until(what: str, check: Callable[[], Any], timeout_s: float) -> Any:
-    """Poll ``check`` every 50 ms until truthy; StepError naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            if value := check():
-                return value
-        except (OSError, ValueError, KeyError, KafkaException) as exc:
-            last = exc
-        time.sleep(0.05)
-    raise StepError(f"timed out after {timeout_s:g} s waiting for {what} (last error: {last})")
-
-
-def wait_formed(cluster: Cluster) -> None:
-    def formed() -> bool:
-        return cluster.formed(cluster.brokers[0].get("/v1/cluster"))
-
-    wait_until("3 unfenced brokers and an active controller", formed, READY_TIMEOUT_S)
+    return bench_cluster.wait_until(
+        what, check, timeout_s, poll_s=0.05, errors=(OSError, ValueError, KeyError, KafkaException)
+    )
 
 
 def partitions(admin: AdminClient, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
@@ -359,7 +344,7 @@ def failover_run(
     )
     victim.launch()
     victim.wait_ready(READY_TIMEOUT_S)
-    wait_formed(cluster)
+    bench_cluster.wait_formed(cluster)
     wait_isr_full(admin, [RF3_TOPIC, topic])
     return {
         "victim": victim_id,
@@ -449,7 +434,7 @@ def step_failover(cluster: Cluster, admin: AdminClient, cfg: dict[str, Any]) -> 
 
 
 def run_all(cluster: Cluster, cfg: dict[str, Any], report: dict[str, Any]) -> None:
-    wait_formed(cluster)
+    bench_cluster.wait_formed(cluster)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 5000})
     create_topic(admin, RF1_TOPIC, cfg["partitions"], 1, on_broker=cluster.brokers[0].spec.node_id)
     create_topic(
