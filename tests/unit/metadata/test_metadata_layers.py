@@ -1,4 +1,5 @@
-"""Imports flow one way: kafka_protocol <- metadata_log <- kraft.controller (STYLE.md 10)."""
+"""Imports flow one way: kafka_protocol <- metadata_log <- kraft.controller, and the Spark
+source needs nothing but the protocol package on executors (STYLE.md 10)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ PROJECT = {"kafka_protocol", "metadata_log", "kraft", "broker", "spark_source"}
 ALLOWED = {
     "metadata_log": {"kafka_protocol", "metadata_log"},
     "kraft/controller": {"kafka_protocol", "metadata_log", "kraft.controller"},
+    "spark_source": {"kafka_protocol", "spark_source"},
 }
 IO_MODULES = {"os", "socket", "asyncio", "threading", "subprocess", "time"}
 PURE = ["records.py", "image.py", "delta.py", "configs.py", "exceptions.py"]
@@ -48,3 +50,8 @@ def test_controller_state_machine_does_no_io() -> None:
     for path in sorted((ROOT / "kraft" / "controller").glob("*.py")):
         if path.name not in ("local.py", "__init__.py"):
             assert not imports(path) & IO_MODULES, path.name
+
+
+@pytest.mark.parametrize("module", ["options.py", "planning.py"])
+def test_spark_planning_is_pure(module: str) -> None:
+    assert not imports(ROOT / "spark_source" / module) & IO_MODULES
