@@ -9,6 +9,7 @@
                  (--to-earliest | --to-latest | --to-datetime ISO | --to-offset N) [--execute]
     kraft produce TOPIC [--key-separator SEP] [--partition P] [--header k=v ...]   (stdin lines)
     kraft consume TOPIC [--from-beginning] [--partition P] [--max-messages N] [--timeout-ms T]
+                  [--group G [--bootstrap-server HOST:PORT] [--consumer-property k=v ...]]
     kraft cluster status
     kraft elect-leaders --bootstrap-server HOST:PORT --election-type preferred|unclean
                         (--all-topic-partitions | --topic T [--partition P ...])
@@ -16,10 +17,11 @@
 Every command but ``elect-leaders`` takes ``--admin URL`` (default ``$KRAFT_ADMIN`` or
 ``http://127.0.0.1:8080``); every command takes ``--json``.  ``elect-leaders`` speaks the Kafka
 protocol to a broker instead (ElectLeaders, as Kafka's ``kafka-leader-election.sh`` does), which
-forwards it to the active controller.  Output is a table (or the records) by default.  A
-failure prints one line, ``kraft: <ERROR>: <message>``, on stderr and exits with status 1;
-``<ERROR>`` is the API's error name (a Kafka error such as ``TOPIC_ALREADY_EXISTS``),
-``ADMIN_UNREACHABLE``, ``BROKER_UNREACHABLE`` or ``ELECTION_FAILED``.
+forwards it to the active controller; so does ``consume --group`` (kraft/group_consume.py), a
+member of the consumer group like Kafka's ``kafka-console-consumer.sh --group``.  Output is a
+table (or the records) by default.  A failure prints one line, ``kraft: <ERROR>: <message>``,
+on stderr and exits with status 1; ``<ERROR>`` is the API's error name (a Kafka error such as
+``TOPIC_ALREADY_EXISTS``), ``ADMIN_UNREACHABLE``, ``BROKER_UNREACHABLE`` or ``ELECTION_FAILED``.
 
 Keys, values and headers travel base64-encoded, so ``produce`` and ``consume`` pass arbitrary
 bytes through unchanged.
@@ -393,7 +395,7 @@ class Consumer:
     positions: dict[int, int | str]  # partition -> offset, or "earliest" / "latest"
     idle_poll_ms: int
 
-    def poll(self, partition: int, max_records: int, wait_ms: int) -> list[dict[str, Any]]:
+    def poll(self, partition: int, max_records: int, wait_ms: int) -> list[Consumed]:
         query = {
             "offset": self.positions[partition],
             "max_records": max_records,
@@ -404,10 +406,28 @@ class Consumer:
         timeout_s = REQUEST_TIMEOUT_S + wait_ms / 1000
         data = self.client.call("GET", path, query=query, timeout_s=timeout_s).body
         self.positions[partition] = data["next_offset"]
-        records: list[dict[str, Any]] = data["records"]
-        for record in records:
-            record["partition"] = partition
-        return records
+        return [
+            Consumed(
+                partition,
+                r["offset"],
+                r["timestamp"],
+                unb64(r["key"]),
+                unb64(r["value"]),
+                [(k, unb64(v)) for k, v in r["headers"].items()],
+            )
+            for r in data["records"]
+        ]
+
+
+class Consumed(NamedTuple):
+    """A record to print, however it was read (REST here, Kafka Fetch with --group)."""
+
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes | None]]
 
 
 @dataclass
@@ -418,30 +438,28 @@ class Printer:
     key_separator: bytes
     count: int = 0
 
-    def write(self, record: dict[str, Any]) -> None:
-        key, value = unb64(record["key"]), unb64(record["value"])
+    def write(self, record: Consumed) -> None:
         if self.json_lines:
-            line = json.dumps(_decoded(record, key, value)).encode()
+            line = json.dumps(_decoded(record)).encode()
         else:
-            line = b"null" if value is None else value
+            line = b"null" if record.value is None else record.value
             if self.print_key:
-                line = (b"null" if key is None else key) + self.key_separator + line
+                line = (b"null" if record.key is None else record.key) + self.key_separator + line
         self.out.write(line + b"\n")
         self.count += 1
 
 
-def _decoded(record: dict[str, Any], key: bytes | None, value: bytes | None) -> dict[str, Any]:
+def _decoded(record: Consumed) -> dict[str, Any]:
     def text(data: bytes | None) -> str | None:
         return None if data is None else data.decode(errors="replace")
 
-    headers = {k: text(unb64(v)) for k, v in record["headers"].items()}
     return {
-        "partition": record["partition"],
-        "offset": record["offset"],
-        "timestamp": record["timestamp"],
-        "key": text(key),
-        "value": text(value),
-        "headers": headers,
+        "partition": record.partition,
+        "offset": record.offset,
+        "timestamp": record.timestamp,
+        "key": text(record.key),
+        "value": text(record.value),
+        "headers": {k: text(v) for k, v in record.headers},
     }
 
 
@@ -484,12 +502,21 @@ def _wait_ms(idle: bool, idle_poll_ms: int, timeout_ms: int | None, last_record:
 
 @command
 def consume(args: argparse.Namespace, client: AdminClient) -> int:
+    out = sys.stdout.buffer
+    printer = Printer(out, args.json, args.print_key, args.key_separator.encode())
     if args.group is not None:
-        print(
-            f"kraft: note: consumer groups arrive later; --group {args.group} is ignored and"
-            " no offsets are committed",
-            file=sys.stderr,
-        )
+        if args.partition is not None:
+            return fail(
+                "INVALID_ARGUMENTS",
+                "--partition cannot be combined with --group: a group member consumes the"
+                " partitions the group assigns it",
+            )
+        from kraft.group_consume import consume_in_group
+
+        return _printing(printer, lambda: consume_in_group(args, client, printer))
+    for option in ("bootstrap_server", "consumer_property"):
+        if getattr(args, option):
+            return fail("INVALID_ARGUMENTS", f"--{option.replace('_', '-')} needs --group")
     topic = client.call("GET", topic_path(args.topic)).body
     partitions = [p["partition"] for p in topic["partitions"]]
     if args.partition is not None:
@@ -501,13 +528,20 @@ def consume(args: argparse.Namespace, client: AdminClient) -> int:
     start: int | str = "earliest" if args.from_beginning else "latest"
     idle_poll = IDLE_POLL_MS if len(partitions) == 1 else IDLE_POLL_MANY_MS
     consumer = Consumer(client, args.topic, dict.fromkeys(partitions, start), idle_poll)
-    out = sys.stdout.buffer
-    printer = Printer(out, args.json, args.print_key, args.key_separator.encode())
+
+    def run() -> None:
+        with contextlib.suppress(KeyboardInterrupt):
+            consume_loop(consumer, printer, args.max_messages, args.timeout_ms)
+
+    return _printing(printer, run)
+
+
+def _printing(printer: Printer, run: Callable[[], None]) -> int:
+    """Run a consume loop; then Kafka's closing line, or nothing once stdout is closed (the
+    reader, e.g. `head`, has all it wanted)."""
     try:
-        consume_loop(consumer, printer, args.max_messages, args.timeout_ms)
-    except KeyboardInterrupt:
-        pass
-    except BrokenPipeError:  # e.g. piped into `head`
+        run()
+    except BrokenPipeError:
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
@@ -1042,7 +1076,27 @@ def _add_clients(
     )
     cons.add_argument("--print-key", action="store_true", help="print KEY<TAB>VALUE")
     cons.add_argument("--key-separator", default="\t", metavar="SEP", help="with --print-key")
-    cons.add_argument("--group", metavar="G", help="accepted; consumer groups arrive later")
+    cons.add_argument(
+        "--group",
+        metavar="G",
+        help="consume as a member of consumer group G: its partitions, from its committed"
+        " offsets, committing what was printed (Kafka protocol, to the brokers)",
+    )
+    cons.add_argument(
+        "--bootstrap-server",
+        type=bootstrap_addresses,
+        metavar="HOST:PORT",
+        help="with --group: a broker (or a comma-separated list; default: the brokers the"
+        " admin API lists)",
+    )
+    cons.add_argument(
+        "--consumer-property",
+        type=key_value,
+        action="append",
+        metavar="KEY=VALUE",
+        help="with --group: session.timeout.ms, heartbeat.interval.ms, max.poll.interval.ms,"
+        " partition.assignment.strategy, auto.offset.reset or client.id (repeatable)",
+    )
     cons.set_defaults(func=consume)
 
 

@@ -24,9 +24,8 @@ from typing import Any, Final, TypeVar
 from aiohttp import web
 
 from kafka_protocol.errors import ErrorCode
-from kraft.group_admin import (
-    GroupAdmin,
-    GroupAdminError,
+from kraft.group_admin import GroupAdmin, GroupAdminError
+from kraft.group_model import (
     GroupDescription,
     GroupListing,
     MemberDescription,

@@ -397,17 +397,6 @@ def test_consume_prints_values_and_keys(
     assert "offset=earliest" in query and "max_records=2" in query
 
 
-def test_consume_with_a_group_says_groups_arrive_later(
-    api: FakeApi, capfdbinary: pytest.CaptureFixture[bytes]
-) -> None:
-    api.reply("GET", "/v1/topics/t", (200, {"name": "t", "partitions": [{"partition": 0}]}))
-    empty = {"records": [], "next_offset": 0, "high_watermark": 0, "log_start_offset": 0}
-    api.reply("GET", "/v1/topics/t/partitions/0/records", (200, empty))
-    assert run(["consume", "t", "--group", "g", "--timeout-ms", "50"], api) == 0
-    err = capfdbinary.readouterr().err
-    assert b"consumer groups arrive later" in err
-
-
 def produce_from(api: FakeApi, data: bytes, *argv: str) -> int:
     r, w = os.pipe()
     os.write(w, data)

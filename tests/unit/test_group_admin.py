@@ -1,5 +1,6 @@
-"""The group admin (kraft/group_admin.py): its pure parts (assignments, lag, reset plans) and its
-operations against fake brokers that speak the real protocol over sockets on 127.0.0.1.
+"""The group admin (kraft/group_admin.py, on kraft/group_client.py): its pure parts (assignments,
+lag, reset plans: kraft/group_model.py) and its operations against fake brokers that speak the
+real protocol over sockets on 127.0.0.1.
 
 :class:`FakeBrokers` answers with the project's codecs (``decode_request`` /
 ``encode_response``), so the admin is tested against bytes: version negotiation, encodings,
@@ -44,12 +45,12 @@ from kafka_protocol.messages import (
     OffsetFetchResponse,
 )
 from kafka_protocol.types import BrokerId, GroupId, TopicName
-from kraft import group_admin
-from kraft.group_admin import (
+from kraft import group_client
+from kraft.group_admin import GroupAdmin, GroupAdminError
+from kraft.group_assignment import decode_assignment
+from kraft.group_model import (
     EARLIEST,
     LATEST,
-    GroupAdmin,
-    GroupAdminError,
     MemberDescription,
     PlannedOffset,
     ToEarliest,
@@ -57,7 +58,6 @@ from kraft.group_admin import (
     ToOffset,
     ToOffsets,
     ToTimestamp,
-    decode_assignment,
     lag_of,
     offsets_needed,
     partition_offsets,
@@ -496,8 +496,8 @@ async def admin_of(brokers: FakeBrokers, **options: Any) -> AsyncIterator[GroupA
 
 @pytest.fixture(autouse=True)
 def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(group_admin, "RETRY_INITIAL_S", 0.001)
-    monkeypatch.setattr(group_admin, "RETRY_MAX_S", 0.002)
+    monkeypatch.setattr(group_client, "RETRY_INITIAL_S", 0.001)
+    monkeypatch.setattr(group_client, "RETRY_MAX_S", 0.002)
 
 
 def run(brokers: FakeBrokers, call: Callable[[GroupAdmin], Awaitable[T]], **options: Any) -> T:
@@ -611,11 +611,11 @@ def test_a_group_with_only_offsets_is_described_as_empty() -> None:
 
 
 def test_retries_end_with_the_last_error() -> None:
-    errors = [ErrorCode.COORDINATOR_LOAD_IN_PROGRESS] * group_admin.MAX_ATTEMPTS
+    errors = [ErrorCode.COORDINATOR_LOAD_IN_PROGRESS] * group_client.MAX_ATTEMPTS
     brokers = FakeBrokers(groups={"g": stable_group()}, errors={"DescribeGroupsRequest": errors})
     error = fail(brokers, lambda admin: admin.describe_group("g"))
     assert error.error == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-    assert f"gave up after {group_admin.MAX_ATTEMPTS} attempts" in error.message
+    assert f"gave up after {group_client.MAX_ATTEMPTS} attempts" in error.message
 
 
 def test_list_merges_every_live_broker() -> None:

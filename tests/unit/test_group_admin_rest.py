@@ -15,8 +15,8 @@ from integration.test_rest import ApiSchemas
 from test_group_admin import FakeBrokers, FakeGroup, stable_group
 
 from kafka_protocol.messages import OffsetCommitRequest
-from kraft import group_admin
-from kraft.group_admin import ToEarliest, ToLatest, ToOffset, ToOffsets, ToTimestamp
+from kraft import group_client
+from kraft.group_model import ToEarliest, ToLatest, ToOffset, ToOffsets, ToTimestamp
 from kraft.rest import build_app
 from kraft.rest import groups as rest_groups
 from kraft.rest.common import AdminNode, ApiError, Body
@@ -140,8 +140,8 @@ def serve(
 
 @pytest.fixture(autouse=True)
 def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(group_admin, "RETRY_INITIAL_S", 0.001)
-    monkeypatch.setattr(group_admin, "RETRY_MAX_S", 0.002)
+    monkeypatch.setattr(group_client, "RETRY_INITIAL_S", 0.001)
+    monkeypatch.setattr(group_client, "RETRY_MAX_S", 0.002)
 
 
 def test_list_and_describe() -> None:
