@@ -1,0 +1,383 @@
+"""One blocking connection to one broker, and the retry clock of an operation.
+
+Theory of operation
+-------------------
+A :class:`BrokerConnection` is created without a socket; the first request opens it (TCP,
+``TCP_NODELAY``, within ``socket.connection.setup.timeout.ms``) and negotiates versions with
+ApiVersions v3 (if the broker answers UNSUPPORTED_VERSION, as a v0 body per KIP-511, once more
+at the highest version it offers).  :meth:`BrokerConnection.version_for` is then the highest
+version of an api that both sides support, or :class:`UnsupportedBroker`.
+
+Requests may be pipelined: :meth:`~BrokerConnection.send` writes a frame and returns an
+:class:`InFlight` ticket; :meth:`~BrokerConnection.receive` reads frames in order (a broker
+answers in request order) until the ticket's, dropping the answers of tickets abandoned before
+it.  A response frame is read with ``recv_into`` straight into one buffer of its exact size
+(after its size prefix is checked against the client's frame limit), so a 50 MB fetch costs
+one allocation and no copies; the records of a decoded Fetch response are views into it.
+
+Every read and write is bounded by the deadline the caller passes (``time.monotonic()``
+seconds).  Any failure (refused, reset, EOF, a deadline passed mid-frame, a frame above the
+limit or that does not decode) closes the connection, so a late answer can never be taken
+for the next request's, and raises :class:`ConnectionFailed` (or :class:`InvalidResponse`);
+the next request opens a new socket.  Nothing here retries: :class:`Attempts` is the clock the
+client's operations retry with (``retry.backoff.ms`` doubling to ``retry.backoff.max.ms``,
+with Kafka's 20 % jitter, until ``default.api.timeout.ms``).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import socket
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, TypeAlias
+
+from kafka_protocol._codec import FileRegion, Request, Response
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.exceptions import ProtocolError
+from kafka_protocol.framing import API_VERSIONS_KEY, decode_response, encode_request
+from kafka_protocol.messages import ApiVersionsRequest, ApiVersionsResponse, RequestHeader
+from spark_source._client_config import ClientConfig
+from spark_source._client_types import (
+    ConnectionFailed,
+    KafkaClientError,
+    OperationTimedOut,
+    UnsupportedBroker,
+)
+
+log = logging.getLogger(__name__)
+
+API_VERSIONS_VERSION: Final = 3
+CLIENT_SOFTWARE_NAME: Final = "kraft-spark-client"
+CLIENT_SOFTWARE_VERSION: Final = "0.1.0"
+MAX_IN_FLIGHT: Final = 5  # requests pipelined on one connection
+_SIZE = struct.Struct(">i")
+_MAX_CORRELATION_ID = 0x7FFFFFFF
+_JITTER = 0.2  # Kafka's CommonClientConfigs.RETRY_BACKOFF_JITTER
+
+
+# A request, or how to build it at the version chosen (fields a version lacks must keep their
+# defaults, or the codec refuses to encode).
+RequestFor: TypeAlias = Request | Callable[[int], Request]
+
+
+class InvalidResponse(KafkaClientError):
+    """A broker sent a frame above the size limit, or bytes that do not decode."""
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A request sent and not yet answered."""
+
+    correlation_id: int
+    api_key: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Versions:
+    """The versions of one api this client can send: ``[low, high]``."""
+
+    api_key: int
+    low: int
+    high: int
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port``."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"{text!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+class BrokerConnection:
+    """A lazily opened, blocking connection to one broker (see the module docstring)."""
+
+    def __init__(self, host: str, port: int, config: ClientConfig) -> None:
+        self.host = host
+        self.port = port
+        self.config = config
+        self._sock: socket.socket | None = None
+        self._api_versions: dict[int, tuple[int, int]] = {}
+        self._pending: collections.deque[InFlight] = collections.deque()
+        self._correlation_id = 0
+        self._size_buf = bytearray(_SIZE.size)
+
+    @property
+    def peer(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def is_open(self) -> bool:
+        return self._sock is not None
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def open(self, deadline: float) -> None:
+        """Connect and negotiate versions (nothing if already open)."""
+        if self._sock is not None:
+            return
+        timeout = min(_remaining(deadline), self.config.connection_setup_timeout_ms / 1000)
+        if timeout <= 0:
+            raise ConnectionFailed(f"no time left to connect to {self.peer}")
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.config.receive_buffer_bytes > 0:
+                sock.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_RCVBUF, self.config.receive_buffer_bytes
+                )
+            if self.config.send_buffer_bytes > 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.send_buffer_bytes)
+        except OSError as exc:
+            raise ConnectionFailed(f"cannot connect to {self.peer}: {exc}") from exc
+        self._sock = sock
+        try:
+            self._negotiate(deadline)
+        except BaseException:
+            self.close()
+            raise
+
+    def version_for(self, versions: Versions) -> int:
+        """The highest version of the api that both sides support."""
+        theirs = self._api_versions.get(versions.api_key)
+        if theirs is not None:
+            low, high = max(theirs[0], versions.low), min(theirs[1], versions.high)
+            if low <= high:
+                return high
+        offered = "none" if theirs is None else f"v{theirs[0]}-v{theirs[1]}"
+        raise UnsupportedBroker(
+            f"broker {self.peer} supports api {versions.api_key} at {offered}; this client needs"
+            f" a version in v{versions.low}-v{versions.high}",
+            versions.api_key,
+        )
+
+    def request(self, request: RequestFor, versions: Versions, deadline: float) -> Response:
+        """Open if needed, send at the best common version, and wait for the answer."""
+        return self.receive(self.submit(request, versions, deadline), deadline)
+
+    def submit(self, request: RequestFor, versions: Versions, deadline: float) -> InFlight:
+        """Open if needed and send at the best common version; the answer is to receive."""
+        self.open(deadline)
+        version = self.version_for(versions)
+        body = request if isinstance(request, Request) else request(version)
+        return self.send(body, version, deadline)
+
+    def send(self, request: Request, version: int, deadline: float) -> InFlight:
+        """Write one request (the connection must be open)."""
+        assert request.API_KEY is not None and self._sock is not None
+        assert len(self._pending) < MAX_IN_FLIGHT, "too many requests in flight"
+        self._correlation_id = (self._correlation_id + 1) & _MAX_CORRELATION_ID
+        header = RequestHeader(
+            request_api_key=request.API_KEY,
+            request_api_version=version,
+            correlation_id=self._correlation_id,
+            client_id=self.config.client_id,
+        )
+        ticket = InFlight(self._correlation_id, request.API_KEY, version)
+        try:
+            chunks = encode_request(header, request)
+        except ProtocolError as exc:  # our bug, not the broker's: the connection is intact
+            raise KafkaClientError(f"cannot encode {request.NAME} v{version}: {exc}") from exc
+        self._pending.append(ticket)
+        self._send_chunks(chunks, deadline)
+        return ticket
+
+    def receive(self, ticket: InFlight, deadline: float) -> Response:
+        """The answer to ``ticket``; answers to earlier, abandoned tickets are dropped."""
+        if ticket not in self._pending:
+            raise ConnectionFailed(f"the connection to {self.peer} was closed before its answer")
+        while True:
+            frame = self._read_frame(deadline)
+            expected = self._pending.popleft()
+            (correlation_id,) = _SIZE.unpack_from(frame, 0)
+            if correlation_id != expected.correlation_id:
+                self.close()
+                raise InvalidResponse(
+                    f"{self.peer} answered correlation id {correlation_id}, expected"
+                    f" {expected.correlation_id}"
+                )
+            if expected == ticket:
+                return self._decode(ticket, frame)
+
+    def abandon(self, ticket: InFlight) -> None:
+        """Its answer is no longer wanted.  Closing is cheaper than reading a large answer,
+        but only if no other request is in flight on this connection; else the answer is
+        dropped when a later one is received."""
+        if list(self._pending) == [ticket]:
+            self.close()
+
+    def close(self) -> None:
+        """Close the socket; requests in flight are lost (their tickets fail)."""
+        sock, self._sock = self._sock, None
+        self._pending.clear()
+        self._api_versions = {}
+        if sock is not None:
+            sock.close()
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def _negotiate(self, deadline: float) -> None:
+        request = ApiVersionsRequest(
+            client_software_name=CLIENT_SOFTWARE_NAME,
+            client_software_version=CLIENT_SOFTWARE_VERSION,
+        )
+        response = self.receive(self.send(request, API_VERSIONS_VERSION, deadline), deadline)
+        assert isinstance(response, ApiVersionsResponse)
+        if response.error_code == ErrorCode.UNSUPPORTED_VERSION:
+            theirs = {k.api_key: k.max_version for k in response.api_keys}
+            fallback = min(theirs.get(API_VERSIONS_KEY, 0), API_VERSIONS_VERSION)
+            response = self.receive(self.send(request, fallback, deadline), deadline)
+            assert isinstance(response, ApiVersionsResponse)
+        if response.error_code != ErrorCode.NONE:
+            name = ErrorCode.from_code(response.error_code).name
+            raise UnsupportedBroker(f"{self.peer} refused ApiVersions: {name}", API_VERSIONS_KEY)
+        self._api_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+    def _decode(self, ticket: InFlight, frame: bytearray) -> Response:
+        try:
+            return decode_response(ticket.api_key, ticket.version, frame)[1]
+        except ProtocolError as exc:
+            if ticket.api_key == API_VERSIONS_KEY and ticket.version > 0:
+                try:  # KIP-511: a broker without our ApiVersions version answers as v0
+                    return decode_response(API_VERSIONS_KEY, 0, frame)[1]
+                except ProtocolError:
+                    pass
+            self.close()
+            raise InvalidResponse(f"{self.peer} sent an undecodable answer: {exc}") from exc
+
+    def _send_chunks(
+        self, chunks: list[bytes | bytearray | memoryview | FileRegion], deadline: float
+    ) -> None:
+        views = collections.deque(
+            memoryview(c).cast("B") for c in chunks if not isinstance(c, FileRegion) and len(c)
+        )
+        assert len(views) == sum(1 for c in chunks if len(c)), "file regions are for brokers"
+        sock = self._socket()
+        try:
+            while views:
+                sock.settimeout(self._timeout(deadline))
+                sent = sock.sendmsg(list(views)[:64])
+                while sent:
+                    head = views[0]
+                    if sent >= len(head):
+                        sent -= len(head)
+                        views.popleft()
+                    else:
+                        views[0] = head[sent:]
+                        sent = 0
+        except OSError as exc:
+            self.close()
+            raise ConnectionFailed(f"sending to {self.peer} failed: {exc!r}") from exc
+
+    def _read_frame(self, deadline: float) -> bytearray:
+        size_view = memoryview(self._size_buf)
+        self._recv_into(size_view, deadline)
+        (size,) = _SIZE.unpack(self._size_buf)
+        limit = self.config.max_frame_bytes
+        if not _SIZE.size <= size <= limit:
+            self.close()
+            raise InvalidResponse(
+                f"{self.peer} sent a frame of {size} bytes (the limit is {limit}; raise"
+                " fetch.max.bytes to allow larger ones)"
+            )
+        frame = bytearray(size)
+        self._recv_into(memoryview(frame), deadline)
+        return frame
+
+    def _recv_into(self, view: memoryview, deadline: float) -> None:
+        sock = self._socket()
+        got, size = 0, len(view)
+        try:
+            while got < size:
+                sock.settimeout(self._timeout(deadline))
+                n = sock.recv_into(view[got:], size - got)
+                if n == 0:
+                    raise ConnectionResetError(f"closed by the broker after {got} of {size} bytes")
+                got += n
+        except OSError as exc:
+            self.close()
+            if isinstance(exc, TimeoutError):
+                raise ConnectionFailed(f"no answer from {self.peer} in time") from exc
+            raise ConnectionFailed(f"receiving from {self.peer} failed: {exc!r}") from exc
+
+    def _socket(self) -> socket.socket:
+        if self._sock is None:
+            raise ConnectionFailed(f"the connection to {self.peer} is closed")
+        return self._sock
+
+    def _timeout(self, deadline: float) -> float:
+        left = _remaining(deadline)
+        if left <= 0:
+            raise TimeoutError("deadline passed")
+        return left
+
+
+def _remaining(deadline: float) -> float:
+    return deadline - time.monotonic()
+
+
+class Attempts:
+    """The clock of one operation: its deadline, the backoff between tries, and what failed
+    last (what the operation raises when its time is up)."""
+
+    def __init__(self, config: ClientConfig, what: str, timeout_ms: int | None = None) -> None:
+        self.config = config
+        self.what = what
+        self.timeout_ms = config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+        self.deadline = time.monotonic() + self.timeout_ms / 1000
+        self._delay_s = config.retry_backoff_ms / 1000
+        self._last: str = "no attempt finished"
+        self._last_error: ErrorCode | None = None
+        self._last_connection: ConnectionFailed | None = None
+
+    def request_deadline(self, extra_ms: int = 0) -> float:
+        """When one request sent now must have been answered."""
+        per_request = time.monotonic() + (self.config.request_timeout_ms + extra_ms) / 1000
+        return min(self.deadline, per_request)
+
+    def note(self, failure: ErrorCode | ConnectionFailed | str) -> None:
+        """Remember why the last try failed."""
+        if isinstance(failure, ErrorCode):
+            self._last, self._last_error, self._last_connection = failure.name, failure, None
+        elif isinstance(failure, ConnectionFailed):
+            self._last, self._last_error, self._last_connection = str(failure), None, failure
+        else:
+            self._last, self._last_error, self._last_connection = failure, None, None
+
+    def progressed(self) -> None:
+        """Something succeeded: restart the deadline and the backoff."""
+        self.deadline = time.monotonic() + self.timeout_ms / 1000
+        self._delay_s = self.config.retry_backoff_ms / 1000
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def retry(self, failure: ErrorCode | ConnectionFailed | str | None = None) -> None:
+        """Back off before the next try, or raise if the deadline has passed."""
+        if failure is not None:
+            self.note(failure)
+        if self.expired():
+            raise self.timed_out()
+        self.pause()
+
+    def pause(self) -> None:
+        """Sleep the next backoff (never past the deadline)."""
+        delay = self._delay_s * random.uniform(1 - _JITTER, 1 + _JITTER)
+        self._delay_s = min(self._delay_s * 2, self.config.retry_backoff_max_ms / 1000)
+        time.sleep(max(0.0, min(delay, _remaining(self.deadline))))
+
+    def timed_out(self) -> KafkaClientError:
+        message = f"{self.what} did not succeed within {self.timeout_ms} ms: {self._last}"
+        if self._last_connection is not None:
+            failed = ConnectionFailed(message)
+            failed.__cause__ = self._last_connection
+            return failed
+        return OperationTimedOut(message, self._last_error)

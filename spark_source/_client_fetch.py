@@ -1,0 +1,328 @@
+"""Reading one partition's offset range with Fetch: the cursor behind ``KafkaClient.read``.
+
+Theory of operation
+-------------------
+The cursor holds a position (the next offset wanted) and at most one fetch in flight, sent to
+the partition's leader at the leader epoch the metadata cache knows.  An answer with records
+is cut to the whole batches that overlap ``[position, end)`` (:func:`cover`: batch headers
+only, never a record), the position moves past the last of them, the next fetch is sent, and
+only then is the chunk handed to the caller: the broker works on the next answer while the
+caller decodes this one.  The cursor's deadline (``default.api.timeout.ms``) restarts whenever
+it makes progress, and while the caller holds a chunk.
+
+Everything else is a failure to retry or a final outcome::
+
+    answer                                   what the cursor does
+    records, whole batches in range          yield them, advance
+    records, only a truncated batch          fetch again with a larger partition limit
+    no records, position >= high watermark   fetch again (the broker long-polls); past the
+                                             deadline: DataLossError (available_until = HW)
+    OFFSET_OUT_OF_RANGE, below log start     DataLossError (available_from = log start)
+    OFFSET_OUT_OF_RANGE, above the log end   refresh metadata and retry once, then DataLossError
+    leader errors, retriable errors, a lost  forget the leader, back off, refresh, retry
+    connection
+    topic or partition gone                  DataLossError
+    any other Kafka error                    BrokerError
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.messages import FetchRequest, FetchResponse
+from kafka_protocol.record_batch import LOG_OVERHEAD, MAGIC
+from kafka_protocol.types import BrokerId, TopicName
+from spark_source._client_config import FRAME_OVERHEAD_BYTES
+from spark_source._client_conn import (
+    Attempts,
+    BrokerConnection,
+    InFlight,
+    InvalidResponse,
+    Versions,
+)
+from spark_source._client_types import (
+    EARLIEST,
+    LATEST,
+    STALE_LEADER_ERRORS,
+    BrokerError,
+    ConnectionFailed,
+    DataLossError,
+    TopicNotFound,
+    TopicPartition,
+)
+
+if TYPE_CHECKING:
+    from spark_source.client import KafkaClient
+
+log = logging.getLogger(__name__)
+
+FETCH: Final = Versions(1, 4, 12)  # v4: RecordBatch v2; v12: the last that names topics
+SESSIONLESS: Final = (0, -1)  # session id, FINAL_EPOCH: a full fetch outside any session
+READ_UNCOMMITTED: Final = 0
+CONSUMER_REPLICA_ID: Final = BrokerId(-1)
+MIN_LONG_POLL_MS: Final = 100  # below this wait the cursor backs off between empty fetches
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_AT: Final = 23
+_MAGIC_AT: Final = 16
+_MIN_BATCH_BYTES: Final = 61  # a RecordBatch v2 header
+
+
+@dataclass(frozen=True, slots=True)
+class Cover:
+    """What one fetch's records give: ``chunk`` (whole batches overlapping the range, or
+    None), the position after it, and the size of a truncated first batch (0 if none)."""
+
+    chunk: memoryview | None
+    next_position: int
+    truncated_bytes: int = 0
+
+
+def cover(records: memoryview, position: int, end: int) -> Cover:
+    """The whole batches of ``records`` that overlap ``[position, end)``.
+
+    Batches wholly below ``position`` are skipped; the first batch starting at or after
+    ``end`` stops the walk (if it is the first batch, the range has no records left, as after
+    compaction: the position becomes ``end``).  A truncated tail is left out.
+    """
+    first = last = -1
+    next_position = position
+    pos, size = 0, len(records)
+    while size - pos >= LOG_OVERHEAD:
+        base_offset, length = _OFFSET_AND_LENGTH.unpack_from(records, pos)
+        batch_end = pos + LOG_OVERHEAD + length
+        if length < _MIN_BATCH_BYTES - LOG_OVERHEAD:
+            raise InvalidResponse(f"batch at offset {base_offset} claims {length} bytes")
+        if batch_end > size:
+            if first < 0:
+                return Cover(None, position, batch_end - pos)
+            break
+        if records[pos + _MAGIC_AT] != MAGIC:
+            raise InvalidResponse(f"batch at offset {base_offset} has magic {records[pos + 16]}")
+        if base_offset >= end:
+            if first < 0:
+                next_position = end
+            break
+        (delta,) = _LAST_OFFSET_DELTA.unpack_from(records, pos + _LAST_OFFSET_DELTA_AT)
+        if base_offset + delta >= position:
+            if first < 0:
+                first = pos
+            last = batch_end
+            next_position = base_offset + delta + 1
+        pos = batch_end
+    if first < 0:
+        return Cover(None, next_position)
+    return Cover(records[first:last], next_position)
+
+
+class FetchCursor:
+    """Fetches ``[start, end)`` of one partition (see the module docstring)."""
+
+    def __init__(self, client: KafkaClient, tp: TopicPartition, start: int, end: int) -> None:
+        self.client = client
+        self.config = client.config
+        self.tp = tp
+        self.position = start
+        self.end = end
+        self.partition_max_bytes = self.config.max_partition_fetch_bytes
+        self.attempts = Attempts(self.config, f"reading {tp} from offset {start}")
+        self._in_flight: tuple[BrokerConnection, InFlight] | None = None
+        self._conn: BrokerConnection | None = None  # the leader last fetched from
+        self._epoch = -1  # and its leader epoch
+        self._out_of_range = 0
+
+    def chunks(self) -> Iterator[memoryview]:
+        try:
+            while self.position < self.end:
+                chunk = self._next_chunk()
+                if chunk is not None:
+                    yield chunk
+                    self.attempts.progressed()  # the caller's time is not ours
+        finally:
+            self._abandon()
+
+    def _abandon(self) -> None:
+        """The caller stopped (or the cursor failed) with a fetch in flight."""
+        if self._in_flight is not None:
+            conn, ticket = self._in_flight
+            conn.abandon(ticket)
+            self._in_flight = None
+
+    def _next_chunk(self) -> memoryview | None:
+        if self._in_flight is None and not self._send():
+            return None
+        assert self._in_flight is not None
+        conn, ticket = self._in_flight
+        self._in_flight = None
+        try:
+            response = conn.receive(ticket, self._request_deadline())
+        except ConnectionFailed as exc:
+            log.debug("%s: retrying the fetch from %d after %s", self.tp, self.position, exc)
+            self.client.invalidate(self.tp)
+            self.attempts.retry(exc)
+            return None
+        assert isinstance(response, FetchResponse)
+        data = self._partition_data(response)
+        error = ErrorCode.from_code(response.error_code or data.error_code)
+        if error is not ErrorCode.NONE:
+            self._failed(error, data)
+            return None
+        return self._advance(data)
+
+    def _request_deadline(self) -> float:
+        """Not capped by the cursor's deadline: a fetch that long-polls at the end of it
+        must still bring back the high watermark that decides what went wrong."""
+        wait_ms = self.config.request_timeout_ms + self.config.fetch_max_wait_ms
+        return time.monotonic() + wait_ms / 1000
+
+    def _send(self) -> bool:
+        """Send a fetch from the position; False (after backing off) if it could not be."""
+        try:
+            found = self.client.leader(self.tp, self.attempts)
+        except TopicNotFound as exc:
+            raise DataLossError(self.tp, requested=self.position, reason=str(exc)) from exc
+        if found is None:
+            self.attempts.retry()
+            return False
+        address, self._epoch = found
+        self._conn = self.client.connection(address)
+        if self._submit():
+            return True
+        self.attempts.retry()
+        return False
+
+    def _submit(self) -> bool:
+        """Send a fetch from the position to the leader last used (no waiting, no metadata
+        refresh: what :meth:`_send` does again if this fails)."""
+        assert self._conn is not None
+        try:
+            ticket = self._conn.submit(self._request(self._epoch), FETCH, self._request_deadline())
+        except ConnectionFailed as exc:
+            self.client.invalidate(self.tp)
+            self.attempts.note(exc)
+            return False
+        self._in_flight = self._conn, ticket
+        return True
+
+    def _request(self, epoch: int) -> FetchRequest:
+        session_id, session_epoch = SESSIONLESS
+        partition = FetchRequest.FetchPartition(
+            partition=self.tp.partition,
+            current_leader_epoch=epoch,
+            fetch_offset=self.position,
+            partition_max_bytes=self.partition_max_bytes,
+        )
+        return FetchRequest(
+            replica_id=CONSUMER_REPLICA_ID,
+            max_wait_ms=self.config.fetch_max_wait_ms,
+            min_bytes=self.config.fetch_min_bytes,
+            max_bytes=max(self.config.fetch_max_bytes, self.partition_max_bytes),
+            isolation_level=READ_UNCOMMITTED,
+            session_id=session_id,
+            session_epoch=session_epoch,
+            topics=[
+                FetchRequest.FetchTopic(topic=TopicName(self.tp.topic), partitions=[partition])
+            ],
+        )
+
+    def _partition_data(self, response: FetchResponse) -> FetchResponse.PartitionData:
+        for topic in response.responses:
+            if topic.topic != self.tp.topic:
+                continue
+            for data in topic.partitions:
+                if data.partition_index == self.tp.partition:
+                    return data
+        if response.error_code != ErrorCode.NONE:  # a request-level error names no partition
+            return FetchResponse.PartitionData(partition_index=self.tp.partition)
+        raise InvalidResponse(f"the Fetch answer does not mention {self.tp}")
+
+    def _advance(self, data: FetchResponse.PartitionData) -> memoryview | None:
+        records = data.records
+        view = memoryview(records) if isinstance(records, bytes | bytearray | memoryview) else None
+        if view is None or not len(view):
+            self._no_records(data)
+            return None
+        found = cover(view, self.position, self.end)
+        if found.chunk is None and found.truncated_bytes:
+            self._grow(found.truncated_bytes)
+            return None
+        if found.next_position == self.position:  # nothing in range: treat as no records
+            self._no_records(data)
+            return None
+        self.position = found.next_position
+        self._out_of_range = 0
+        self.attempts.progressed()
+        if self.position < self.end:
+            self._submit()  # the next fetch runs while the caller reads this one
+        return found.chunk
+
+    def _grow(self, needed: int) -> None:
+        """A fetch that returned only part of its first batch: ask for more next time."""
+        limit = self.config.max_frame_bytes - FRAME_OVERHEAD_BYTES
+        if needed > limit:
+            raise InvalidResponse(
+                f"{self.tp}: the batch at offset {self.position} is {needed} bytes,"
+                f" above the fetch limit of {limit} bytes (raise fetch.max.bytes)"
+            )
+        self.partition_max_bytes = min(limit, max(needed, 2 * self.partition_max_bytes))
+
+    def _no_records(self, data: FetchResponse.PartitionData) -> None:
+        """No records at the position: wait for the high watermark to pass it."""
+        high_watermark = data.high_watermark
+        if self.attempts.expired():
+            raise DataLossError(
+                self.tp,
+                requested=self.position,
+                available_from=data.log_start_offset if data.log_start_offset >= 0 else None,
+                available_until=high_watermark,
+                reason=(
+                    f"the high watermark stayed below the end of the range ({self.end}) for"
+                    f" {self.attempts.timeout_ms} ms: records were lost (an unclean leader"
+                    " election?) or are not committed"
+                ),
+            )
+        self.attempts.note(f"the high watermark {high_watermark} is below {self.end}")
+        if self.position < high_watermark or self.config.fetch_max_wait_ms < MIN_LONG_POLL_MS:
+            self.attempts.pause()  # no long poll paces the next fetch
+
+    def _failed(self, error: ErrorCode, data: FetchResponse.PartitionData) -> None:
+        if error is ErrorCode.OFFSET_OUT_OF_RANGE:
+            self._out_of_log(data)
+        elif error.retriable or error in STALE_LEADER_ERRORS:
+            log.debug("%s: retrying the fetch from %d after %s", self.tp, self.position, error.name)
+            self.client.invalidate(self.tp)
+            self.attempts.retry(error)
+        else:
+            raise BrokerError(error, "Fetch", self.tp)
+
+    def _out_of_log(self, data: FetchResponse.PartitionData) -> None:
+        log_start = data.log_start_offset
+        if log_start < 0:
+            log_start = self._offset(EARLIEST)
+        if self.position < log_start:
+            raise DataLossError(
+                self.tp,
+                requested=self.position,
+                available_from=log_start,
+                reason="deleted by retention (or DeleteRecords)",
+            )
+        self._out_of_range += 1
+        if self._out_of_range >= 2:
+            raise DataLossError(
+                self.tp,
+                requested=self.position,
+                available_from=log_start,
+                available_until=self._offset(LATEST),
+                reason="the leader's log ends before this offset (an unclean leader election?)",
+            )
+        self.client.invalidate(self.tp)
+        self.attempts.retry(ErrorCode.OFFSET_OUT_OF_RANGE)
+
+    def _offset(self, spec: int) -> int:
+        return self.client.list_offsets({self.tp: spec})[self.tp]

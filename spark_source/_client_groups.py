@@ -1,0 +1,230 @@
+"""Consumer group offsets for :class:`~spark_source.client.KafkaClient`: standalone commits
+(generation -1, no member id) and OffsetFetch, at the group's coordinator.
+
+The coordinator is found with FindCoordinator (v0-v3 name one key, v4 a list) at any broker
+and cached per group; NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE and
+COORDINATOR_LOAD_IN_PROGRESS (the offsets partition moving or loading) forget it and retry,
+as does a lost connection, until ``default.api.timeout.ms``.  OffsetFetch v0-v7 names one
+group and its topics, v8 a list of groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from kafka_protocol._codec import Response
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.messages import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from kafka_protocol.types import GroupId, TopicName
+from spark_source._client_conn import Attempts, RequestFor, Versions
+from spark_source._client_types import (
+    STALE_COORDINATOR_ERRORS,
+    TOPIC_GONE_ERRORS,
+    ConnectionFailed,
+    TopicPartition,
+    raise_unless_retriable,
+)
+
+if TYPE_CHECKING:
+    from spark_source.client import Address, KafkaClient
+
+FIND_COORDINATOR: Final = Versions(10, 0, 4)
+OFFSET_COMMIT: Final = Versions(8, 2, 8)
+OFFSET_FETCH: Final = Versions(9, 1, 8)
+FIND_COORDINATOR_BATCHED: Final = 4  # v4 asks for a list of keys
+OFFSET_FETCH_GROUPS: Final = 8  # v8 asks for a list of groups
+GROUP_KEY_TYPE: Final = 0
+
+
+class GroupOffsets:
+    """A client's offset commits and fetches, and its cache of group coordinators."""
+
+    def __init__(self, client: KafkaClient) -> None:
+        self.client = client
+        self.coordinators: dict[str, Address] = {}
+
+    def commit(
+        self, group_id: str, offsets: Mapping[TopicPartition, int], metadata: str = ""
+    ) -> None:
+        """Commit ``offsets`` (the next offset to read, per partition) for ``group_id`` as a
+        standalone commit (generation -1, no member id: a group with active members refuses
+        it with UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION, raised as :class:`BrokerError`)."""
+        attempts = Attempts(self.client.config, f"OffsetCommit of group {group_id!r}")
+        pending = {TopicPartition(*tp): offset for tp, offset in offsets.items()}
+        while pending:
+            by_topic: dict[str, list[OffsetCommitRequest.OffsetCommitRequestPartition]] = {}
+            for tp, offset in sorted(pending.items()):
+                by_topic.setdefault(tp.topic, []).append(
+                    OffsetCommitRequest.OffsetCommitRequestPartition(
+                        partition_index=tp.partition,
+                        committed_offset=offset,
+                        committed_metadata=metadata,
+                    )
+                )
+            request = OffsetCommitRequest(
+                group_id=GroupId(group_id),
+                generation_id_or_member_epoch=-1,
+                member_id="",
+                topics=[
+                    OffsetCommitRequest.OffsetCommitRequestTopic(name=TopicName(t), partitions=ps)
+                    for t, ps in by_topic.items()
+                ],
+            )
+            response = self._to_coordinator(group_id, request, OFFSET_COMMIT, attempts)
+            if isinstance(response, OffsetCommitResponse):
+                for topic in response.topics:
+                    for p in topic.partitions:
+                        tp = TopicPartition(topic.name, p.partition_index)
+                        error = ErrorCode.from_code(p.error_code)
+                        if error is ErrorCode.NONE:
+                            pending.pop(tp, None)
+                        else:
+                            self._coordinator_error(group_id, error, "OffsetCommit", tp)
+                            attempts.note(error)
+            if pending:
+                attempts.retry()
+
+    def committed(
+        self, group_id: str, tps: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, str]]:
+        """(offset, metadata) committed by ``group_id`` for each of ``tps`` that has one."""
+        wanted = sorted({TopicPartition(*tp) for tp in tps})
+        if not wanted:
+            return {}
+        attempts = Attempts(self.client.config, f"OffsetFetch of group {group_id!r}")
+        while True:
+            response = self._to_coordinator(
+                group_id, _offset_fetch_request(group_id, wanted), OFFSET_FETCH, attempts
+            )
+            if isinstance(response, OffsetFetchResponse):
+                result = self._offset_fetch_answers(group_id, response, attempts)
+                if result is not None:
+                    return {tp: result[tp] for tp in wanted if tp in result}
+            attempts.retry()
+
+    def _offset_fetch_answers(
+        self, group_id: str, response: OffsetFetchResponse, attempts: Attempts
+    ) -> dict[TopicPartition, tuple[int, str]] | None:
+        """The committed offsets, or None (reason noted) if the request must be retried."""
+        parts: list[tuple[str, Any]]
+        if response.groups:  # v8+
+            group = response.groups[0]
+            error = ErrorCode.from_code(group.error_code)
+            parts = [(t.name, p) for t in group.topics for p in t.partitions]
+        else:
+            error = ErrorCode.from_code(response.error_code)
+            parts = [(t.name, p) for t in response.topics for p in t.partitions]
+        if error is not ErrorCode.NONE:
+            self._coordinator_error(group_id, error, "OffsetFetch")
+            attempts.note(error)
+            return None
+        out: dict[TopicPartition, tuple[int, str]] = {}
+        for name, p in parts:
+            tp = TopicPartition(name, p.partition_index)
+            error = ErrorCode.from_code(p.error_code)
+            if error in TOPIC_GONE_ERRORS:
+                continue
+            if error is not ErrorCode.NONE:
+                self._coordinator_error(group_id, error, "OffsetFetch", tp)
+                attempts.note(error)
+                return None
+            if p.committed_offset >= 0:
+                out[tp] = (int(p.committed_offset), str(p.metadata or ""))
+        return out
+
+    def _coordinator_error(
+        self, group_id: str, error: ErrorCode, what: str, tp: TopicPartition | None = None
+    ) -> None:
+        """An error answer from the coordinator: forget it if it is no longer the group's;
+        raise if retrying cannot help."""
+        if error in STALE_COORDINATOR_ERRORS:
+            self.coordinators.pop(group_id, None)
+        raise_unless_retriable(error, what, tp)
+
+    def _to_coordinator(
+        self, group_id: str, request: RequestFor, versions: Versions, attempts: Attempts
+    ) -> Response | None:
+        """``request`` to the group's coordinator; None (the reason noted) if it failed."""
+        address = self.coordinators.get(group_id) or self._find_coordinator(group_id, attempts)
+        if address is None:
+            return None
+        try:
+            return self.client.connection(address).request(
+                request, versions, attempts.request_deadline()
+            )
+        except ConnectionFailed as exc:
+            self.coordinators.pop(group_id, None)
+            attempts.note(exc)
+            return None
+
+    def _find_coordinator(self, group_id: str, attempts: Attempts) -> Address | None:
+        def request(version: int) -> FindCoordinatorRequest:
+            if version >= FIND_COORDINATOR_BATCHED:
+                return FindCoordinatorRequest(key_type=GROUP_KEY_TYPE, coordinator_keys=[group_id])
+            return FindCoordinatorRequest(key=group_id, key_type=GROUP_KEY_TYPE)
+
+        for address in self.client.candidates():
+            try:
+                response = self.client.connection(address).request(
+                    request, FIND_COORDINATOR, attempts.request_deadline()
+                )
+            except ConnectionFailed as exc:
+                attempts.note(exc)
+                continue
+            assert isinstance(response, FindCoordinatorResponse)
+            if response.coordinators:  # v4+
+                c = response.coordinators[0]
+                error, node = ErrorCode.from_code(c.error_code), (c.host, c.port)
+            else:
+                error = ErrorCode.from_code(response.error_code)
+                node = (response.host, response.port)
+            if error is ErrorCode.NONE:
+                self.coordinators[group_id] = node
+                return node
+            raise_unless_retriable(error, f"FindCoordinator for group {group_id!r}")
+            attempts.note(error)
+            return None
+        return None
+
+
+def _offset_fetch_request(
+    group_id: str, tps: list[TopicPartition]
+) -> Callable[[int], OffsetFetchRequest]:
+    by_topic: dict[str, list[int]] = {}
+    for tp in tps:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+
+    def request(version: int) -> OffsetFetchRequest:
+        if version < OFFSET_FETCH_GROUPS:
+            return OffsetFetchRequest(
+                group_id=GroupId(group_id),
+                topics=[
+                    OffsetFetchRequest.OffsetFetchRequestTopic(
+                        name=TopicName(t), partition_indexes=ps
+                    )
+                    for t, ps in by_topic.items()
+                ],
+            )
+        return OffsetFetchRequest(
+            groups=[
+                OffsetFetchRequest.OffsetFetchRequestGroup(
+                    group_id=GroupId(group_id),
+                    topics=[
+                        OffsetFetchRequest.OffsetFetchRequestTopics(
+                            name=TopicName(t), partition_indexes=ps
+                        )
+                        for t, ps in by_topic.items()
+                    ],
+                )
+            ]
+        )
+
+    return request

@@ -1,0 +1,492 @@
+"""The small blocking Kafka client the Spark source and sink use on the driver and executors.
+
+It depends on ``kafka_protocol`` only, so an executor needs nothing but this package and a
+route to the brokers.  One :class:`KafkaClient` serves one Spark task (no thread safety); it
+keeps one connection per broker, opened on first use, so a client can be pickled to an
+executor or inherited across ``fork`` (connections are dropped and reopened there).
+
+Theory of operation
+-------------------
+Metadata (brokers, partition leaders and leader epochs) is cached and refreshed when a
+partition's leader is unknown or a broker says it is not the leader (NOT_LEADER_OR_FOLLOWER,
+FENCED_LEADER_EPOCH, ...).  Requests carry the cached leader epoch (KIP-320), so a stale
+leader cannot answer.  Every operation retries what a later try may cure (a lost connection,
+a retriable Kafka error, a leader being elected) with backoff, each request bounded by
+``request.timeout.ms`` and the whole operation by ``default.api.timeout.ms``
+(:class:`~spark_source._client_conn.Attempts`); per-partition outcomes are Kafka error codes
+(:class:`ErrorCode`) until one is final.
+
+:meth:`KafkaClient.read` fetches one partition (Fetch v4-v12, sessionless, read_uncommitted:
+records up to the high watermark) and yields what the broker sent, complete RecordBatch v2
+batches only, never decoding a record.  It pipelines: the next fetch is sent before a chunk is
+yielded, so the broker reads the log while the caller decodes.
+
+The pieces: ``_client_conn`` (one connection: framing, ApiVersions, deadlines; the retry
+clock), ``_client_fetch`` (the read cursor), ``_client_groups`` (offset commits and fetches at
+the group coordinator), ``_client_config`` (the keys below), ``_client_types`` (the names
+shared with :mod:`spark_source.producer`, the exceptions among them).
+
+Honoured config keys (Kafka's names, without Spark's ``kafka.`` prefix; others are ignored):
+``client.id``, ``request.timeout.ms`` (30000), ``default.api.timeout.ms`` (60000: an
+operation's deadline, and how long :meth:`~KafkaClient.read` waits without progress),
+``socket.connection.setup.timeout.ms`` (10000), ``retry.backoff.ms`` (100),
+``retry.backoff.max.ms`` (1000), ``fetch.max.bytes`` (50 MiB), ``max.partition.fetch.bytes``
+(1 MiB), ``fetch.max.wait.ms`` (500), ``fetch.min.bytes`` (1), ``receive.buffer.bytes`` and
+``send.buffer.bytes`` (-1: the OS default, unlike Java's 64/128 KiB).
+
+Local failures (remote outcomes are Kafka error codes until they are final)::
+
+    KafkaClientError
+    ├── ConfigError          a malformed config value or bootstrap list (also a ValueError)
+    ├── ConnectionFailed     no broker reachable / connections failing until the deadline
+    │                        (also a ConnectionError)
+    ├── UnsupportedBroker    a broker supports no version of an api this client needs
+    ├── InvalidResponse      a frame above the size limit, or bytes that do not decode
+    ├── TopicNotFound        the topic or partition does not exist
+    ├── OperationTimedOut    a retriable Kafka error persisted until the deadline (``.error``;
+    │                        also a TimeoutError)
+    ├── BrokerError          a Kafka error retrying cannot cure (``.error``, ``.tp``)
+    │   └── ProduceError     a batch or record the producer cannot write
+    └── DataLossError        offsets asked for are gone: retention, truncation, topic deleted
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType, TracebackType
+from typing import Any, Final, Self
+
+from kafka_protocol._codec import Response
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.messages import (
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+from kafka_protocol.types import BrokerId, TopicName
+from spark_source._client_config import ClientConfig
+from spark_source._client_conn import (
+    MAX_IN_FLIGHT,
+    Attempts,
+    BrokerConnection,
+    InFlight,
+    InvalidResponse,
+    RequestFor,
+    Versions,
+    parse_address,
+)
+from spark_source._client_fetch import FetchCursor
+from spark_source._client_groups import GroupOffsets
+from spark_source._client_types import (
+    EARLIEST,
+    LATEST,
+    TOPIC_GONE_ERRORS,
+    BrokerError,
+    ConfigError,
+    ConnectionFailed,
+    DataLossError,
+    KafkaClientError,
+    OperationTimedOut,
+    ProduceError,
+    TopicNotFound,
+    TopicPartition,
+    UnsupportedBroker,
+    raise_unless_retriable,
+)
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "NO_OFFSET",
+    "BrokerError",
+    "ConfigError",
+    "ConnectionFailed",
+    "DataLossError",
+    "InvalidResponse",
+    "KafkaClient",
+    "KafkaClientError",
+    "OperationTimedOut",
+    "ProduceError",
+    "TopicNotFound",
+    "TopicPartition",
+    "UnsupportedBroker",
+]
+
+NO_OFFSET: Final = -1  # ListOffsets by timestamp: no record at or after it
+NO_CONFIG: Final[Mapping[str, str]] = MappingProxyType({})
+# The versions this client sends (the broker's range decides within these).
+METADATA: Final = Versions(3, 1, 12)
+LIST_OFFSETS: Final = Versions(2, 1, 7)
+AUTO_CREATE_FLAG: Final = 4  # Metadata v4 lets the client forbid topic auto-creation
+CONSUMER_REPLICA_ID: Final = BrokerId(-1)
+
+Address = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Leader:
+    """A partition's leader as the cached metadata has it (``node`` -1: none known)."""
+
+    node: int
+    epoch: int
+
+
+def parse_bootstrap(text: str) -> list[Address]:
+    try:
+        addresses = [parse_address(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"bootstrap.servers: {exc}") from None
+    if not addresses:
+        raise ConfigError("bootstrap.servers is empty")
+    return addresses
+
+
+class KafkaClient:
+    """Metadata, offsets, fetches and offset commits (see the module docstring)."""
+
+    def __init__(self, bootstrap_servers: str, config: Mapping[str, str] = NO_CONFIG) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self._config_items = dict(config)
+        self.config = ClientConfig.from_mapping(config)
+        self._bootstrap = parse_bootstrap(bootstrap_servers)
+        self._init_state()
+
+    def _init_state(self) -> None:
+        self._pid = os.getpid()
+        self._closed = False
+        self._conns: dict[Address, BrokerConnection] = {}
+        self._brokers: dict[int, Address] = {}
+        self._leaders: dict[TopicPartition, Leader] = {}
+        self._partition_counts: dict[str, int] = {}
+        self._groups = GroupOffsets(self)
+
+    # --- pickling, fork, lifetime -------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"bootstrap_servers": self.bootstrap_servers, "config": self._config_items}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["bootstrap_servers"], state["config"])  # type: ignore[misc]
+
+    def close(self) -> None:
+        """Close every connection; the client cannot be used afterwards."""
+        if self._pid == os.getpid():
+            for conn in self._conns.values():
+                conn.close()
+        self._conns.clear()
+        self._closed = True
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise KafkaClientError("the client is closed")
+        if self._pid != os.getpid():  # forked: the sockets belong to the parent
+            for conn in self._conns.values():
+                conn.close()  # closes this process's descriptors only; no FIN is sent
+            self._init_state()
+
+    def connection(self, address: Address) -> BrokerConnection:
+        conn = self._conns.get(address)
+        if conn is None:
+            conn = self._conns[address] = BrokerConnection(*address, self.config)
+        return conn
+
+    # --- metadata -------------------------------------------------------------------------------
+
+    def partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
+        """Partition counts of those of ``topics`` that exist."""
+        self._check_usable()
+        names = sorted(set(topics))
+        if not names:
+            return {}
+        attempts = Attempts(self.config, "Metadata")
+        while True:
+            response = self.metadata(names, attempts)
+            waiting = [
+                t
+                for t in response.topics
+                if t.error_code != ErrorCode.NONE and t.error_code not in TOPIC_GONE_ERRORS
+            ]
+            if not waiting:
+                return {n: self._partition_counts[n] for n in names if n in self._partition_counts}
+            raise_unless_retriable(ErrorCode.from_code(waiting[0].error_code), "Metadata")
+            attempts.retry(ErrorCode.from_code(waiting[0].error_code))
+
+    def topic_names(self) -> list[str]:
+        """Every topic that is not internal (``__consumer_offsets``), sorted."""
+        self._check_usable()
+        response = self.metadata(None, Attempts(self.config, "Metadata"))
+        return sorted(
+            t.name
+            for t in response.topics
+            if t.name is not None and not t.is_internal and t.error_code == ErrorCode.NONE
+        )
+
+    def metadata(
+        self, topics: list[str] | None, attempts: Attempts, *, auto_create: bool = False
+    ) -> MetadataResponse:
+        """Metadata of ``topics`` (None: every topic) from any reachable broker; the cache is
+        updated with it."""
+        wanted = (
+            None
+            if topics is None
+            else [MetadataRequest.MetadataRequestTopic(name=TopicName(t)) for t in topics]
+        )
+
+        def request(version: int) -> MetadataRequest:
+            if version < AUTO_CREATE_FLAG:  # v1-v3 always allow it
+                return MetadataRequest(topics=wanted)
+            return MetadataRequest(topics=wanted, allow_auto_topic_creation=auto_create)
+
+        response = self.request_any(request, METADATA, attempts)
+        assert isinstance(response, MetadataResponse)
+        self._update_metadata(response)
+        return response
+
+    def request_any(self, request: RequestFor, versions: Versions, attempts: Attempts) -> Response:
+        """``request`` to any reachable broker, trying each in turn, backing off between
+        rounds until the deadline."""
+        while True:
+            for address in self.candidates():
+                try:
+                    return self.connection(address).request(
+                        request, versions, attempts.request_deadline()
+                    )
+                except ConnectionFailed as exc:
+                    attempts.note(exc)
+            attempts.retry()
+
+    def candidates(self) -> list[Address]:
+        """Open connections first, then the known brokers (shuffled), then the bootstrap list."""
+        known = list(self._brokers.values())
+        random.shuffle(known)
+        ordered = [a for a, c in self._conns.items() if c.is_open] + known + self._bootstrap
+        return list(dict.fromkeys(ordered))
+
+    def _update_metadata(self, response: MetadataResponse) -> None:
+        if response.brokers:
+            self._brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
+        for topic in response.topics:
+            if topic.name is None:
+                continue
+            if topic.error_code in TOPIC_GONE_ERRORS:
+                self._forget_topic(topic.name)
+                continue
+            if topic.error_code != ErrorCode.NONE and not topic.partitions:
+                continue
+            self._forget_topic(topic.name)
+            self._partition_counts[topic.name] = len(topic.partitions)
+            for p in topic.partitions:
+                node = p.leader_id if p.error_code != ErrorCode.LEADER_NOT_AVAILABLE else -1
+                tp = TopicPartition(topic.name, p.partition_index)
+                self._leaders[tp] = Leader(node, p.leader_epoch)
+
+    def _forget_topic(self, topic: str) -> None:
+        self._partition_counts.pop(topic, None)
+        for tp in [tp for tp in self._leaders if tp.topic == topic]:
+            del self._leaders[tp]
+
+    def invalidate(self, tp: TopicPartition) -> None:
+        """Forget ``tp``'s leader: the next request for it refreshes metadata first."""
+        self._leaders.pop(tp, None)
+
+    def leader(self, tp: TopicPartition, attempts: Attempts) -> tuple[Address, int] | None:
+        """(address, leader epoch) of ``tp``'s leader, refreshing metadata if it is not
+        known; None (the reason noted in ``attempts``) while no leader is known.  Raises
+        :class:`TopicNotFound` if the topic or partition does not exist."""
+        cached = self._leaders.get(tp)
+        if cached is None or cached.node < 0 or cached.node not in self._brokers:
+            response = self.metadata([tp.topic], attempts)
+            error = next(
+                (ErrorCode.from_code(t.error_code) for t in response.topics if t.name == tp.topic),
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            )
+            if error in TOPIC_GONE_ERRORS:
+                raise TopicNotFound(tp.topic)
+            cached = self._leaders.get(tp)
+            if cached is None and tp.topic in self._partition_counts:
+                raise TopicNotFound(tp.topic, tp.partition)
+            if cached is None:
+                raise_unless_retriable(error, "Metadata", tp)
+                attempts.note(error)
+                return None
+        address = self._brokers.get(cached.node)
+        if cached.node < 0 or address is None:
+            attempts.note(f"{tp} has no leader")
+            return None
+        return address, cached.epoch
+
+    def leaders_of(
+        self, tps: Iterable[TopicPartition], attempts: Attempts
+    ) -> dict[Address, dict[TopicPartition, int]]:
+        """The partitions with a known leader, by leader address, with their leader epochs."""
+        out: dict[Address, dict[TopicPartition, int]] = {}
+        for tp in tps:
+            found = self.leader(tp, attempts)
+            if found is not None:
+                out.setdefault(found[0], {})[tp] = found[1]
+        return out
+
+    def exchange(
+        self,
+        requests: Mapping[Address, Sequence[RequestFor]],
+        versions: Versions,
+        deadline: float,
+    ) -> dict[Address, list[Response | ConnectionFailed]]:
+        """Requests to several brokers, all sent (pipelined on each connection) before any
+        answer is awaited; each answer, or the failure that lost it, in request order."""
+        sent: dict[Address, list[InFlight | ConnectionFailed]] = {}
+        for address, batch in requests.items():
+            assert len(batch) <= MAX_IN_FLIGHT, len(batch)
+            conn = self.connection(address)
+            tickets: list[InFlight | ConnectionFailed] = []
+            sent[address] = tickets
+            for request in batch:
+                try:
+                    tickets.append(conn.submit(request, versions, deadline))
+                except ConnectionFailed as exc:
+                    tickets += [exc] * (len(batch) - len(tickets))
+                    break
+        out: dict[Address, list[Response | ConnectionFailed]] = {}
+        for address, tickets in sent.items():
+            conn = self.connection(address)
+            answers: list[Response | ConnectionFailed] = []
+            out[address] = answers
+            for ticket in tickets:
+                if isinstance(ticket, ConnectionFailed):
+                    answers.append(ticket)
+                    continue
+                try:
+                    answers.append(conn.receive(ticket, deadline))
+                except ConnectionFailed as exc:
+                    answers.append(exc)
+        return out
+
+    # --- offsets --------------------------------------------------------------------------------
+
+    def list_offsets(self, specs: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Offsets by ListOffsets (read_uncommitted), per partition: :data:`EARLIEST` gives
+        the log start offset, :data:`LATEST` the high watermark (the end of the committed
+        records), and a timestamp (ms) the first offset whose record timestamp is at or after
+        it, or :data:`NO_OFFSET` (-1) if there is none.  Raises :class:`TopicNotFound` for a
+        partition that does not exist."""
+        self._check_usable()
+        attempts = Attempts(self.config, "ListOffsets")
+        pending = {TopicPartition(*tp): spec for tp, spec in specs.items()}
+        found: dict[TopicPartition, int] = {}
+        while pending:
+            by_leader = self.leaders_of(pending, attempts)
+            requests = {a: [_list_offsets_request(tps, pending)] for a, tps in by_leader.items()}
+            answers = self.exchange(requests, LIST_OFFSETS, attempts.request_deadline())
+            for address, (answer,) in answers.items():
+                if isinstance(answer, ConnectionFailed):
+                    attempts.note(answer)
+                    for tp in by_leader[address]:
+                        self.invalidate(tp)
+                    continue
+                assert isinstance(answer, ListOffsetsResponse)
+                for tp, offset in self._list_offsets_answers(answer, attempts).items():
+                    found[tp] = offset
+                    pending.pop(tp, None)
+            if pending:
+                attempts.retry()
+        return found
+
+    def _list_offsets_answers(
+        self, response: ListOffsetsResponse, attempts: Attempts
+    ) -> dict[TopicPartition, int]:
+        out = {}
+        for topic in response.topics:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.name, p.partition_index)
+                error = ErrorCode.from_code(p.error_code)
+                if error is ErrorCode.NONE:
+                    out[tp] = p.offset
+                    continue
+                raise_unless_retriable(error, "ListOffsets", tp)
+                attempts.note(error)
+                self.invalidate(tp)
+        return out
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def read(self, tp: TopicPartition, start: int, end: int) -> Iterator[memoryview]:
+        """Raw record sets covering offsets ``start`` to ``end - 1`` of ``tp``.
+
+        Each chunk is RecordBatch v2 bytes exactly as fetched from the partition's leader:
+        whole batches only (the truncated tail batch a fetch may end with is dropped and
+        fetched again), each overlapping ``[start, end)``; the first may begin below
+        ``start`` and the last end past ``end - 1`` (a fetch from inside a batch gets the
+        whole batch), so the caller skips records outside the range, and the records of
+        control batches (transaction markers).  Chunks are views into the fetch response:
+        hold them as long as needed, they are never reused.
+
+        Leader changes, NOT_LEADER_OR_FOLLOWER, fenced epochs and lost connections are
+        retried with backoff and a metadata refresh; the read fails only when it has made no
+        progress for ``default.api.timeout.ms``.  Raises :class:`DataLossError` if ``start``
+        (or any later position) is below the log start offset (retention), if the topic was
+        deleted, or if the log ends before ``end``: either the leader's log end is below the
+        position (OFFSET_OUT_OF_RANGE from the current leader twice), or the high watermark
+        stays below ``end`` without progress for ``default.api.timeout.ms`` (records lost in
+        an unclean leader election; ``available_until`` is the high watermark).
+        """
+        assert start >= 0, start
+        self._check_usable()
+        if start >= end:
+            return iter(())
+        return FetchCursor(self, TopicPartition(*tp), start, end).chunks()
+
+    # --- consumer group offsets -----------------------------------------------------------------
+
+    def commit_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, int], metadata: str = ""
+    ) -> None:
+        """Commit ``offsets`` (the next offset to read, per partition) for ``group_id`` as a
+        standalone commit (generation -1, no member id: a group with active members refuses
+        it with UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION, raised as :class:`BrokerError`).
+        ``metadata`` is stored with each offset."""
+        self._check_usable()
+        self._groups.commit(group_id, offsets, metadata)
+
+    def committed_offsets(
+        self, group_id: str, tps: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, str]]:
+        """(offset, metadata) committed by ``group_id`` for each of ``tps`` that has one."""
+        self._check_usable()
+        return self._groups.committed(group_id, tps)
+
+    # --- internals ------------------------------------------------------------------------------
+
+
+def _list_offsets_request(
+    epochs: Mapping[TopicPartition, int], specs: Mapping[TopicPartition, int]
+) -> ListOffsetsRequest:
+    by_topic: dict[str, list[ListOffsetsRequest.ListOffsetsPartition]] = {}
+    for tp, epoch in sorted(epochs.items()):
+        by_topic.setdefault(tp.topic, []).append(
+            ListOffsetsRequest.ListOffsetsPartition(
+                partition_index=tp.partition, current_leader_epoch=epoch, timestamp=specs[tp]
+            )
+        )
+    return ListOffsetsRequest(
+        replica_id=CONSUMER_REPLICA_ID,
+        isolation_level=0,
+        topics=[
+            ListOffsetsRequest.ListOffsetsTopic(name=TopicName(t), partitions=ps)
+            for t, ps in by_topic.items()
+        ],
+    )
