@@ -31,6 +31,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from integration.node_process import free_ports  # the tests' ports: no race with port-0 binds
 
 from kraft.dev_cluster import (
     NodeSpec,
@@ -227,7 +230,7 @@ class Cluster:
         brokers: int = 3,
         overrides: Mapping[str, str] | None = None,
     ) -> None:
-        plan = plan_cluster(controllers, brokers, port=0, admin_port=0)
+        plan = plan_cluster(controllers, brokers, port=0, admin_port=0, free_ports=free_ports)
         identity = load_or_create_identity(root, controllers)
         configs = write_node_configs(plan, identity, root, overrides=overrides or {})
         env = child_environment(os.environ)

@@ -34,7 +34,10 @@ Steps (progress on stderr, a results table on stdout, everything in ``--json PAT
    last delivery report).  Then two new groups of ``--consumers`` (3) read the backlog from
    the beginning, one with librdkafka's defaults and one with ``fetch.queue.backoff.ms=10``
    (see ``CATCH_UP_GROUPS``): the catch-up rate is records / (first member's assignment to
-   the last record read).  Figure: catch-up rate / live produce rate.
+   the last record read).  Figure: catch-up rate / live produce rate.  Each member reads with
+   ``consume(1000)`` and notes how long it got nothing between its first and its last
+   record: with the defaults that is librdkafka's fetch backoff, a 1 s wait each time
+   ``queued.min.messages`` records are queued, whatever the brokers do (shown as "the bound").
 
 Targets: the initial rebalance beyond the delays and a join to a Stable group, max over the
 runs <= 1 s; catch-up ratio >= 3 (on the second group).  Every wait has a deadline, a failing
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import multiprocessing
 import multiprocessing.synchronize
 import queue
@@ -85,6 +89,7 @@ CATCH_UP_TIMEOUT_S = 300.0
 CLOSE_TIMEOUT_S = 20.0
 POLL_S = 0.05
 REPORT_S = 0.05  # a catch-up member process's progress reports
+STALL_S = 0.2  # a member that gets no record for this long, mid-backlog, has stalled
 
 FULL = {"rebalances": 5, "count": 1_000_000}
 QUICK = {"rebalances": 3, "count": 500_000}
@@ -124,9 +129,11 @@ def create_topic(admin: AdminClient, name: str, partitions: int, rf: int) -> Non
 
 
 class Member(threading.Thread):
-    """One librdkafka consumer in a group, polled by this thread until ``stop``; notes each
-    assignment (``on_assign``, eager protocol: the whole assignment) with its time, and the
-    records it reads (count, and per partition the next offset)."""
+    """One librdkafka consumer in a group, consumed in batches (``consume(1000)``, as a
+    high-throughput application does) by this thread until ``stop``; notes each assignment
+    (``on_assign``, eager protocol: the whole assignment) with its time, the records it reads
+    (count, and per partition the next offset), and how long it waited for records between
+    its first and its last (``idle_s``; ``stalls``: waits of ``STALL_S`` or more)."""
 
     def __init__(self, bootstrap: str, group: str, name: str, **conf: Any) -> None:
         super().__init__(name=f"member-{name}", daemon=True)
@@ -148,7 +155,11 @@ class Member(threading.Thread):
         self.stopping = threading.Event()
         self.read = 0
         self.positions: dict[int, int] = {}
+        self.first_read_at = 0.0
         self.last_read_at = 0.0
+        self.idle_s = 0.0
+        self.stalls = 0
+        self._waiting_s = 0.0  # empty consume() calls since the last record
         self.error: BaseException | None = None
 
     def subscribe(self, topic: str) -> None:
@@ -167,9 +178,12 @@ class Member(threading.Thread):
     def run(self) -> None:
         try:
             while not self.stopping.is_set():
+                started = time.perf_counter()
                 msgs = self.consumer.consume(1000, timeout=POLL_S)
                 if msgs:
                     self._count(msgs)
+                elif self.read:
+                    self._waiting_s += time.perf_counter() - started
         except BaseException as exc:  # reported by the step in the main thread
             self.error = exc
         finally:
@@ -186,6 +200,13 @@ class Member(threading.Thread):
         for partition, offset in last.items():
             assert partition is not None and offset is not None
             self.positions[partition] = max(self.positions.get(partition, 0), offset + 1)
+        if not self.read:
+            self.first_read_at = now
+        elif self._waiting_s:
+            self.idle_s += self._waiting_s
+            if self._waiting_s >= STALL_S:
+                self.stalls += 1
+        self._waiting_s = 0.0
         self.read += len(msgs) - len(errors)
         self.last_read_at = now
 
@@ -342,7 +363,10 @@ class Progress:
     read: int
     subscribed_at: float
     first_assigned_at: float | None
+    first_read_at: float
     last_read_at: float
+    idle_s: float
+    stalls: int
     error: str | None = None
     done: bool = False
 
@@ -369,7 +393,10 @@ def catch_up_member(
             member.read,
             member.subscribed_at,
             first,
+            member.first_read_at,
             member.last_read_at,
+            member.idle_s,
+            member.stalls,
             error,
             done,
         )
@@ -442,6 +469,7 @@ def catch_up(
     final = [latest[n] for n in names]
     first_assigned = min(r.first_assigned_at for r in final if r.first_assigned_at is not None)
     wall = max(r.last_read_at for r in final) - first_assigned
+    reading = sum(r.last_read_at - r.first_read_at for r in final)
     return {
         "n": cfg["count"],
         "read": sum(r.read for r in final),
@@ -450,20 +478,38 @@ def catch_up(
         "mb_s": cfg["count"] * cfg["size"] / wall / 1e6,
         "join_s": first_assigned - min(r.subscribed_at for r in final),
         "per_member": [r.read for r in final],
+        "idle_share": sum(r.idle_s for r in final) / reading if reading > 0 else 0.0,
+        "stalls": sum(r.stalls for r in final),
         "conf": conf,
     }
 
 
 # Two groups read the same backlog: one with librdkafka's defaults, and one that re-checks a
 # paused partition after 10 ms instead of 1 s.  librdkafka stops fetching a partition once
-# ``queued.min.messages`` (100,000) of its records wait in the client, and looks again only
-# after ``fetch.queue.backoff.ms`` (1,000): when the brokers serve faster than the application
-# drains, a consumer idles up to a second at a time (seen with ``debug=fetch``: "not
-# fetchable: queued.min.messages exceeded", then a fetch ~1 s later).
+# ``queued.min.messages`` (100,000) records wait in the consumer's queue (all its partitions
+# together: their fetch queues forward to one), and looks again only after
+# ``fetch.queue.backoff.ms`` (1,000): when the brokers serve faster than the application
+# drains, a consumer idles up to a second at a time (seen with ``debug=fetch``: "(102812/100000
+# msgs, 10039/65536 kb queued) is not fetchable: queued.min.messages exceeded", "Fetch backoff
+# for 1000ms: Local: Queue full", then no fetch for 1.0 s).  With the defaults a member reads
+# at most about ``queued.min.messages`` records per backoff, whatever the brokers do.
 CATCH_UP_GROUPS = {
     "defaults": {},
     "backoff_10ms": {"fetch.queue.backoff.ms": 10},
 }
+LIBRDKAFKA_QUEUED_MIN_MESSAGES = 100_000
+LIBRDKAFKA_FETCH_QUEUE_BACKOFF_S = 1.0
+
+
+def default_backoff_bound(count: int, consumers: int) -> tuple[int, float | None]:
+    """A member of a group with librdkafka's defaults that is fed faster than it drains waits
+    out a backoff each time ``queued.min.messages`` records are queued: (backoffs per member,
+    the group's records/s at most; None: no backoff needed)."""
+    per_member = math.ceil(count / consumers)
+    backoffs = math.ceil(per_member / LIBRDKAFKA_QUEUED_MIN_MESSAGES) - 1
+    if backoffs <= 0:
+        return 0, None
+    return backoffs, count / (backoffs * LIBRDKAFKA_FETCH_QUEUE_BACKOFF_S)
 
 
 def step_catch_up(cluster: Cluster, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -476,9 +522,13 @@ def step_catch_up(cluster: Cluster, cfg: dict[str, Any]) -> dict[str, Any]:
         log(
             f"  catch-up by {cfg['consumers']} consumers ({name}): {group['msg_s']:,.0f}"
             f" records/s, ratio {group['ratio']:.2f} (read {group['read']:,}:"
-            f" {group['per_member']})"
+            f" {group['per_member']}; idle {group['idle_share']:.0%} of their reading time,"
+            f" {group['stalls']} stalls)"
         )
         out[name] = group
+    backoffs, bound = default_backoff_bound(cfg["count"], cfg["consumers"])
+    out["default_backoffs"] = backoffs
+    out["default_bound_ratio"] = None if bound is None else bound / live["msg_s"]
     return out
 
 
@@ -617,6 +667,21 @@ def result_rows(results: dict[str, Any], cfg: dict[str, Any]) -> list[tuple[str,
                     f"{group['msg_s']:,.0f} records/s  {group['mb_s']:.1f} MB/s  ratio"
                     f" {group['ratio']:.2f}  ({group['n']:,} in {group['wall_s']:.2f} s after a"
                     f" {group['join_s']:.2f} s join)",
+                )
+            )
+            rows.append(
+                (
+                    "  members waiting for records (stalls >= 0.2 s)",
+                    f"{group['idle_share']:.0%} of their reading time ({group['stalls']})",
+                )
+            )
+        if r.get("default_bound_ratio") is not None:
+            backoffs = r["default_backoffs"]
+            rows.append(
+                (
+                    "  bound of the defaults: fetch backoffs",
+                    f"{backoffs} x 1 s per member (one per 100,000 queued records): ratio"
+                    f" <= {r['default_bound_ratio']:.2f}",
                 )
             )
     return rows

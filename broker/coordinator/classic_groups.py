@@ -16,7 +16,8 @@ carries out:
 
 Unloading a partition (leadership lost) unloads its groups: parked requests are answered
 NOT_COORDINATOR.  OffsetCommit is checked against the group's membership here, with Kafka's
-rules (``validateOffsetCommit``).
+rules (``validateOffsetCommit``), and so is when a group's offsets may expire
+(``offset_expiry_condition``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from broker.coordinator.offsets import ExpiryCondition
 from broker.coordinator.records import encode_group
 from broker.group.classic import ClassicGroup, Outcome, Response, StoreRequest
 from broker.group.classic_member import GroupConfig, GroupState
@@ -54,15 +56,47 @@ class _Driven:
     pending: list[StoreRequest] = field(default_factory=list)
 
 
-def subscription_topics(metadata: bytes) -> list[str]:
-    """The topics of a ConsumerProtocolSubscription (int16 version, then the body)."""
+def subscription_topics(metadata: bytes) -> list[str] | None:
+    """The topics of a ConsumerProtocolSubscription (int16 version, then the body); None if
+    the bytes are not one."""
     if len(metadata) < 2:
-        return []
+        return None
     version = min(int.from_bytes(metadata[:2], "big", signed=True), 3)
     try:
         return list(ConsumerProtocolSubscription.decode(memoryview(metadata)[2:], version).topics)
     except (ProtocolError, ValueError):
+        return None
+
+
+def group_subscriptions(group: ClassicGroup) -> list[list[str] | None]:
+    """Each member's subscribed topics under the group's protocol (None: undecodable)."""
+    if group.protocol_type != "consumer" or group.protocol_name is None:
         return []
+    subscriptions = []
+    for member in group.members.values():
+        # during a rebalance a member may not (yet) support the chosen protocol
+        metadata = dict(member.protocols).get(group.protocol_name)
+        if metadata is not None:
+            subscriptions.append(subscription_topics(metadata))
+    return subscriptions
+
+
+def offset_expiry_condition(group: ClassicGroup | None) -> ExpiryCondition | None:
+    """Kafka's ``ClassicGroup.offsetExpirationCondition`` (``None``: nothing expires now).
+
+    A simple consumer's offsets (no group, or one without a protocol type) expire from their
+    commit; an empty group's from when it became empty (from each commit if that time is
+    unknown); a Stable consumer group's only for topics no member subscribes to, and not at
+    all when a subscription does not decode; a group that is rebalancing keeps them all."""
+    if group is None or group.protocol_type is None:
+        return ExpiryCondition()
+    if group.state is GroupState.EMPTY:
+        return ExpiryCondition(since_ms=group.current_state_timestamp_ms)
+    if group.state is GroupState.STABLE and group.protocol_type == "consumer":
+        subscriptions = group_subscriptions(group)
+        if None not in subscriptions:
+            return ExpiryCondition(subscribed=frozenset(t for s in subscriptions for t in s or ()))
+    return None
 
 
 class ClassicGroups:
@@ -202,20 +236,17 @@ class ClassicGroups:
         """The topics a consumer group's members subscribe to (their ConsumerProtocol
         subscriptions; a member whose metadata does not decode counts for nothing)."""
         driven = self.groups.get(group_id)
-        group = driven.group if driven is not None else None
-        if group is None or group.protocol_type != "consumer" or group.protocol_name is None:
+        if driven is None:
             return set()
-        topics: set[str] = set()
-        for member in group.members.values():
-            # during a rebalance a member may not (yet) support the chosen protocol
-            metadata = dict(member.protocols).get(group.protocol_name)
-            if metadata is not None:
-                topics.update(subscription_topics(metadata))
-        return topics
+        return {t for topics in group_subscriptions(driven.group) for t in topics or ()}
 
-    def is_empty(self, group_id: str) -> bool:
+    def expiry_condition(self, group_id: str) -> ExpiryCondition | None:
         driven = self.groups.get(group_id)
-        return driven is None or driven.group.is_empty
+        return offset_expiry_condition(driven.group if driven is not None else None)
+
+    def empty_groups(self, owned: OwnedPartition) -> list[str]:
+        """The Empty groups of a partition (Kafka deletes those left without offsets)."""
+        return [g for g, d in self.groups.items() if d.owned is owned and d.group.is_empty]
 
     def delete(self, group_id: str) -> tuple[ErrorCode, OwnedPartition | None]:
         """DeleteGroups' first half: the group goes Dead if it is empty; the caller then

@@ -6,14 +6,18 @@ coordinator answers is always what the replicated log says.  Nothing else mutate
 Expiry and topic deletion only *choose* the keys to delete; the caller appends tombstones
 and the tombstones, replayed, delete them, exactly as after a coordinator failover.
 
-Expiry (Kafka's ``offsets.retention.minutes``, KIP-211): an offset expires ``retention`` after
-its commit, counted only while its group is empty (no members); an explicit expire timestamp
-from an OffsetCommit v1 record wins.
+Expiry (Kafka's ``offsets.retention.minutes``, KIP-211) asks each group for its
+:class:`ExpiryCondition` (Kafka's ``OffsetExpirationCondition``; ``None``: nothing of the group
+expires now, e.g. while it rebalances).  An offset then expires once ``now`` reaches its
+explicit expire timestamp (an OffsetCommit v2-v4 ``retention_time_ms``, stored in a v1 record)
+or, without one, ``retention`` after the condition's base time: when an empty group became
+empty, else the offset's own commit.  Offsets of topics the group's members subscribe to, and
+offsets with a commit on its way to the log, never expire.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from broker.coordinator.records import OffsetRecord
@@ -28,6 +32,23 @@ class CommittedOffset:
     metadata: str
     commit_timestamp_ms: int
     expire_timestamp_ms: int = -1  # -1: by the retention rule
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiryCondition:
+    """When a group's offsets expire (Kafka's ``OffsetExpirationConditionImpl``, and the
+    ``isSubscribedToTopic`` filter of ``OffsetMetadataManager.cleanupExpiredOffsets``)."""
+
+    since_ms: int | None = None  # when an empty group became empty; None: from each commit
+    subscribed: frozenset[str] = frozenset()  # topics whose offsets stay
+
+    def is_expired(self, topic: str, c: CommittedOffset, now_ms: int, retention_ms: int) -> bool:
+        if topic in self.subscribed:
+            return False
+        if c.expire_timestamp_ms != -1:  # an explicit expiry wins over the retention
+            return now_ms >= c.expire_timestamp_ms
+        base_ms = c.commit_timestamp_ms if self.since_ms is None else self.since_ms
+        return now_ms - base_ms >= retention_ms
 
 
 class OffsetStore:
@@ -61,18 +82,21 @@ class OffsetStore:
         return group in self._groups
 
     def expired(
-        self, now_ms: int, retention_ms: int, is_empty: Callable[[str], bool]
+        self,
+        now_ms: int,
+        retention_ms: int,
+        condition: Callable[[str], ExpiryCondition | None],
+        pending: Collection[tuple[str, TopicPartition]] = (),
     ) -> list[tuple[str, TopicPartition]]:
-        """Offsets whose time is up: an explicit expire timestamp passed, or the group is
-        empty and the commit is older than the retention."""
+        """Offsets whose time is up under their group's ``condition``; none of those with a
+        commit ``pending`` (Kafka's ``pendingOffsetCommits``)."""
         out = []
         for group, offsets in self._groups.items():
-            empty = is_empty(group)
+            rule = condition(group)
+            if rule is None:
+                continue
             for tp, c in offsets.items():
-                if c.expire_timestamp_ms >= 0:
-                    if now_ms >= c.expire_timestamp_ms:
-                        out.append((group, tp))
-                elif empty and now_ms - c.commit_timestamp_ms >= retention_ms:
+                if (group, tp) not in pending and rule.is_expired(tp[0], c, now_ms, retention_ms):
                     out.append((group, tp))
         return out
 

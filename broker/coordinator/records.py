@@ -9,8 +9,9 @@ Each record's key and value start with an int16 version that says which schema f
 
 A null value is a tombstone: the offset, or the whole group, is deleted (and compaction
 eventually drops every older record with that key).  This broker writes the versions
-Kafka 3.x writes (offset value v3, group value v3) and reads every version, so a data
-directory from Kafka's group coordinator would load.  Key types this broker does not
+Kafka 3.x writes (offset value v3, or v1 for a commit with an explicit expire timestamp: only
+v1 has that field; group value v3) and reads every version, so a data directory from Kafka's
+group coordinator would load.  Key types this broker does not
 implement (the consumer-protocol and share-group records, keys 3 and up) are skipped.
 
 A group's coordinator is the leader of partition ``abs(java_hash(group_id)) % partitions``
@@ -35,6 +36,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3
+OFFSET_VALUE_VERSION_WITH_EXPIRY = 1  # Kafka's offsetCommitValueVersion(expireTimestamp present)
 GROUP_VALUE_VERSION = 3
 _VERSION = struct.Struct(">h")
 _V = TypeVar("_V", OffsetCommitValue, GroupMetadataValue)
@@ -83,7 +85,10 @@ def encode_offset(
     encoded_key = _versioned(OFFSET_KEY_VERSION, key.encode(OFFSET_KEY_VERSION))
     if value is None:
         return encoded_key, None
-    return encoded_key, _versioned(OFFSET_VALUE_VERSION, value.encode(OFFSET_VALUE_VERSION))
+    version = (
+        OFFSET_VALUE_VERSION if value.expire_timestamp == -1 else OFFSET_VALUE_VERSION_WITH_EXPIRY
+    )
+    return encoded_key, _versioned(version, value.encode(version))
 
 
 def encode_group(group: str, value: GroupMetadataValue | None) -> tuple[bytes, bytes | None]:

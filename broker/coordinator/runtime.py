@@ -17,8 +17,11 @@ Kafka's mapped errors (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, ...) and chan
 
 The topic is created on first use (FindCoordinator) with ``offsets.topic.num.partitions``
 partitions, replication factor ``min(offsets.topic.replication.factor, live brokers)`` and
-``cleanup.policy=compact``.  Offsets expire after ``offsets.retention.minutes`` of their group
-being empty, and offsets of deleted topics are removed; both by tombstones.
+``cleanup.policy=compact``.  Every ``offsets.retention.check.interval.ms`` expired offsets are
+removed (Kafka's ``cleanupGroupMetadata``; the rules are ``offsets.py``'s and
+``offset_expiry_condition``'s), and so is every empty group left without offsets; offsets of
+deleted topics are removed too.  All of it by tombstones, so a new coordinator after a
+failover loads the same absence.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -93,6 +97,8 @@ class OwnedPartition:
     leader_epoch: int
     offsets: OffsetStore = field(default_factory=OffsetStore)
     groups: dict[str, GroupMetadataValue] = field(default_factory=dict)  # as persisted
+    # (group, partition) -> commits appended but not yet committed: they do not expire
+    pending_commits: Counter[tuple[str, TopicPartition]] = field(default_factory=Counter)
     loaded: bool = False
     load_task: asyncio.Task[None] | None = None
 
@@ -354,7 +360,13 @@ class GroupCoordinator:
                 records.append(encode_offset(group_id, c.topic, c.partition, value))
                 results[(c.topic, c.partition)] = ErrorCode.NONE
         if records:
-            error = await self.append(owned, records)
+            pending = [(group_id, tp) for tp, e in results.items() if e is ErrorCode.NONE]
+            owned.pending_commits.update(pending)
+            try:
+                error = await self.append(owned, records)
+            finally:
+                owned.pending_commits.subtract(pending)
+                owned.pending_commits += Counter()  # drops the zeros
             if error is not ErrorCode.NONE:
                 for tp, e in results.items():
                     if e is ErrorCode.NONE:
@@ -431,16 +443,49 @@ class GroupCoordinator:
             await self.expire_offsets()
 
     async def expire_offsets(self) -> int:
-        """Tombstone expired offsets of every loaded partition; the count removed."""
+        """Kafka's ``cleanupGroupMetadata``: tombstone the expired offsets of every loaded
+        partition, and the empty groups left without offsets; the count of offsets removed."""
         removed = 0
         for owned in list(self.owned.values()):
-            if not owned.loaded:
-                continue
-            doomed = owned.offsets.expired(
-                self.clock_ms(), self.config.retention_ms, self.classic.is_empty
-            )
-            removed += await self._tombstone(owned, doomed, "expired")
+            while owned.loaded and self.owned.get(owned.part.index) is owned:
+                # chosen and appended with no await between: a commit that comes later is
+                # appended after these tombstones, one already appended is pending
+                offsets, groups = self._expired(owned)
+                if not offsets and not groups:
+                    break
+                tombstones = [encode_offset(g, t, p, None) for g, (t, p) in offsets]
+                tombstones += [encode_group(g, None) for g in groups]
+                if await self.append(owned, tombstones) is not ErrorCode.NONE:
+                    break
+                removed += len(offsets)
+                log.info(
+                    "expired %d offsets and %d empty groups of %s",
+                    len(offsets),
+                    len(groups),
+                    owned.part.name,
+                )
+                if len(offsets) + len(groups) < MAX_RECORDS_PER_BATCH:
+                    break
         return removed
+
+    def _expired(self, owned: OwnedPartition) -> tuple[list[tuple[str, TopicPartition]], list[str]]:
+        """Up to a batch of expired offsets, then the empty groups they leave without any
+        (those go Dead here: Kafka's ``maybeDeleteGroup``)."""
+        pending = owned.pending_commits
+        offsets = owned.offsets.expired(
+            self.clock_ms(), self.config.retention_ms, self.classic.expiry_condition, pending
+        )[:MAX_RECORDS_PER_BATCH]
+        gone = Counter(group for group, _ in offsets)
+        groups: list[str] = []
+        for group_id in self.classic.empty_groups(owned):
+            if len(offsets) + len(groups) >= MAX_RECORDS_PER_BATCH:
+                break
+            left = len(owned.offsets.offsets(group_id)) - gone[group_id]
+            if left == 0 and not any(g == group_id for g, _ in pending):
+                error, _ = self.classic.delete(group_id)
+                if error is ErrorCode.NONE:
+                    groups.append(group_id)
+        return offsets, groups
 
     async def remove_offsets_of_topics(self, topics: Sequence[str]) -> int:
         """Offsets of deleted topics go (Kafka's ``cleanupGroupMetadata`` on topic deletion)."""

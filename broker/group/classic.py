@@ -109,8 +109,9 @@ class ClassicGroup(ClassicGroupState):
         group = cls(group_id, config, rng, now_ms)
         group._generation_id = value.generation
         group._protocol_type = value.protocol_type or None
-        if value.current_state_timestamp != -1:
-            group._state_timestamp_ms = value.current_state_timestamp
+        # -1 (a record older than v2): unknown, and offset expiry counts from each commit
+        stamp = value.current_state_timestamp
+        group._state_timestamp_ms = None if stamp == -1 else stamp
         for member in members_from_value(value, now_ms):
             group._add(member)
         if group._members:

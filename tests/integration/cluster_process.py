@@ -2,7 +2,8 @@
 
 Each node is the container entry point (``python -m kraft.cli server --config FILE``) with a
 generated properties file and its own data directory, so a test can ``kill -9``, SIGSTOP,
-restart or stop any one of them. Ports are picked free once and kept across restarts.
+restart or stop any one of them. Ports are picked once (``free_port``, see ``node_process``:
+outside the kernel's ephemeral range, from slices this process holds) and kept across restarts.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,16 +26,10 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from integration.node_process import ProcessControl
+from integration.node_process import ProcessControl, free_port
 
 READY = re.compile(r"READY (?:bootstrap|controller)=(\S+)(?: admin=(\S+))?")
 START_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http_json(url: str, method: str = "GET", body: Any = None, timeout_s: float = 5.0) -> Any:

@@ -232,26 +232,13 @@ class Members:
             m.kill()
 
 
-def start_cluster(root: Path) -> LocalCluster:
-    """1 controller + 3 brokers, started; the nodes of a failed start killed.  A start whose
-    node could not bind its port is retried on new ports: ``free_port`` picks a port and
-    closes it, and on a busy machine an outgoing connection can take it meanwhile."""
-    for attempt in range(3):
-        cluster = LocalCluster.create(root / f"attempt-{attempt}", 1, 3, EXTRA)
-        try:
-            return cluster.start()
-        except AssertionError as exc:
-            cluster.kill_all()
-            if "in use" not in str(exc) or attempt == 2:
-                raise
-    raise AssertionError("unreachable")
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    cluster = start_cluster(Path(tmp_path_factory.mktemp("groups")))
+    """1 controller + 3 brokers, started; every node killed on the way out (also when the
+    start fails)."""
+    cluster = LocalCluster.create(Path(tmp_path_factory.mktemp("groups")), 1, 3, EXTRA)
     try:
-        yield cluster
+        yield cluster.start()
     finally:
         cluster.kill_all()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.coordinator.offsets import CommittedOffset, OffsetStore
+from broker.coordinator.offsets import CommittedOffset, ExpiryCondition, OffsetStore
 from broker.coordinator.records import (
     GroupRecord,
     OffsetRecord,
@@ -80,13 +80,57 @@ def test_the_store_is_the_replay_of_the_records() -> None:
     assert not store.has_offsets("g"), "a group with no offset left is forgotten"
 
 
-def test_offsets_expire_only_while_their_group_is_empty() -> None:
+def test_offsets_expire_by_their_groups_condition() -> None:
     store = OffsetStore()
     _commit(store, "busy", "t", 1, at=0)
     _commit(store, "idle", "t", 1, at=0)
     _commit(store, "idle", "u", 1, at=900)
-    explicit = OffsetCommitValue(offset=1, metadata="", commit_timestamp=0, expire_timestamp=50)
-    store.apply(OffsetRecord("busy", "x", 0, explicit))
-    expired = store.expired(1000, retention_ms=500, is_empty=lambda g: g == "idle")
-    assert sorted(expired) == [("busy", ("x", 0)), ("idle", ("t", 0))]
-    assert store.of_topics(["t"]) == [("busy", ("t", 0)), ("idle", ("t", 0))]
+    _commit(store, "simple", "t", 1, at=0)
+    _commit(store, "simple", "u", 1, at=600)
+    rules = {"idle": ExpiryCondition(since_ms=400), "simple": ExpiryCondition()}
+    expired = store.expired(1000, retention_ms=500, condition=rules.get)
+    # busy: no condition (rebalancing); idle: empty since 400, so every offset of it (even
+    # one committed at 900) is 600 ms old; simple: from each commit
+    assert sorted(expired) == [("idle", ("t", 0)), ("idle", ("u", 0)), ("simple", ("t", 0))]
+    assert store.of_topics(["t"]) == [("busy", ("t", 0)), ("idle", ("t", 0)), ("simple", ("t", 0))]
+
+
+def test_an_explicit_expiry_wins_but_not_over_a_subscription_or_a_missing_condition() -> None:
+    store = OffsetStore()
+    for group in ("stable", "rebalancing", "empty"):
+        for topic in ("t", "u"):
+            value = OffsetCommitValue(
+                offset=1, metadata="", commit_timestamp=0, expire_timestamp=50
+            )
+            store.apply(OffsetRecord(group, topic, 0, value))
+    rules = {
+        "stable": ExpiryCondition(subscribed=frozenset({"t"})),
+        "empty": ExpiryCondition(since_ms=40),  # retention from 40 would not be over at 60
+    }
+    assert store.expired(49, retention_ms=10_000, condition=rules.get) == []
+    expired = store.expired(60, retention_ms=10_000, condition=rules.get)
+    assert sorted(expired) == [("empty", ("t", 0)), ("empty", ("u", 0)), ("stable", ("u", 0))]
+
+
+def test_an_offset_with_a_commit_pending_does_not_expire() -> None:
+    store = OffsetStore()
+    _commit(store, "g", "t", 1, at=0)
+    _commit(store, "g", "u", 1, at=0)
+    expired = store.expired(1000, 500, lambda g: ExpiryCondition(), pending={("g", ("t", 0))})
+    assert expired == [("g", ("u", 0))]
+
+
+def test_an_explicit_expiry_is_written_as_a_v1_value_and_survives_a_reload() -> None:
+    value = OffsetCommitValue(
+        offset=7, leader_epoch=3, metadata="m", commit_timestamp=100, expire_timestamp=2100
+    )
+    key, encoded = encode_offset("g", "t", 0, value)
+    assert encoded is not None and encoded[:2] == b"\x00\x01", "only v1 has expireTimestamp"
+    record = decode(key, encoded)
+    assert isinstance(record, OffsetRecord) and record.value is not None
+    store = OffsetStore()
+    store.apply(record)
+    # v1 has no leader epoch (Kafka drops it too)
+    assert store.get("g", ("t", 0)) == CommittedOffset(7, -1, "m", 100, 2100)
+    _, plain = encode_offset("g", "t", 0, OffsetCommitValue(offset=7, commit_timestamp=100))
+    assert plain is not None and plain[:2] == b"\x00\x03"
