@@ -37,6 +37,17 @@ Row = tuple[int, int, bytes | None, bytes]  # partition, offset, key, value
 
 
 @pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    """One combined node; retention runs every 500 ms so a test can lose records quickly."""
+    proc = NodeProcess(
+        Path(tmp_path_factory.mktemp("node")), overrides=("log.retention.check.interval.ms=500",)
+    ).start()
+    yield proc
+    if proc.alive():
+        assert proc.stop() == 0, proc.log_tail()
+
+
+@pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
     session = (
         SparkSession.builder.master("local[2]")
@@ -57,7 +68,7 @@ def create_topic(node: NodeProcess, name: str, partitions: int, **configs: str) 
 
 
 def produce(
-    bootstrap: str, topic: str, n: int, *, codec: str = "none", tag: str = "r"
+    bootstrap: str, topic: str, n: int, *, codec: str = "none", tag: str = "r", **config: Any
 ) -> list[Row]:
     """``n`` records with keys and headers, acknowledged (acks=all, idempotent); returns where
     each landed."""
@@ -73,6 +84,7 @@ def produce(
             "enable.idempotence": True,
             "compression.type": codec,
             "linger.ms": 5,
+            **config,
         }
     )
     for i in range(n):
@@ -94,9 +106,10 @@ def stream(spark: SparkSession, bootstrap: str, topic: str, **options: str) -> A
     reader = (
         spark.readStream.format("kraft")
         .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
         .option("startingOffsets", "earliest")
     )
+    if topic:
+        reader = reader.option("subscribe", topic)
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
@@ -152,6 +165,57 @@ def test_available_now_exactly_once_across_restarts_with_lag_in_rest(
     run_available_now(df, out, checkpoint)  # the same checkpoint: only the new records
     assert Counter(sink_rows(spark, out)) == Counter(sent + more)
     assert sum(o["lag"] for o in group_partitions(node, group).values()) == 0
+
+
+def test_new_topics_and_partitions_are_read_from_their_start(
+    spark: SparkSession, node: NodeProcess, topic_name: str, tmp_path: Path
+) -> None:
+    """subscribePattern: a topic created and partitions added between two runs of the same
+    query are read from their first record; nothing is read twice."""
+    first = f"{topic_name}-a"
+    create_topic(node, first, 1)
+    sent = produce(node.bootstrap, first, 200)
+    df = stream(spark, node.bootstrap, "", subscribePattern=f"{topic_name}-.*")
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    run_available_now(df, out, checkpoint)
+    http_json(f"{node.admin}/v1/topics/{first}/partitions", "POST", {"count": 3})
+    second = f"{topic_name}-b"
+    create_topic(node, second, 2)
+    more = produce(node.bootstrap, first, 300) + produce(node.bootstrap, second, 300)
+    run_available_now(df, out, checkpoint)
+    got = spark.read.parquet(str(out)).select("topic", "partition", "offset").collect()
+    expected = [(first, p, o) for p, o, _, _ in sent] + [
+        (t, p, o) for t, rows in ((first, more[:300]), (second, more[300:])) for p, o, _, _ in rows
+    ]
+    assert Counter(tuple(r) for r in got) == Counter(expected)
+    assert {p for t, p, _ in expected if t == first} == {0, 1, 2}
+
+
+def test_records_lost_to_retention_fail_the_read_or_are_skipped(
+    spark: SparkSession, node: NodeProcess, topic_name: str
+) -> None:
+    create_topic(
+        node, topic_name, 1, **{"internal.segment.bytes": "2048", "retention.bytes": "4096"}
+    )
+    sent = produce(node.bootstrap, topic_name, 300, **{"batch.num.messages": 4})
+    deadline = time.monotonic() + 30
+    while (
+        start := http_json(f"{node.admin}/v1/topics/{topic_name}")["partitions"][0][
+            "log_start_offset"
+        ]
+    ) == 0:
+        assert time.monotonic() < deadline, "retention did not delete a segment"
+        time.sleep(0.2)
+    reader = (
+        spark.read.format("kraft")
+        .option("kafka.bootstrap.servers", node.bootstrap)
+        .option("subscribe", topic_name)
+        .option("startingOffsets", json.dumps({topic_name: {"0": 0}}))
+    )
+    with pytest.raises(Exception, match="failOnDataLoss=false"):
+        reader.load().count()
+    offsets = [r.offset for r in reader.option("failOnDataLoss", "false").load().collect()]
+    assert offsets and offsets[0] >= start and offsets == list(range(offsets[0], len(sent)))
 
 
 def test_max_offsets_per_trigger_bounds_every_batch(
