@@ -22,7 +22,7 @@ from spark_source.writer import KraftStreamWriter, KraftWriter, check_schema
 
 SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long,"
-    " timestamp timestamp, timestampType int"
+    " timestamp timestamp_ltz, timestampType int"
 )
 HEADERS = "headers array<struct<key: string, value: binary>>"
 

@@ -79,7 +79,13 @@ def test_ending_offsets_are_for_batch_queries() -> None:
 
 def test_kafka_options_pass_through_and_refusals() -> None:
     opts = read(**{"kafka.client.id": "x", "kafka.Fetch.Max.Bytes": "1000"})
-    assert opts.client_config == {"client.id": "x", "fetch.max.bytes": "1000"}
+    assert opts.client_config == {
+        "client.id": "x",
+        "fetch.max.bytes": "1000",
+        "max.partition.fetch.bytes": str(8 << 20),  # the source's larger default
+    }
+    mine = read(**{"kafka.max.partition.fetch.bytes": "1048576"})
+    assert mine.client_config["max.partition.fetch.bytes"] == "1048576"
     with pytest.raises(OptionError, match="startingOffsets"):
         read(**{"kafka.auto.offset.reset": "earliest"})
     with pytest.raises(OptionError, match="PLAINTEXT"):
