@@ -32,6 +32,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 QUERY_TIMEOUT_S = 180
 PROC = Path(__file__).with_name("spark_query_proc.py")
+CLUSTER_PROC = Path(__file__).with_name("spark_cluster_proc.py")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a child Python that must import this repository's packages."""
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
+
 
 Row = tuple[int, int, bytes | None, bytes]  # partition, offset, key, value
 
@@ -350,11 +359,7 @@ def test_killed_query_restarts_exactly_once(
     out = tmp_path / "batches"
     args = [sys.executable, str(PROC), node.bootstrap, topic_name, str(out), str(tmp_path / "ck")]
     log = (tmp_path / "query.log").open("a")
-    repo = str(Path(__file__).resolve().parents[2])
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])),
-    }
+    env = child_env()
     first = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + QUERY_TIMEOUT_S
@@ -439,3 +444,19 @@ def test_example_pipeline_runs_against_a_node(node: NodeProcess, tmp_path: Path)
     assert len(progress) >= 5, done.stdout
     assert "page-windows written" in done.stdout, done.stdout
     assert any(Path(tmp_path / "out" / "windows").glob("*.parquet"))
+
+
+def test_reads_on_a_spark_cluster(node: NodeProcess, topic_name: str, tmp_path: Path) -> None:
+    """Executors in JVMs of their own (Spark standalone, two workers) read every record once."""
+    create_topic(node, topic_name, 4)
+    sent = produce(node.bootstrap, topic_name, 2000)
+    args = [sys.executable, str(CLUSTER_PROC), node.bootstrap, topic_name, str(tmp_path)]
+    done = subprocess.run(
+        args, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, env=child_env()
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    expected = Counter((p, o) for p, o, _, _ in sent)
+    assert Counter(tuple(r) for r in result["batch"]) == expected
+    assert Counter(tuple(r) for r in result["stream"]) == expected
+    assert result["executors"] == 2
