@@ -211,6 +211,7 @@ class KraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow's end
         self._last_batch_ms = time.monotonic() * 1000  # for minOffsetsPerTrigger's delay
         self._committed: dict[TopicPartition, int] = {}  # what this reader last committed
+        self._latest: dict[TopicPartition, int] | None = None  # seen by the last latestOffset
 
     @property
     def client(self) -> kafka.KafkaClient:
@@ -245,9 +246,9 @@ class KraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         tps = current_partitions(self.client, self.options.subscription)
-        self._target = self._latest(tps)
+        self._target = self._latest_offsets(tps)
 
-    def _latest(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+    def _latest_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         if not tps:
             return {}
         answers = self.client.list_offsets({kafka.TopicPartition(*tp): LATEST for tp in tps})
@@ -264,7 +265,8 @@ class KraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         _report_losses(lost_partitions(begin, tps), opts.fail_on_data_loss)
         if self._target is not None:  # AvailableNow: nothing that arrived after it started
             tps = [tp for tp in tps if tp in self._target]
-        latest = self._latest(tps)
+        latest = self._latest_offsets(tps)
+        self._latest = latest  # reportLatestOffset, asked in the same planning step, reuses it
         if self._target is not None:
             latest = {tp: min(o, self._target[tp]) for tp, o in latest.items()}
         base = {tp: begin[tp] for tp in tps if tp in begin}
@@ -285,8 +287,10 @@ class KraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return encode_offsets(latest)
 
     def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
-        tps = current_partitions(self.client, self.options.subscription)
-        return encode_offsets(self._latest(tps))
+        if self._latest is None:
+            tps = current_partitions(self.client, self.options.subscription)
+            self._latest = self._latest_offsets(tps)
+        return encode_offsets(self._latest)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[RangePartition]:
         opts = self.options
