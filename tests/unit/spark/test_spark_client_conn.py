@@ -21,10 +21,12 @@ from kafka_protocol.messages import (
 from kafka_protocol.types import BrokerId
 from spark_source._client_config import ClientConfig
 from spark_source._client_conn import (
+    LARGE_FRAME_BYTES,
     Attempts,
     BrokerConnection,
     InvalidResponse,
     Versions,
+    frame_buffer,
 )
 from spark_source.client import (
     ConnectionFailed,
@@ -118,6 +120,42 @@ def test_pipelined_requests_are_answered_in_order_and_abandoned_answers_dropped(
     with pytest.raises(ConnectionFailed, match="closed before its answer"):
         conn.receive(tickets[0], soon())
     conn.close()
+
+
+def test_large_answers_arrive_whole_in_reused_pool_buffers() -> None:
+    """Answers at and above LARGE_FRAME_BYTES are received into Arrow's pool, whose memory
+    is reused and not zeroed: each must still hold exactly its own bytes."""
+
+    def answer(header: RequestHeader, body: MetadataRequest) -> MetadataResponse:
+        n = header.correlation_id
+        name = f"{n:04d}-" + "x" * (LARGE_FRAME_BYTES + 97 * n)  # sizes differ, all large
+        return MetadataResponse(
+            controller_id=BrokerId(n),
+            cluster_id=name,
+        )
+
+    with running(FakeBroker(handlers={3: answer})) as broker:
+        conn = connect(broker)
+        conn.open(soon())
+        version = conn.version_for(METADATA)
+        for _ in range(4):  # freed buffers come back with the previous answer's bytes
+            tickets = [conn.send(MetadataRequest(topics=None), version, soon()) for _ in range(3)]
+            for ticket in tickets:
+                got = conn.receive(ticket, soon())
+                assert isinstance(got, MetadataResponse)
+                n = ticket.correlation_id
+                assert got.controller_id == n
+                assert got.cluster_id == f"{n:04d}-" + "x" * (LARGE_FRAME_BYTES + 97 * n)
+        conn.close()
+
+
+def test_frame_buffers_are_writable_bytes_of_the_asked_size() -> None:
+    for size in (0, 5, LARGE_FRAME_BYTES - 1, LARGE_FRAME_BYTES, 3 * LARGE_FRAME_BYTES + 1):
+        buf = memoryview(frame_buffer(size))
+        assert (len(buf), buf.format, buf.readonly) == (size, "B", False)
+        if size:
+            buf[-1] = 255
+            assert buf[-1] == 255
 
 
 def test_a_frame_above_the_limit_closes_the_connection() -> None:
