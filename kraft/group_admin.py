@@ -92,11 +92,10 @@ class GroupAdmin:
         self,
         image: Callable[[], ClusterImage | None],
         *,
-        local: Callable[[], tuple[int, Address] | None] = lambda: None,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         client_id: str = CLIENT_ID,
     ) -> None:
-        self._view = ImageView(image, local)
+        self._view = ImageView(image)
         self._client = GroupClient(
             self._view, request_timeout_s=request_timeout_s, client_id=client_id
         )

@@ -124,15 +124,8 @@ class BrokerView(Protocol):
 class ImageView:
     """The brokers of a node's metadata image (the REST API's view)."""
 
-    def __init__(
-        self,
-        image: Callable[[], ClusterImage | None],
-        local: Callable[[], tuple[int, Address] | None] = lambda: None,
-    ) -> None:
+    def __init__(self, image: Callable[[], ClusterImage | None]) -> None:
         self._image = image
-        # This node's broker id and the address it listens on: a broker that bound an
-        # ephemeral port (kraft dev --port 0) is registered with port 0.
-        self._local = local
 
     def current(self) -> ClusterImage:
         image = self._image()
@@ -164,9 +157,6 @@ class ImageView:
         registration = image.brokers.get(broker_id)
         if registration is None or registration.fenced:
             return None
-        local = self._local()
-        if local is not None and local[0] == broker_id:
-            return local[1]
         endpoint = registration.listener(LISTENER)
         return (endpoint.host, endpoint.port) if endpoint is not None else None
 

@@ -250,10 +250,13 @@ class Node:
             cfg.metadata_log_dir, cfg.node_id, cluster_id, controller_config
         )
         bcfg = broker_config(cfg)
-        await self.channel.register_broker(bcfg.advertised_host, bcfg.advertised_port, bcfg.rack)
         self.broker = Broker(bcfg, FileStorage(), self.channel, self.channel.image, cluster_id)
         self.channel.subscribe(self.broker.on_metadata)
         await self.broker.start()
+        # Registered once listening, so a port of 0 (kraft dev --port 0) is registered as the
+        # port bound, which is what Metadata and REST then name.
+        host, port = self.broker.advertised
+        await self.channel.register_broker(host, port, bcfg.rack)
 
     async def stop(self) -> None:
         for cleanup in reversed(self._cleanups):

@@ -65,12 +65,7 @@ _GROUP_STATUS: Final = {
 
 def setup_groups(app: web.Application, node: AdminNode) -> None:
     """Give ``app`` a group admin on ``node``'s image, closed with the app."""
-
-    def local() -> tuple[int, tuple[str, int]] | None:
-        broker = node.broker
-        return None if broker is None else (broker.node_id, broker.advertised)
-
-    app[GROUP_ADMIN] = GroupAdmin(lambda: node.image, local=local)
+    app[GROUP_ADMIN] = GroupAdmin(lambda: node.image)
 
     async def close(app: web.Application) -> None:
         await app[GROUP_ADMIN].close()

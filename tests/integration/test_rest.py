@@ -165,6 +165,8 @@ def test_health_ready_and_cluster(node: NodeProcess, schemas: ApiSchemas) -> Non
     assert body["cluster_id"]
     [broker] = body["brokers"]
     assert broker["id"] == 1 and broker["fenced"] is False
+    # started with --port 0: the port bound, not the one configured
+    assert (broker["host"], broker["port"]) == (node.host, node.port)
 
 
 def test_metrics_are_prometheus_text(node: NodeProcess) -> None:

@@ -679,26 +679,6 @@ async def _no_metadata() -> GroupAdminError:
     return failed.value
 
 
-def test_the_local_broker_is_reached_at_its_bound_port() -> None:
-    brokers = FakeBrokers(groups={"g": stable_group()})
-
-    async def scenario() -> list[str]:
-        await brokers.start()
-        image = brokers.image()
-        real = brokers.ports[2]
-        brokers.ports[2] = 0  # registered before it bound an ephemeral port (kraft dev --port 0)
-        registered = brokers.image()
-        assert image.brokers[2].listeners[0].port == real
-        admin = GroupAdmin(lambda: registered, local=lambda: (2, ("127.0.0.1", real)))
-        try:
-            return [g.group_id for g in await admin.list_groups()]
-        finally:
-            await admin.close()
-            await brokers.close()
-
-    assert asyncio.run(scenario()) == ["g"]
-
-
 # --- delete --------------------------------------------------------------------------------------
 
 
