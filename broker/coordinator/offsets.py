@@ -34,6 +34,18 @@ class CommittedOffset:
     expire_timestamp_ms: int = -1  # -1: by the retention rule
 
 
+DEFAULT_RETENTION_TIME = -1  # OffsetCommitRequest v2-v4: the broker's retention applies
+
+
+def explicit_expiry(retention_time_ms: int, now_ms: int) -> int:
+    """The expire timestamp an OffsetCommit v2-v4 ``retention_time_ms`` sets, as Kafka's
+    ``KafkaApis`` computes it: none (-1) for ``DEFAULT_RETENTION_TIME`` only; any other value,
+    negative ones included, expires the offsets ``retention_time_ms`` after ``now_ms``."""
+    if retention_time_ms == DEFAULT_RETENTION_TIME:
+        return -1
+    return now_ms + retention_time_ms
+
+
 @dataclass(frozen=True, slots=True)
 class ExpiryCondition:
     """When a group's offsets expire (Kafka's ``OffsetExpirationConditionImpl``, and the

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from broker.coordinator.classic_groups import GroupCall
+from broker.coordinator.offsets import explicit_expiry
 from broker.coordinator.runtime import OffsetCommit
 from broker.dispatcher import ApiHandler, RequestContext
 from kafka_protocol.errors import ErrorCode
@@ -274,8 +275,9 @@ class GroupHandlers:
             for p in t.partitions
         ]
         # v2-4 carry a retention time: an explicit expiry for these offsets (-1: the default)
-        retention = req.retention_time_ms if 2 <= ctx.api_version <= 4 else -1
-        expire = self.broker.coordinator.clock_ms() + retention if retention >= 0 else -1
+        expire = -1
+        if 2 <= ctx.api_version <= 4:
+            expire = explicit_expiry(req.retention_time_ms, self.broker.coordinator.clock_ms())
         results = await self.broker.coordinator.commit_offsets(
             req.group_id,
             req.member_id,

@@ -8,7 +8,7 @@ import random
 from classic_harness import CONFIG, DELAY_MS, Harness, keep_alive
 
 from broker.coordinator.classic_groups import offset_expiry_condition
-from broker.coordinator.offsets import ExpiryCondition
+from broker.coordinator.offsets import CommittedOffset, ExpiryCondition, explicit_expiry
 from broker.group.classic import ClassicGroup
 from broker.group.classic_member import GroupState
 from kafka_protocol.coordinator.group_metadata_value import GroupMetadataValue
@@ -19,6 +19,18 @@ def subscription(*topics: str) -> bytes:
     version = 1
     body = ConsumerProtocolSubscription(topics=list(topics)).encode(version)
     return version.to_bytes(2, "big") + bytes(body)
+
+
+def test_only_the_default_retention_time_leaves_expiry_to_the_broker() -> None:
+    now = 1_700_000_000_000
+    assert explicit_expiry(-1, now) == -1
+    assert explicit_expiry(0, now) == now
+    assert explicit_expiry(60_000, now) == now + 60_000
+    # Kafka takes any other negative value as it is: offsets already past their expiry
+    expire = explicit_expiry(-5, now)
+    assert expire == now - 5
+    offset = CommittedOffset(7, -1, "", commit_timestamp_ms=now, expire_timestamp_ms=expire)
+    assert ExpiryCondition(since_ms=now).is_expired("t", offset, now, retention_ms=10**9)
 
 
 def test_a_simple_consumers_offsets_expire_from_each_commit() -> None:
