@@ -44,14 +44,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from kafka_protocol._codec import Buffer, FileRegion, Request, Response
+from kafka_protocol._codec import FileRegion, Request, Response
+from kafka_protocol.api_versions import (
+    API_VERSIONS_VERSION,
+    common_version,
+    decode_response_or_v0,
+    peer_versions,
+    retry_version,
+)
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import FrameTooLargeError, InvalidFrameError, ProtocolError
 from kafka_protocol.framing import (
-    API_VERSIONS_KEY,
     DEFAULT_MAX_FRAME_BYTES,
     api_classes,
-    decode_response,
     encode_request,
 )
 from kafka_protocol.messages import ApiVersionsRequest, ApiVersionsResponse, RequestHeader
@@ -60,7 +65,6 @@ log = logging.getLogger(__name__)
 
 MAX_FRAME_BYTES: Final = DEFAULT_MAX_FRAME_BYTES  # 100 MiB, as socket.request.max.bytes
 MAX_IN_FLIGHT_REQUESTS: Final = 1000
-API_VERSIONS_VERSION: Final = 3
 CLIENT_SOFTWARE_NAME: Final = "kraft-platform-broker"
 CLIENT_SOFTWARE_VERSION: Final = "0.1.0"
 DEFAULT_REQUEST_TIMEOUT_MS: Final = 5000
@@ -116,16 +120,6 @@ class _Pending:
     future: asyncio.Future[Response]
 
 
-def _decode(api_key: int, version: int, frame: Buffer) -> Response:
-    try:
-        return decode_response(api_key, version, frame)[1]
-    except ProtocolError:
-        if api_key != API_VERSIONS_KEY or version == 0:
-            raise
-        # KIP-511: a broker that does not support our ApiVersions version answers as v0.
-        return decode_response(api_key, 0, frame)[1]
-
-
 class KafkaConnection:
     """One Kafka connection with pipelined requests (see the module docstring)."""
 
@@ -177,13 +171,9 @@ class KafkaConnection:
 
     def version_for(self, api_key: int, max_supported: int) -> int | None:
         """The highest version of ``api_key`` both sides support, at most ``max_supported``."""
-        theirs = self._api_versions.get(api_key)
-        if theirs is None:
-            return None
         request_cls, _ = api_classes(api_key)
-        low = max(theirs[0], request_cls.MIN_VERSION)
-        high = min(theirs[1], request_cls.MAX_VERSION, max_supported)
-        return high if high >= low else None
+        high = min(request_cls.MAX_VERSION, max_supported)
+        return common_version(self._api_versions.get(api_key), request_cls.MIN_VERSION, high)
 
     async def send(self, request: Request, version: int) -> Response:
         """Send ``request`` at ``version`` and wait for its response."""
@@ -231,15 +221,13 @@ class KafkaConnection:
         )
         response = await self.send(request, API_VERSIONS_VERSION)
         assert isinstance(response, ApiVersionsResponse)
-        if response.error_code == ErrorCode.UNSUPPORTED_VERSION:
-            theirs = {k.api_key: k.max_version for k in response.api_keys}
-            fallback = min(theirs.get(API_VERSIONS_KEY, 0), API_VERSIONS_VERSION)
-            response = await self.send(request, fallback)
+        if (retry := retry_version(response, API_VERSIONS_VERSION)) is not None:
+            response = await self.send(request, retry)
             assert isinstance(response, ApiVersionsResponse)
-        if response.error_code != ErrorCode.NONE:
-            name = ErrorCode.from_code(response.error_code).name
-            raise KafkaConnectionError(f"{self.peer} refused ApiVersions: {name}")
-        self._api_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        try:
+            self._api_versions = peer_versions(response)
+        except ProtocolError as exc:
+            raise KafkaConnectionError(f"{self.peer} {exc}") from None
 
     async def _read_loop(self) -> None:
         try:
@@ -269,7 +257,7 @@ class KafkaConnection:
         if pending.future.done():  # the caller gave up waiting
             return
         try:
-            response = _decode(pending.api_key, pending.version, frame)
+            response = decode_response_or_v0(pending.api_key, pending.version, frame)
         except ProtocolError as exc:  # this response is bad; the framing is still intact
             pending.future.set_exception(exc)
             return

@@ -42,9 +42,16 @@ from typing import Final, TypeAlias
 import pyarrow as pa
 
 from kafka_protocol._codec import FileRegion, Request, Response
+from kafka_protocol.api_versions import (
+    API_VERSIONS_VERSION,
+    common_version,
+    decode_response_or_v0,
+    peer_versions,
+    retry_version,
+)
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import ProtocolError
-from kafka_protocol.framing import API_VERSIONS_KEY, decode_response, encode_request
+from kafka_protocol.framing import API_VERSIONS_KEY, encode_request
 from kafka_protocol.messages import ApiVersionsRequest, ApiVersionsResponse, RequestHeader
 from spark_source._client_config import ClientConfig
 from spark_source._client_types import (
@@ -56,7 +63,6 @@ from spark_source._client_types import (
 
 log = logging.getLogger(__name__)
 
-API_VERSIONS_VERSION: Final = 3
 CLIENT_SOFTWARE_NAME: Final = "kraft-spark-client"
 CLIENT_SOFTWARE_VERSION: Final = "0.1.0"
 MAX_IN_FLIGHT: Final = 5  # requests pipelined on one connection
@@ -154,10 +160,9 @@ class BrokerConnection:
     def version_for(self, versions: Versions) -> int:
         """The highest version of the api that both sides support."""
         theirs = self._api_versions.get(versions.api_key)
-        if theirs is not None:
-            low, high = max(theirs[0], versions.low), min(theirs[1], versions.high)
-            if low <= high:
-                return high
+        version = common_version(theirs, versions.low, versions.high)
+        if version is not None:
+            return version
         offered = "none" if theirs is None else f"v{theirs[0]}-v{theirs[1]}"
         raise UnsupportedBroker(
             f"broker {self.peer} supports api {versions.api_key} at {offered}; this client needs"
@@ -237,25 +242,18 @@ class BrokerConnection:
         )
         response = self.receive(self.send(request, API_VERSIONS_VERSION, deadline), deadline)
         assert isinstance(response, ApiVersionsResponse)
-        if response.error_code == ErrorCode.UNSUPPORTED_VERSION:
-            theirs = {k.api_key: k.max_version for k in response.api_keys}
-            fallback = min(theirs.get(API_VERSIONS_KEY, 0), API_VERSIONS_VERSION)
-            response = self.receive(self.send(request, fallback, deadline), deadline)
+        if (retry := retry_version(response, API_VERSIONS_VERSION)) is not None:
+            response = self.receive(self.send(request, retry, deadline), deadline)
             assert isinstance(response, ApiVersionsResponse)
-        if response.error_code != ErrorCode.NONE:
-            name = ErrorCode.from_code(response.error_code).name
-            raise UnsupportedBroker(f"{self.peer} refused ApiVersions: {name}", API_VERSIONS_KEY)
-        self._api_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        try:
+            self._api_versions = peer_versions(response)
+        except ProtocolError as exc:
+            raise UnsupportedBroker(f"{self.peer} {exc}", API_VERSIONS_KEY) from None
 
     def _decode(self, ticket: InFlight, frame: bytearray | memoryview) -> Response:
         try:
-            return decode_response(ticket.api_key, ticket.version, frame)[1]
+            return decode_response_or_v0(ticket.api_key, ticket.version, frame)
         except ProtocolError as exc:
-            if ticket.api_key == API_VERSIONS_KEY and ticket.version > 0:
-                try:  # KIP-511: a broker without our ApiVersions version answers as v0
-                    return decode_response(API_VERSIONS_KEY, 0, frame)[1]
-                except ProtocolError:
-                    pass
             self.close()
             raise InvalidResponse(f"{self.peer} sent an undecodable answer: {exc}") from exc
 
