@@ -76,6 +76,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
 def cmd_server(args: argparse.Namespace) -> int:
     from kraft.node import run, serve
 
+    if args.parent_pid is not None:
+        from kraft.dev_cluster import exit_with_parent
+
+        exit_with_parent(args.parent_pid)
     cfg = load_config(
         Path(args.config) if args.config else None, parse_overrides(args.override or [])
     )
@@ -131,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     server = sub.add_parser("server", help="run one node from a properties file and KRAFT_* env")
     server.add_argument("--config", help="Java-properties file with Kafka's key names")
     server.add_argument("--override", action="append", metavar="KEY=VALUE")
+    # kraft dev's launcher: stop when that process dies, whatever killed it
+    server.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
     server.set_defaults(func=cmd_server)
 
     from kraft.admin_cli import add_admin_commands

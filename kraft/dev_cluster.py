@@ -36,9 +36,11 @@ Failures and stopping
 ---------------------
 A child that exits before it is ready, or while the cluster runs, is reported (node, exit code,
 its last stderr lines); the others are stopped and the launcher exits 1. Startup has a 60 s
-deadline. SIGTERM or SIGINT stops the brokers, then the controllers (SIGTERM, then SIGKILL
-after 10 s each), and the launcher exits 0. The children stay in the launcher's process group,
-so Ctrl-C in a terminal reaches them directly too.
+deadline. SIGTERM, SIGINT or SIGHUP stops the brokers, then the controllers (SIGTERM, then
+SIGKILL after 10 s each), and the launcher exits 0: brokers stopping first can still reach a
+controller for their controlled shutdown. So each child runs in its own process group, which a
+terminal's Ctrl-C does not reach, and is started with ``--parent-pid`` so that it stops itself
+should the launcher die without stopping it (SIGKILL).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import ctypes
 import os
 import re
 import secrets
@@ -75,6 +78,8 @@ STARTUP_DEADLINE_S = 60.0
 STOP_GRACE_S = 10.0
 STDERR_TAIL_LINES = 20
 LINE_LIMIT_BYTES = 1 << 20
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # a closed terminal stops it too
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 Role = Literal["controller", "broker"]
 FreePorts = Callable[[int], list[int]]
@@ -381,8 +386,31 @@ class Child:
 
 
 def server_command(spec: NodeSpec, config: Path) -> list[str]:
-    """``kraft server`` with the node's generated file, as a container runs it."""
-    return [sys.executable, "-m", "kraft.cli", "server", "--config", str(config)]
+    """``kraft server`` with the node's generated file, as a container runs it, stopping
+    itself should this launcher die without stopping it (``--parent-pid``)."""
+    return [
+        sys.executable,
+        "-m",
+        "kraft.cli",
+        "server",
+        "--config",
+        str(config),
+        "--parent-pid",
+        str(os.getpid()),
+    ]
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """Have this process sent SIGTERM when ``parent_pid``, its parent, dies, even by SIGKILL
+    (Linux's ``PR_SET_PDEATHSIG``); at once if it is gone already.  Elsewhere, nothing."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM)) != 0:
+            return
+    except (OSError, AttributeError):  # not Linux
+        return
+    if os.getppid() != parent_pid:  # died before prctl: adopted already
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 class Launcher:
@@ -455,6 +483,9 @@ class Launcher:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *self.command(spec, self.configs[spec.node_id]),
+                # Its own process group: a terminal's Ctrl-C (SIGINT to the foreground group)
+                # reaches only the launcher, which stops the brokers before the controllers.
+                process_group=0,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -591,12 +622,12 @@ async def _lines(stream: asyncio.StreamReader) -> AsyncIterator[str]:
 
 async def _supervise(launcher: Launcher) -> int:
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, launcher.stopping.set)
     try:
         return await launcher.run()
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
 
 

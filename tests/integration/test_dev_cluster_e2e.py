@@ -3,6 +3,7 @@ and a clean stop that leaves no process behind."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -70,3 +71,65 @@ def test_a_three_by_three_dev_cluster(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _start_as_a_shell_job(tmp_path: Path, brokers: int) -> tuple[subprocess.Popen[str], Path]:
+    """``kraft dev --brokers N`` in a process group of its own, as a shell runs a job, so that
+    a signal to the group is what a terminal's Ctrl-C sends.  Returns once it is READY."""
+    cmd = [sys.executable, "-m", "kraft.cli", "dev", "--brokers", str(brokers)]
+    cmd += ["--port", "0", "--admin-port", "0", "--data-dir", str(tmp_path / "data")]
+    log = tmp_path / "stderr.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KRAFT_")}
+    env["KRAFT_LOG_LEVEL"] = "INFO"
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=log.open("w"), text=True, env=env, process_group=0
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert READY.search(line), f"no READY line: {line!r}\n{log.read_text()[-3000:]}"
+    return proc, log
+
+
+def _gone_within(pids: list[int], seconds: float) -> list[int]:
+    """The pids still alive after up to ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+        time.sleep(0.1)
+    return [p for p in pids if Path(f"/proc/{p}").exists()]
+
+
+def test_ctrl_c_stops_the_brokers_cleanly_before_the_controller(tmp_path: Path) -> None:
+    proc, log = _start_as_a_shell_job(tmp_path, brokers=2)
+    try:
+        children = _children(proc.pid)
+        assert len(children) == 3
+        started = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the whole foreground group
+        assert proc.wait(30) == 0
+        took = time.monotonic() - started
+        stderr = log.read_text()
+        # Had the controller stopped with them, each broker's controlled shutdown would wait
+        # out its timeout and the launcher would SIGKILL it after 10 s.
+        assert "controlled shutdown timed out" not in stderr, stderr[-3000:]
+        assert "still runs" not in stderr, stderr[-3000:]
+        assert took < 8, f"stopping took {took:.1f} s"
+        assert not _gone_within(children, 5), "children left behind"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_nodes_stop_when_their_launcher_is_killed(tmp_path: Path) -> None:
+    proc, _ = _start_as_a_shell_job(tmp_path, brokers=2)
+    children = _children(proc.pid)
+    try:
+        assert len(children) == 3
+        proc.kill()  # no chance to stop them
+        proc.wait()
+        assert not _gone_within(children, 20), "nodes outlived their launcher"
+    finally:
+        for pid in [proc.pid, *children]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
