@@ -31,13 +31,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final, Protocol, TypeVar
 
 from broker.kafka_client import Backoff, KafkaClientError, KafkaConnection
-from kafka_protocol._codec import Request, Response
+from kafka_protocol._codec import Buffer, FileRegion, Request, Response
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.exceptions import ProtocolError
+from kafka_protocol.exceptions import CorruptRecordError, ProtocolError
 from kafka_protocol.messages import (
+    FetchRequest,
+    FetchResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     ListOffsetsRequest,
@@ -47,6 +50,7 @@ from kafka_protocol.messages import (
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
+from kafka_protocol.record_batch import Record, iter_batches
 from kafka_protocol.types import BrokerId, GroupId, TopicName
 from kraft.group_model import Coordinator
 from metadata_log.image import ClusterImage, TopicPartition
@@ -55,6 +59,7 @@ __all__ = [
     "MAX_ATTEMPTS",
     "Address",
     "BrokerView",
+    "Fetched",
     "GroupClient",
     "GroupError",
     "ImageView",
@@ -76,6 +81,7 @@ FIND_COORDINATOR_MAX: Final = 3  # v4 batches keys
 OFFSET_FETCH_MAX, OFFSET_FETCH_ALL_MIN = 7, 2  # v8 batches groups; v2 added topics=null (all)
 OFFSET_COMMIT_MAX: Final = 8
 LIST_OFFSETS_MAX, LIST_OFFSETS_MIN = 7, 1
+FETCH_MAX, FETCH_MIN = 12, 4  # v13+ name topics by id; v4+ carry record batches v2
 GROUP_KEY_TYPE: Final = 0
 CONSUMER_REPLICA_ID: Final = BrokerId(-1)
 NO_OFFSET: Final = -1  # OffsetFetch: no committed offset
@@ -84,6 +90,31 @@ T = TypeVar("T")
 V = TypeVar("V")
 R = TypeVar("R")
 Address = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """One partition of a Fetch answer: its records at or after the position asked, the
+    position after them, and where its log starts and its high watermark stand."""
+
+    records: list[Record]
+    next_position: int
+    high_watermark: int
+    log_start_offset: int
+
+
+def records_from(data: Buffer | None, position: int) -> tuple[list[Record], int]:
+    """The records at or after ``position`` in a Fetch answer's records (whole batches: the
+    first may begin before it; a partial last batch waits for the next fetch), and the
+    position after them (past control batches and compacted gaps too)."""
+    out: list[Record] = []
+    for batch in iter_batches(data or b"", allow_truncated_tail=True):
+        if batch.next_offset <= position:
+            continue
+        if not batch.is_control:
+            out += [r for r in batch.validate().iter_records() if r.offset >= position]
+        position = batch.next_offset
+    return out, position
 
 
 class GroupError(Exception):
@@ -445,6 +476,68 @@ class GroupClient:
             for address, theirs in by_leader.items():
                 tasks.create_task(one(address, theirs))
         return answers
+
+    # --- records ------------------------------------------------------------------------------
+
+    async def fetch_at(
+        self,
+        address: Address,
+        topic: str,
+        positions: Mapping[int, int],
+        *,
+        wait_ms: int,
+        max_bytes: int,
+        partition_max_bytes: int,
+    ) -> dict[TopicPartition, Fetched | ErrorCode]:
+        """One Fetch of ``topic``'s partitions (index: position) from ``address``, as a
+        consumer (read_uncommitted: up to the high watermark), held by the broker up to
+        ``wait_ms`` for records; a partition left out of the answer gets nothing."""
+        request = FetchRequest(
+            replica_id=CONSUMER_REPLICA_ID,
+            max_wait_ms=wait_ms,
+            min_bytes=1,
+            max_bytes=max_bytes,
+            isolation_level=0,  # read_uncommitted, Kafka's default
+            topics=[
+                FetchRequest.FetchTopic(
+                    topic=TopicName(topic),
+                    partitions=[
+                        FetchRequest.FetchPartition(
+                            partition=index,
+                            fetch_offset=offset,
+                            partition_max_bytes=partition_max_bytes,
+                        )
+                        for index, offset in sorted(positions.items())
+                    ],
+                )
+            ],
+        )
+        timeout_s = self.request_timeout_s + wait_ms / 1000
+        response = await self.send(address, request, FETCH_MAX, FETCH_MIN, timeout_s=timeout_s)
+        assert isinstance(response, FetchResponse)
+        check(response.error_code, f"Fetch from {address[0]}:{address[1]}")
+        out: dict[TopicPartition, Fetched | ErrorCode] = {}
+        for answered in response.responses:
+            if answered.topic != topic:
+                continue
+            for p in answered.partitions:
+                if p.partition_index not in positions:
+                    continue
+                tp = TopicPartition(topic, p.partition_index)
+                if p.error_code != ErrorCode.NONE:
+                    out[tp] = ErrorCode.from_code(p.error_code)
+                    continue
+                assert not isinstance(p.records, FileRegion), "a decoded response"
+                try:
+                    records, position = records_from(p.records, positions[p.partition_index])
+                except CorruptRecordError as exc:
+                    raise GroupError(
+                        ErrorCode.CORRUPT_MESSAGE, f"{topic}-{p.partition_index}: {exc}"
+                    ) from None
+                out[tp] = Fetched(records, position, p.high_watermark, p.log_start_offset)
+        for index, position in positions.items():  # left out of the answer: ask again
+            out.setdefault(TopicPartition(topic, index), Fetched([], position, -1, -1))
+        return out
 
     # --- connections --------------------------------------------------------------------------
 

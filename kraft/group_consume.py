@@ -37,28 +37,24 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from broker.kafka_client import Backoff
-from kafka_protocol._codec import Buffer, FileRegion
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.exceptions import CorruptRecordError
-from kafka_protocol.messages import FetchRequest, FetchResponse, MetadataRequest, MetadataResponse
-from kafka_protocol.record_batch import Record, iter_batches
-from kafka_protocol.types import BrokerId, TopicName
+from kafka_protocol.messages import MetadataRequest, MetadataResponse
+from kafka_protocol.record_batch import Record
+from kafka_protocol.types import TopicName
 from kraft.admin_cli import AdminClient, AdminError, Consumed, Printer
-from kraft.group_client import Address, GroupClient, GroupError, Retriable, check
+from kraft.group_client import Address, Fetched, GroupClient, GroupError, Retriable, check
 from kraft.group_member import GroupMember, MemberConfig
 from kraft.group_model import EARLIEST, LATEST
 from metadata_log.image import TopicPartition
 
 __all__ = ["GroupConsumer", "MetadataView", "consume_in_group", "consumer_settings"]
 
-FETCH_MAX, FETCH_MIN = 12, 4  # v13+ name topics by id; v4+ carry record batches v2
 METADATA_MAX, METADATA_MIN = 12, 4  # v4+: allow_auto_topic_creation=false
 FETCH_WAIT_MS: Final = 500
 FETCH_MAX_BYTES: Final = 16 * 1024 * 1024  # per response (fetch.max.bytes is 50 MiB)
 PARTITION_MAX_BYTES: Final = 1024 * 1024  # max.partition.fetch.bytes
 RESET_ROUNDS: Final = 5  # ListOffsets rounds, each after new metadata
 CLOSE_TIMEOUT_S: Final = 15.0  # the last commit and the LeaveGroup
-CONSUMER_REPLICA_ID: Final = BrokerId(-1)
 Reset = Literal["earliest", "latest", "none"]
 RESETS: Final[Mapping[str, Reset]] = {"earliest": "earliest", "latest": "latest", "none": "none"}
 # partition.assignment.strategy: our names, and the Java classes' names for them.
@@ -218,23 +214,6 @@ async def refresh_metadata(
 # --- records (pure) ---------------------------------------------------------------------------
 
 
-def records_from(data: Buffer | None, position: int) -> tuple[list[Record], int]:
-    """The records at or after ``position`` in a Fetch answer's records (whole batches: the
-    first may begin before it; a partial last batch waits for the next fetch), and the
-    position after them (past control batches and compacted gaps too)."""
-    out: list[Record] = []
-    for batch in iter_batches(data or b"", allow_truncated_tail=True):
-        if batch.next_offset <= position:
-            continue
-        if not batch.is_control:
-            out += [r for r in batch.validate().iter_records() if r.offset >= position]
-        position = batch.next_offset
-    return out, position
-
-
-Fetched = tuple[list[Record], int] | ErrorCode  # records and the next position, or why not
-
-
 # --- the member's loop ------------------------------------------------------------------------
 
 
@@ -349,7 +328,7 @@ class GroupConsumer:
                 else:
                     check(answer, f"Fetch of {tp.topic}-{tp.partition}")
             elif not self._enough():
-                printed |= self._print(tp, *answer)
+                printed |= self._print(tp, answer.records, answer.next_position)
         self.printer.out.flush()
         if printed:
             self._backoff.reset()
@@ -378,62 +357,20 @@ class GroupConsumer:
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {self.topic!r} no longer exists"
             )
 
-    async def _fetch(self, wait_ms: int) -> dict[TopicPartition, Fetched]:
+    async def _fetch(self, wait_ms: int) -> dict[TopicPartition, Fetched | ErrorCode]:
         async def fetch(
             address: Address, positions: dict[TopicPartition, int]
-        ) -> dict[TopicPartition, Fetched]:
-            return await self._fetch_at(address, positions, wait_ms)
+        ) -> dict[TopicPartition, Fetched | ErrorCode]:
+            return await self.client.fetch_at(
+                address,
+                self.topic,
+                {tp.partition: offset for tp, offset in positions.items()},
+                wait_ms=wait_ms,
+                max_bytes=FETCH_MAX_BYTES,
+                partition_max_bytes=PARTITION_MAX_BYTES,
+            )
 
         return await self.client.on_leaders(self.positions, fetch)
-
-    async def _fetch_at(
-        self, address: Address, positions: dict[TopicPartition, int], wait_ms: int
-    ) -> dict[TopicPartition, Fetched]:
-        request = FetchRequest(
-            replica_id=CONSUMER_REPLICA_ID,
-            max_wait_ms=wait_ms,
-            min_bytes=1,
-            max_bytes=FETCH_MAX_BYTES,
-            isolation_level=0,  # read_uncommitted, Kafka's default
-            topics=[
-                FetchRequest.FetchTopic(
-                    topic=TopicName(self.topic),
-                    partitions=[
-                        FetchRequest.FetchPartition(
-                            partition=tp.partition,
-                            fetch_offset=offset,
-                            partition_max_bytes=PARTITION_MAX_BYTES,
-                        )
-                        for tp, offset in sorted(positions.items())
-                    ],
-                )
-            ],
-        )
-        timeout_s = self.client.request_timeout_s + wait_ms / 1000
-        response = await self.client.send(
-            address, request, FETCH_MAX, FETCH_MIN, timeout_s=timeout_s
-        )
-        assert isinstance(response, FetchResponse)
-        check(response.error_code, f"Fetch from {address[0]}:{address[1]}")
-        out: dict[TopicPartition, Fetched] = {}
-        for topic in response.responses:
-            for p in topic.partitions:
-                tp = TopicPartition(str(topic.topic), p.partition_index)
-                if tp not in positions:
-                    continue
-                if p.error_code != ErrorCode.NONE:
-                    out[tp] = ErrorCode.from_code(p.error_code)
-                    continue
-                assert not isinstance(p.records, FileRegion), "a decoded response"
-                try:
-                    out[tp] = records_from(p.records, positions[tp])
-                except CorruptRecordError as exc:
-                    raise GroupError(
-                        ErrorCode.CORRUPT_MESSAGE, f"{tp.topic}-{tp.partition}: {exc}"
-                    ) from None
-        for tp in positions:  # a partition left out of the answer: ask again
-            out.setdefault(tp, ([], positions[tp]))
-        return out
 
 
 # --- the command ------------------------------------------------------------------------------

@@ -44,8 +44,8 @@ from kafka_protocol.types import BrokerId, TopicName
 from kraft import group_client, group_consume, group_member
 from kraft.admin_cli import AdminError, Printer, Reply
 from kraft.group_assignment import decode_assignment, encode_assignment, encode_subscription
-from kraft.group_client import GroupClient, GroupError
-from kraft.group_consume import MetadataView, consumer_settings, records_from
+from kraft.group_client import GroupClient, GroupError, records_from
+from kraft.group_consume import MetadataView, consumer_settings
 from kraft.group_member import GroupMember, MemberConfig, Step, next_step
 from metadata_log.image import TopicPartition
 
