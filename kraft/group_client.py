@@ -1,6 +1,7 @@
-"""The Kafka-protocol plumbing shared by the group admin (kraft/group_admin.py) and the CLI's
-group member (kraft/group_member.py): connections to the brokers, retries, coordinator
-discovery, and the offset requests both of them make.
+"""The Kafka-protocol plumbing shared by the group admin (kraft/group_admin.py), the CLI's
+group member (kraft/group_member.py) and the REST record routes (kraft/rest/records.py):
+connections to the brokers, retries, coordinator discovery, the offset requests, and Fetch as a
+consumer.
 
 Theory of operation
 -------------------

@@ -20,10 +20,10 @@ Theory of operation
     exit        SIGINT/SIGTERM, --max-messages, or --timeout-ms without a record (counted
                 from the last join): commit, then LeaveGroup, so the group rebalances at once
 
-Records come over Kafka Fetch, not the REST records endpoint of the group-less path: that
-endpoint serves only the partitions hosted by the node behind --admin, while a member gets
-whichever partitions the group assigns it, led by any broker; and the member speaks the Kafka
-protocol to its coordinator already (one client, one connection per broker for both).
+Records come over Kafka Fetch (``GroupClient.fetch_at``) from each leader, not through the REST
+records endpoint of the group-less path: the member speaks the Kafka protocol to its coordinator
+already (one client, one connection per broker for both), and a REST read of a partition led
+elsewhere would take one more hop.
 """
 
 from __future__ import annotations

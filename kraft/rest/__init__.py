@@ -18,7 +18,6 @@ from typing import Final
 
 from aiohttp import web
 
-from kafka_protocol.partitioner import DefaultPartitioner
 from kraft.config import ConfigError
 from kraft.rest.cluster import get_cluster, get_health, get_metrics, get_openapi, get_ready
 from kraft.rest.common import NODE, AdminNode, error_middleware
@@ -29,7 +28,7 @@ from kraft.rest.groups import (
     reset_group_offsets,
     setup_groups,
 )
-from kraft.rest.records import LONG_POLLS, PARTITIONER, LongPolls, produce_records, read_records
+from kraft.rest.records import produce_records, read_records, setup_records
 from kraft.rest.topics import (
     alter_topic_configs,
     create_partitions,
@@ -70,20 +69,14 @@ ROUTES: Final = (
 def build_app(node: AdminNode) -> web.Application:
     app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
     app[NODE] = node
-    app[PARTITIONER] = DefaultPartitioner()
-    app[LONG_POLLS] = LongPolls()
+    setup_records(app, lambda: node.image)
     setup_groups(app, node)
-    app.on_shutdown.append(_answer_long_polls)
     for method, path, handler in ROUTES:
         if method == "GET":
             app.router.add_get(path, handler)  # and HEAD, for load balancers' checks
         else:
             app.router.add_route(method, path, handler)
     return app
-
-
-async def _answer_long_polls(app: web.Application) -> None:
-    app[LONG_POLLS].close()
 
 
 async def start_admin_api(node: AdminNode, host: str, port: int) -> tuple[web.AppRunner, int]:

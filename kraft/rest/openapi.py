@@ -464,7 +464,9 @@ def _record_paths() -> dict[str, Schema]:
             "parameters": [NAME],
             "post": _op(
                 "produceRecords",
-                "Append records (auto-creates the topic when auto.create.topics.enable)",
+                "Append records (auto-creates the topic when auto.create.topics.enable); any"
+                " broker serves every partition, reaching those it does not lead at their"
+                " leader, as a producer with acks=1",
                 {
                     "200": _json_body(_ref("ProduceResult"), "every record appended"),
                     "400": BAD_REQUEST,
@@ -481,7 +483,8 @@ def _record_paths() -> dict[str, Schema]:
             "parameters": [NAME, partition],
             "get": _op(
                 "readRecords",
-                "Read committed records (below the high watermark)",
+                "Read committed records (below the high watermark); any broker serves every"
+                " partition, reading those it does not host from their leader",
                 {
                     "200": _json_body(_ref("Records"), "records, possibly none"),
                     "400": BAD_REQUEST,

@@ -5,6 +5,11 @@ A produce is split per partition (records without one placed by Kafka's default 
 into batches, each validated and appended as a Produce request's would be.  A read answers the
 committed records (below the high watermark) from an offset, waiting up to ``timeout_ms`` for some
 to arrive; :class:`LongPolls` answers the waiting reads at once at shutdown.
+
+Any broker's API serves every partition: one this broker does not lead (produce) or host (read)
+is reached over the Kafka protocol at its leader, as a client would (a Produce with acks=1, a
+Fetch as a consumer, ListOffsets for ``earliest``/``latest``), through one connection per broker
+(:data:`LEADERS`, on the node's metadata image).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import base64
 import binascii
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -24,6 +29,7 @@ from broker.deferred import Deferred
 from broker.log.errors import LogError, OffsetOutOfRangeError
 from broker.replica_manager import AppendOutcome, Partition
 from kafka_protocol.errors import ErrorCode
+from kafka_protocol.messages import ProduceRequest, ProduceResponse
 from kafka_protocol.partitioner import DefaultPartitioner
 from kafka_protocol.record_batch import (
     HEADER_BYTES,
@@ -32,6 +38,9 @@ from kafka_protocol.record_batch import (
     build_batch,
     iter_batches,
 )
+from kafka_protocol.types import TopicName
+from kraft.group_client import GroupClient, GroupError, ImageView
+from kraft.group_model import EARLIEST, LATEST
 from kraft.rest.common import (
     DEFAULT_FROM_CONTROLLER,
     ApiError,
@@ -49,7 +58,7 @@ from kraft.rest.common import (
     query_int,
     topic_of,
 )
-from metadata_log.image import TopicImage
+from metadata_log.image import ClusterImage, TopicImage, TopicPartition
 
 if TYPE_CHECKING:
     from broker.broker import Broker
@@ -60,8 +69,30 @@ MAX_READ_RECORDS: Final = 10_000
 MAX_READ_BYTES: Final = 4 * 1024 * 1024  # bytes of batches one records read decodes
 MAX_LONG_POLL_MS: Final = 60_000
 
+FORWARD_CLIENT_ID: Final = "kraft-rest"
+PRODUCE_MAX, PRODUCE_MIN = 9, 3  # the versions our brokers serve (v0-2 are refused)
+FORWARD_PRODUCE_TIMEOUT_MS: Final = 30_000
+
 PARTITIONER: Final = web.AppKey[DefaultPartitioner]("partitioner")
 LONG_POLLS: Final = web.AppKey["LongPolls"]("long_polls")
+LEADERS: Final = web.AppKey[GroupClient]("leaders")  # Kafka connections to other brokers
+
+
+def setup_records(app: web.Application, image: Callable[[], ClusterImage | None]) -> None:
+    """Give ``app`` what the record routes keep: the partitioner, the waiting reads (answered
+    at shutdown) and the connections to leaders elsewhere (closed with the app)."""
+    app[PARTITIONER] = DefaultPartitioner()
+    app[LONG_POLLS] = LongPolls()
+    app[LEADERS] = GroupClient(ImageView(image), client_id=FORWARD_CLIENT_ID)
+
+    async def answer_long_polls(app: web.Application) -> None:
+        app[LONG_POLLS].close()
+
+    async def close_leaders(app: web.Application) -> None:
+        await app[LEADERS].close()
+
+    app.on_shutdown.append(answer_long_polls)
+    app.on_cleanup.append(close_leaders)
 
 
 # --- produce ----------------------------------------------------------------------------------
@@ -170,17 +201,63 @@ async def produce_records(request: web.Request) -> web.Response:
                 f" of topic {topic.name!r}",
             )
         by_partition.setdefault(item.partition, []).append(item)
-    pending = [
-        (run, append_run(broker, topic, p, run))
-        for p, run_items in sorted(by_partition.items())
-        for run in batches(run_items, batch_limit(broker, topic.name, p))
-    ]
+    # Local appends are queued in this pass (one write per partition); the rest go to their
+    # leaders at once, all in flight together.
+    pending: list[tuple[list[ToProduce], AppendOutcome | Awaitable[AppendOutcome]]] = []
+    for p, run_items in sorted(by_partition.items()):
+        local = topic.partitions[p].leader == broker.node_id
+        for run in batches(run_items, batch_limit(broker, topic.name, p)):
+            if local:
+                pending.append((run, append_run(broker, topic, p, run)))
+            else:
+                forward = forward_run(request.app[LEADERS], topic.name, p, run)
+                pending.append((run, asyncio.ensure_future(forward)))
     offsets: list[dict[str, Any]] = [{} for _ in items]
     for run, outcome in pending:
-        result = outcome if not isinstance(outcome, Deferred) else await outcome
+        result = outcome if isinstance(outcome, AppendOutcome) else await outcome
         for j, item in enumerate(run):
             offsets[item.index] = _offset_json(item.partition, result, j)
     return _produce_response(topic.name, offsets)
+
+
+async def forward_run(
+    leaders: GroupClient, topic: str, index: int, run: list[ToProduce]
+) -> AppendOutcome:
+    """Produce ``run`` at the leader of ``topic``-``index`` elsewhere, with acks=1 as a local
+    append answers; a failure is the outcome's error."""
+    leader = leaders.view.leader_of(TopicPartition(topic, index))
+    if isinstance(leader, ErrorCode):
+        return AppendOutcome(leader, message=f"{topic}-{index} has no live leader now")
+    data = build_batch([item.record for item in run], now_ms=int(time.time() * 1000))
+    request = ProduceRequest(
+        acks=1,
+        timeout_ms=FORWARD_PRODUCE_TIMEOUT_MS,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=TopicName(topic),
+                partition_data=[ProduceRequest.PartitionProduceData(index=index, records=data)],
+            )
+        ],
+    )
+    try:
+        response = await leaders.send(leader, request, PRODUCE_MAX, PRODUCE_MIN)
+    except GroupError as exc:
+        return AppendOutcome(exc.error, message=f"{topic}-{index} at its leader: {exc.message}")
+    assert isinstance(response, ProduceResponse)
+    for answered in response.responses:
+        for p in answered.partition_responses:
+            if answered.name != topic or p.index != index:
+                continue
+            if p.error_code != ErrorCode.NONE:
+                error = ErrorCode.from_code(p.error_code)
+                message = p.error_message or f"the leader of {topic}-{index}: {error.message}"
+                return AppendOutcome(error, message=message)
+            return AppendOutcome(
+                ErrorCode.NONE, base_offset=p.base_offset, log_append_time_ms=p.log_append_time_ms
+            )
+    return AppendOutcome(
+        ErrorCode.UNKNOWN_SERVER_ERROR, message=f"the leader's answer left out {topic}-{index}"
+    )
 
 
 def batch_limit(broker: Broker, topic: str, index: int) -> int:
@@ -238,18 +315,16 @@ def _produce_response(topic: str, offsets: list[dict[str, Any]]) -> web.Response
 # --- consume ----------------------------------------------------------------------------------
 
 
-def hosted_partition(broker: Broker, name: str, raw_index: str) -> Partition:
+def partition_index(broker: Broker, name: str, raw_index: str) -> int:
+    """The index of an existing partition of topic ``name``, or a 4xx."""
     topic = topic_of(broker, name)
     try:
         index = int(raw_index)
     except ValueError:
         raise bad_request(f"partition must be an integer, got {raw_index!r}") from None
-    part = broker.replicas.get(name, index)
-    if part is None:
-        if index in topic.partitions:
-            raise kafka_error(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{name}-{index} is not here")
+    if index not in topic.partitions:
         raise ApiError(404, "UNKNOWN_TOPIC_OR_PARTITION", f"{name}-{index} does not exist")
-    return part
+    return index
 
 
 def start_offset(raw: str | None, part: Partition) -> int:
@@ -257,12 +332,7 @@ def start_offset(raw: str | None, part: Partition) -> int:
         return part.log_start_offset
     if raw == "latest":
         return part.high_watermark
-    try:
-        offset = int(raw)
-    except ValueError:
-        raise bad_request(
-            f"offset must be an integer, 'earliest' or 'latest', got {raw!r}"
-        ) from None
+    offset = parse_offset(raw)
     if not part.log_start_offset <= offset <= part.log_end_offset:
         raise kafka_error(
             ErrorCode.OFFSET_OUT_OF_RANGE,
@@ -270,6 +340,15 @@ def start_offset(raw: str | None, part: Partition) -> int:
             f" of {part.name}",
         )
     return offset
+
+
+def parse_offset(raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise bad_request(
+            f"offset must be an integer, 'earliest' or 'latest', got {raw!r}"
+        ) from None
 
 
 class LongPolls:
@@ -369,11 +448,17 @@ def record_json(record: Record, encoding: str) -> dict[str, Any]:
 async def read_records(request: web.Request) -> web.Response:
     broker = broker_of(request)
     name = request.match_info["name"]
-    part = hosted_partition(broker, name, request.match_info["partition"])
+    index = partition_index(broker, name, request.match_info["partition"])
     max_records = query_int(request, "max_records", 500, 1, MAX_READ_RECORDS)
     timeout_ms = query_int(request, "timeout_ms", 0, 0, MAX_LONG_POLL_MS)
     encoding = encoding_of(request.query.get("encoding"))
-    offset = start_offset(request.query.get("offset"), part)
+    raw_offset = request.query.get("offset")
+    part = broker.replicas.get(name, index)
+    if part is None:  # hosted elsewhere
+        leaders = request.app[LEADERS]
+        read = await read_at_leader(leaders, name, index, raw_offset, max_records, timeout_ms)
+        return records_response(name, index, *read, encoding)
+    offset = start_offset(raw_offset, part)
     part = await wait_for_records(request, part, offset, timeout_ms)
     try:
         records, next_offset = read_committed(part, offset, max_records)
@@ -381,13 +466,70 @@ async def read_records(request: web.Request) -> web.Response:
         raise kafka_error(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc)) from None
     except LogError as exc:
         raise kafka_error(exc.error_code, str(exc)) from None
+    return records_response(
+        name, index, records, next_offset, part.high_watermark, part.log_start_offset, encoding
+    )
+
+
+def records_response(
+    topic: str,
+    index: int,
+    records: list[Record],
+    next_offset: int,
+    high_watermark: int,
+    log_start_offset: int,
+    encoding: str,
+) -> web.Response:
     return web.json_response(
         {
-            "topic": name,
-            "partition": part.index,
+            "topic": topic,
+            "partition": index,
             "records": [record_json(r, encoding) for r in records],
             "next_offset": next_offset,
-            "high_watermark": part.high_watermark,
-            "log_start_offset": part.log_start_offset,
+            "high_watermark": high_watermark,
+            "log_start_offset": log_start_offset,
         }
     )
+
+
+async def read_at_leader(
+    leaders: GroupClient,
+    topic: str,
+    index: int,
+    raw_offset: str | None,
+    max_records: int,
+    timeout_ms: int,
+) -> tuple[list[Record], int, int, int]:
+    """Records of ``topic``-``index`` read from its leader elsewhere, as a consumer (up to the
+    high watermark): the records, the next offset, the high watermark and the log start."""
+    tp = TopicPartition(topic, index)
+    leader = leaders.view.leader_of(tp)
+    if isinstance(leader, ErrorCode):
+        raise kafka_error(leader, f"{topic}-{index} has no live leader now")
+    try:
+        if raw_offset is None or raw_offset in ("earliest", "latest"):
+            spec = LATEST if raw_offset == "latest" else EARLIEST
+            found = (await leaders.list_offsets([tp], spec))[tp]
+            if isinstance(found, ErrorCode):
+                raise kafka_error(found, f"finding the {raw_offset or 'earliest'} offset of {tp}")
+            offset = found
+        else:
+            offset = parse_offset(raw_offset)
+        answers = await leaders.fetch_at(
+            leader,
+            topic,
+            {index: offset},
+            wait_ms=timeout_ms,
+            max_bytes=MAX_READ_BYTES,
+            partition_max_bytes=MAX_READ_BYTES,
+        )
+    except GroupError as exc:
+        raise kafka_error(
+            exc.error, f"reading {topic}-{index} at its leader: {exc.message}"
+        ) from None
+    got = answers[tp]
+    if isinstance(got, ErrorCode):
+        raise kafka_error(got, f"the leader of {topic}-{index} answered {got.name}")
+    records = got.records[:max_records]
+    next_offset = records[-1].offset + 1 if len(records) < len(got.records) else got.next_position
+    return records, next_offset, got.high_watermark, got.log_start_offset
