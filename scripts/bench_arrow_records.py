@@ -5,7 +5,7 @@
 One fetched chunk (default 4,000 records of ~1 KiB in batches of 100, about 4 MiB, as one
 Fetch of one partition) is decoded into Arrow again and again, on one core:
 
-* ``to_arrow``: the numpy/Arrow decoder.
+* ``to_arrow``: the decoder (compiled loops, numpy and Arrow).
 * ``reference``: kafka_protocol's record iteration, one Python row per record, then
   ``pa.array`` per column (the obvious decoder; the tests' oracle).
 * ``floor``: ``pa.array`` per column from lists already materialized: what any decoder that
@@ -14,7 +14,7 @@ Fetch of one partition) is decoded into Arrow again and again, on one core:
 
 Record shapes: ``fixed`` (null keys, 1,024-byte values: every batch one record size),
 ``keyed`` (keys ``k0``, ``k1``, ...: sizes change where the key gains a digit), ``varied``
-(value sizes spread over 900-1,150 bytes: every record its own size, the Python length walk).
+(value sizes spread over 900-1,150 bytes: every record its own size).
 Values are JSON-ish text (lz4 ~2:1, zstd ~3:1).  The machine is shared: figures are the best
 of several loops, in CPU time of this process; compare ratios, not rows/s, across runs.
 """

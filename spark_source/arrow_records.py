@@ -2,11 +2,11 @@
 
 :func:`to_arrow` turns the records bytes of one Fetch partition (concatenated RecordBatch v2,
 possibly ending with a truncated batch) into ``pyarrow.RecordBatch``es that a PySpark Python
-data source yields as they are.  Per 32 MiB of records it makes a few hundred numpy and Arrow
-calls; Python touches single records only to walk the lengths of records whose sizes vary
-(:mod:`spark_source._arrow_chain`) and the headers of a few records with many.  Those calls
-cost ~0.4 ms a chunk on a small VM, so chunks of several MiB decode far faster per record than
-1 MiB ones (``scripts/bench_arrow_records.py``).
+data source yields as they are.  Python never touches a single record: compiled loops
+(:mod:`spark_source._arrow_kernels`) find every record's fields and copy keys, values and
+headers into Arrow buffers, and a few dozen numpy and Arrow calls a chunk do the rest, so a
+chunk of several MiB costs about as much per record as its CRC and copies
+(``scripts/bench_arrow_records.py``).
 
 The schema is what PySpark's worker compares the first batch with (``Schema.equals``,
 nullability included): ``to_arrow_schema(schema, timezone="UTC")`` of the connector's columns,
@@ -36,6 +36,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
@@ -51,8 +53,9 @@ from kafka_protocol.record_batch import (
     RecordBatch,
     iter_batches,
 )
-from spark_source._arrow_chain import record_bounds
-from spark_source._arrow_layout import I32, I64, U8, RecordFields, header_fields, record_fields
+
+if TYPE_CHECKING:
+    from spark_source._arrow_kernels import I32, I64, U8
 
 MIB = 1024 * 1024
 GROUP_BYTES = 32 * MIB  # records decoded together: bounds the temporaries and int32 offsets
@@ -62,6 +65,15 @@ MS_TO_US = 1000
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 HEADERS_TYPE = pa.list_(pa.field("element", HEADER_TYPE))
+
+
+@functools.cache
+def _kernels() -> ModuleType:
+    """The compiled loops, imported on first use: importing numba costs ~0.35 s, which
+    processes that only plan (Spark's driver) need not pay."""
+    from spark_source import _arrow_kernels
+
+    return _arrow_kernels
 
 
 @functools.cache
@@ -178,30 +190,35 @@ class _Group:
         if not self.batches:
             return
         buf, bounds = self._layout(chunk)
-        assert buf.format == "B", buf.format  # the Python walk reads bytes as 0..255
         data: U8 = np.frombuffer(buf, dtype=np.uint8)
+        kernels = _kernels()
         counts = np.array([b.records_count for b in self.batches], dtype=np.int64)
-        body, record_end = record_bounds(buf, data, np.array(bounds, dtype=np.int64), counts)
-        fields = record_fields(data, body, record_end)
-        offset = np.repeat([b.base_offset for b in self.batches], counts) + fields.offset_delta
-        stamp, kind = _timestamps(self.batches, counts, fields.timestamp_delta)
+        sections = np.array(bounds, dtype=np.int64)
+        room = (sections[:, 1] - sections[:, 0]) // kernels.MIN_RECORD_BYTES
+        if (counts < 0).any() or (counts > room).any():  # before allocating for them
+            raise CorruptRecordError("a batch claims more records than its bytes can hold")
+        fields = np.empty((kernels.RECORD_FIELDS, int(counts.sum())), dtype=np.int64)
+        kernels.check(kernels.scan_records(data, sections, counts, fields))
+        offset = np.repeat([b.base_offset for b in self.batches], counts)
+        offset += fields[kernels.OFFSET_DELTA]
+        stamp, kind = _timestamps(self.batches, counts, fields[kernels.TIMESTAMP_DELTA])
         keep = (offset >= start) & (offset < end)
         if not keep.all():  # the first and last batches of a range may straddle its ends
             rows = np.flatnonzero(keep)
             if not len(rows):
                 return
-            fields, offset, stamp, kind = fields.take(rows), offset[rows], stamp[rows], kind[rows]
+            fields, offset, stamp, kind = fields[:, rows], offset[rows], stamp[rows], kind[rows]
         micros = pa.py_buffer(stamp * MS_TO_US)
         columns = {
-            "key": _binary(data, fields.key_start, fields.key_length),
-            "value": _binary(data, fields.value_start, fields.value_length),
+            "key": _binary(data, fields[kernels.KEY_START], fields[kernels.KEY_LENGTH]),
+            "value": _binary(data, fields[kernels.VALUE_START], fields[kernels.VALUE_LENGTH]),
             "partition": pa.array(np.full(len(offset), partition, dtype=np.int32)),
             "offset": pa.array(offset),
             "timestamp": pa.Array.from_buffers(TIMESTAMP_TYPE, len(stamp), [None, micros]),
             "timestampType": pa.array(kind),
         }
         if include_headers:
-            columns["headers"] = _headers(buf, data, fields)
+            columns["headers"] = _headers(data, fields)
         yield from _batches(columns, topic, len(offset), include_headers)
 
 
@@ -242,50 +259,43 @@ def _topic(topic: str, rows: int) -> pa.Array:
 
 
 def _binary(data: U8, start: I64, length: I64) -> pa.Array:
-    """``data[start:start + length]`` per row (length -1: null) as one ``binary`` array, the
-    bytes copied out by numpy or Arrow in C.
-
-    All one size (fixed-size values): a numpy row gather.  Otherwise the rows lie in ``data``
-    in order, so ``[start_0, end_0, start_1, end_1, ...]`` are valid offsets of a ``binary``
-    array over ``data`` itself whose even elements are the values and odd ones the bytes
-    between them, and Arrow's ``take`` of the even ones copies the values out (faster than a
-    ``binary_view`` cast, the other way to describe them without touching them).
-    """
+    """``data[start:start + length]`` per row (a negative length: null) as one ``binary`` array."""
     n = len(start)
     valid = length >= 0
     if not valid.any():
         return pa.nulls(n, pa.binary())
-    size = int(length[0])
-    if size > 0 and bool((length == size).all()):
-        rows = np.lib.stride_tricks.sliding_window_view(data, size)[start]
-        offsets = pa.py_buffer(np.arange(n + 1, dtype=np.int32) * np.int32(size))
-        return pa.Array.from_buffers(pa.binary(), n, [None, offsets, pa.py_buffer(rows)])
-    bounds = np.empty(2 * n + 1, dtype=np.int32)
-    bounds[0:-1:2] = start
-    bounds[1::2] = start + np.maximum(length, 0)
-    bounds[-1] = bounds[-2]
-    spans = pa.Array.from_buffers(
-        pa.binary(), 2 * n, [None, pa.py_buffer(bounds), pa.py_buffer(data)]
-    )
-    spans.validate(full=True)  # offsets in order and inside data: a bug must not read wild
-    evens = np.arange(0, 2 * n, 2, dtype=np.int32)
-    return spans.take(pa.array(evens, mask=None if valid.all() else ~valid))
+    offsets = np.empty(n + 1, dtype=np.int32)
+    payload = pa.allocate_buffer(int(np.maximum(length, 0).sum()))
+    kernels = _kernels()
+    kernels.gather(data, start, length, offsets, np.frombuffer(payload, dtype=np.uint8))
+    validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(offsets), payload])
 
 
-def _headers(buf: memoryview, data: U8, fields: RecordFields) -> pa.Array:
+def _headers(data: U8, fields: I64) -> pa.Array:
     """Each row's headers as a list (null without headers, as Spark's connector does)."""
-    absent = fields.header_count == 0
+    kernels = _kernels()
+    counts = fields[kernels.HEADER_COUNT]
+    absent = counts == 0
     if absent.all():
         return pa.nulls(len(absent), HEADERS_TYPE)
-    h = header_fields(buf, data, fields)
+    list_offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=list_offsets[1:])
+    total = int(list_offsets[-1])
+    if total > np.iinfo(np.int32).max:
+        raise CorruptRecordError(f"{total} headers do not fit one Arrow list column")
+    h = np.empty((kernels.HEADER_FIELDS, total), dtype=np.int64)
+    starts, ends = fields[kernels.HEADERS_START], fields[kernels.END]
+    kernels.check(kernels.scan_headers(data, starts, ends, list_offsets, h))
     try:
-        keys = _binary(data, h.key_start, h.key_length).cast(pa.string())
+        keys = _binary(data, h[kernels.HKEY_START], h[kernels.HKEY_LENGTH])
+        keys = keys.cast(pa.string())
     except pa.ArrowInvalid:
         raise CorruptRecordError("record header key is not UTF-8") from None
-    values = _binary(data, h.value_start, h.value_length)
+    values = _binary(data, h[kernels.HVALUE_START], h[kernels.HVALUE_LENGTH])
     entries = pa.StructArray.from_arrays([keys, values], fields=list(HEADER_TYPE))
     return pa.ListArray.from_arrays(
-        pa.array(h.list_offsets), entries, type=HEADERS_TYPE, mask=pa.array(absent)
+        pa.array(list_offsets.astype(np.int32)), entries, type=HEADERS_TYPE, mask=pa.array(absent)
     )
 
 

@@ -7,6 +7,7 @@ import struct
 from dataclasses import dataclass
 
 import cramjam
+import numpy as np
 import pyarrow as pa
 import pytest
 from crc32c import crc32c
@@ -48,7 +49,7 @@ header = st.tuples(st.text(max_size=6), st.none() | st.binary(max_size=8))
 
 @st.composite
 def batch_records(draw: st.DrawFn) -> list[SimpleRecord]:
-    """Records whose sizes vary freely, or come in runs of one size (the speculative path)."""
+    """Records whose sizes vary freely, or come in runs of one size."""
     n = draw(st.integers(1, 120))
     runs = draw(st.booleans())
     size = draw(sizes)
@@ -188,9 +189,9 @@ def test_records_of_64_kib_and_more() -> None:
     assert assert_same_as_reference(data, 0, 6, False) == 6
 
 
-def test_non_canonical_length_varints_are_walked() -> None:
+def test_non_canonical_length_varints_are_decoded() -> None:
     """A length written with a redundant continuation byte (legal, though no client writes
-    it) is not the prefix the fast path compares with: such records are walked."""
+    it) decodes like any other."""
     recs = [SimpleRecord(value=b"v" * 20, key=b"k") for _ in range(100)]
     section = bytearray()
     for i, rec in enumerate(recs):
@@ -198,6 +199,41 @@ def test_non_canonical_length_varints_are_walked() -> None:
         section += bytes([(2 * len(body)) | 0x80, 0x00]) + body
     data = reseal(build_batch(recs, now_ms=T0), bytes(section))
     assert assert_same_as_reference(data, 0, 100, True) == 100
+
+
+@pytest.mark.parametrize("delta", [-(2**63), 2**63 - 1, -1, 2**62, -(2**35) - 3])
+def test_timestamp_delta_varints_of_up_to_ten_bytes(delta: int) -> None:
+    """A varlong at the ends of int64 (10 bytes, the top bit of its zigzag form set)
+    decodes to the value, with the record's other fields where they are."""
+    from spark_source import _arrow_kernels as kernels
+
+    zigzag = (delta << 1) ^ (delta >> 63)
+    varlong = bytearray()
+    while True:
+        byte, zigzag = zigzag & 0x7F, zigzag >> 7
+        varlong.append(byte | (0x80 if zigzag else 0))
+        if not zigzag:
+            break
+    body = b"\x00" + bytes(varlong) + b"\x0a" + b"\x01" + b"\x04ab" + b"\x00"  # offset 5
+    section = bytes([2 * len(body)]) + body  # key null, value b"ab", no headers
+    data = np.frombuffer(section, dtype=np.uint8)
+    out = np.zeros((kernels.RECORD_FIELDS, 1), dtype=np.int64)
+    sections = np.array([[0, len(section)]], dtype=np.int64)
+    assert kernels.scan_records(data, sections, np.array([1]), out) == kernels.OK
+    assert out[kernels.TIMESTAMP_DELTA, 0] == delta
+    assert out[kernels.OFFSET_DELTA, 0] == 5
+    assert out[kernels.KEY_LENGTH, 0] == -1
+    assert (out[kernels.VALUE_START, 0], out[kernels.VALUE_LENGTH, 0]) == (len(section) - 3, 2)
+    assert out[kernels.END, 0] == len(section)
+
+
+def test_any_negative_length_is_a_null() -> None:
+    """Kafka reads a key or value length below -1 as null too (``DefaultRecord.readFrom``)."""
+    section = b"\x0c\x00\x00\x00\x05\x03\x00"  # key length -3, value length -2
+    data = reseal(build_batch([SimpleRecord(value=None)], now_ms=T0), section)
+    assert assert_same_as_reference(data, 0, 1, True) == 1
+    got, _ = decode(data, 0, 1, False)
+    assert got.column("key").null_count == got.column("value").null_count == 1
 
 
 def test_headers_of_a_record_with_many_are_decoded() -> None:
