@@ -11,9 +11,12 @@ version.  Never forwarding *above* the client's version is what makes this safe:
 result may name no topic, which v0-5 cannot say, and a v0-5 request's ``topic_names`` would be
 dropped by the v6 encoder.
 
-This adapter is the top of the call chain of a client request, so it owns the deadline: when no
-controller answers within ``unreachable_timeout_s`` every item is answered REQUEST_TIMED_OUT, and
-a request the controller cannot take at any version gets UNSUPPORTED_VERSION per item.
+This adapter is the top of the call chain of a client request, so it owns the deadline: the
+request's own ``timeout_ms`` when it carries a positive one (CreateTopics, DeleteTopics,
+CreatePartitions, ElectLeaders), else ``unreachable_timeout_s``.  A controller failover shorter
+than the client's timeout is waited out, as Kafka's forwarding does; when no controller answers
+in time every item is answered REQUEST_TIMED_OUT, and a request the controller cannot take at
+any version gets UNSUPPORTED_VERSION per item.
 ``allocate_producer_ids`` has no items: it raises :class:`ControllerRequestError` instead.
 """
 
@@ -156,6 +159,14 @@ class RemoteControllerChannel:
             raise ControllerRequestError(ErrorCode.from_code(response.error_code))
         return response.producer_id_start, response.producer_id_len
 
+    def _timeout_s(self, request: Request) -> float:
+        """How long ``request`` waits for a controller: its ``timeout_ms`` if positive (a
+        client's 0 asks not to wait for the change to spread, not for no answer at all)."""
+        timeout_ms = getattr(request, "timeout_ms", None)
+        if isinstance(timeout_ms, int) and timeout_ms > 0:
+            return timeout_ms / 1000
+        return self.unreachable_timeout_s
+
     async def _forward(
         self,
         request: Q,
@@ -164,14 +175,13 @@ class RemoteControllerChannel:
         failed: Callable[[Q, ErrorCode, str], R],
     ) -> R:
         """The active controller's answer, or every item failed with one error code."""
+        timeout_s = self._timeout_s(request)
         try:
-            async with asyncio.timeout(self.unreachable_timeout_s):
+            async with asyncio.timeout(timeout_s):
                 response = await self.client.request(request, max_version)
         except TimeoutError:
-            log.warning(
-                "no controller answered %s within %g s", request.NAME, self.unreachable_timeout_s
-            )
-            message = f"no controller answered within {self.unreachable_timeout_s:g} s"
+            log.warning("no controller answered %s within %g s", request.NAME, timeout_s)
+            message = f"no controller answered within {timeout_s:g} s"
             return failed(request, ErrorCode.REQUEST_TIMED_OUT, message)
         except (NoUsableVersionError, LocalProtocolError) as exc:
             # LocalProtocolError: the request uses a field the controller's version lacks.

@@ -28,9 +28,12 @@ from kraft.controller import ControllerConfig
 from kraft.local_controller import LocalControllerChannel
 
 
-def request(*partitions: int, election_type: int = 0) -> ElectLeadersRequest:
+def request(
+    *partitions: int, election_type: int = 0, timeout_ms: int = 60_000
+) -> ElectLeadersRequest:
     return ElectLeadersRequest(
         election_type=election_type,
+        timeout_ms=timeout_ms,
         topic_partitions=[
             ElectLeadersRequest.TopicPartitions(topic=TopicName("t"), partitions=list(partitions))
         ],
@@ -98,13 +101,15 @@ def test_forwarded_at_v2_and_answered_at_the_clients_version(client_version: int
 
 def test_no_controller_times_every_partition_out() -> None:
     channel, _ = remote("hang")
-    response = asyncio.run(channel.elect_leaders(request(0, 1), 2))
+    response = asyncio.run(channel.elect_leaders(request(0, 1, timeout_ms=50), 2))
     assert response.error_code == ErrorCode.REQUEST_TIMED_OUT
     assert answers(response) == [
         ("t", 0, ErrorCode.REQUEST_TIMED_OUT),
         ("t", 1, ErrorCode.REQUEST_TIMED_OUT),
     ]
-    every = asyncio.run(channel.elect_leaders(ElectLeadersRequest(topic_partitions=None), 1))
+    every = asyncio.run(
+        channel.elect_leaders(ElectLeadersRequest(topic_partitions=None, timeout_ms=50), 1)
+    )
     assert (every.error_code, every.replica_election_results) == (ErrorCode.REQUEST_TIMED_OUT, [])
 
 

@@ -36,14 +36,15 @@ class Epoch:
     broker_epoch: int = 101
 
 
-def create(*names: str) -> CreateTopicsRequest:
+def create(*names: str, timeout_ms: int = 60_000) -> CreateTopicsRequest:
     return CreateTopicsRequest(
+        timeout_ms=timeout_ms,
         topics=[
             CreateTopicsRequest.CreatableTopic(
                 name=TopicName(n), num_partitions=1, replication_factor=1
             )
             for n in names
-        ]
+        ],
     )
 
 
@@ -78,7 +79,7 @@ def test_no_controller_answers_every_item_request_timed_out() -> None:
     async def scenario() -> None:
         channel, client = channel_to([("127.0.0.1", closed_port())], timeout_s=0.1)
         started = time.monotonic()
-        response = await channel.create_topics(create("a", "b"), 7)
+        response = await channel.create_topics(create("a", "b", timeout_ms=100), 7)
         assert time.monotonic() - started < 1.0
         assert [t.error_code for t in response.topics] == [ErrorCode.REQUEST_TIMED_OUT] * 2
         assert [t.name for t in response.topics] == ["a", "b"]
@@ -103,6 +104,35 @@ def test_no_controller_answers_every_item_request_timed_out() -> None:
             await channel.allocate_producer_ids(1, 1000)
         assert raised.value.error_code is ErrorCode.REQUEST_TIMED_OUT
         client.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_request_waits_out_a_failover_shorter_than_its_own_timeout() -> None:
+    """No active controller for 0.4 s (an election): CreateTopics with timeout_ms 5000 is
+    answered once one is, though the channel's own limit is 0.1 s; DeleteTopics, whose
+    timeout_ms is 0, gets that 0.1 s."""
+
+    async def scenario() -> None:
+        controller = FakeController(active=False)
+        async with running(controller):
+            channel, client = channel_to([controller.address], timeout_s=0.1)
+
+            async def elected() -> None:
+                await asyncio.sleep(0.4)
+                controller.active = True
+
+            election = asyncio.create_task(elected())
+            deleted = await channel.delete_topics(
+                DeleteTopicsRequest(topic_names=[TopicName("x")]), 5
+            )
+            assert [r.error_code for r in deleted.responses] == [ErrorCode.REQUEST_TIMED_OUT]
+            started = time.monotonic()
+            response = await channel.create_topics(create("a", timeout_ms=5000), 7)
+            assert [t.error_code for t in response.topics] == [ErrorCode.NONE]
+            assert 0.1 < time.monotonic() - started < 4.0
+            await election
+            client.close()
 
     asyncio.run(scenario())
 
