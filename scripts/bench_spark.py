@@ -22,8 +22,13 @@ Steps (progress on stderr, a results table on stdout, everything in ``--json PAT
      what Spark's side of a Python source costs with no broker at all.
 
    A round's figure is rows / the batches' ``triggerExecution`` time (what Spark reports as
-   ``processedRowsPerSecond``); the best round of each counts.  Rows / wall time from
-   ``start()`` to termination (query start-up included) is shown too.
+   ``processedRowsPerSecond``); the best round of each counts, and the medians are shown.
+   Rows / wall time from ``start()`` to termination (query start-up included) is shown too.
+3. Where the CPU went, per million rows (median of the rounds), by role: Spark's JVM, the
+   Python workers of its tasks (which run ``read()``; a worker that exits counts through its
+   daemon's cutime + cstime) and the cluster's nodes, from /proc around each query.  On 2
+   cores these allow at most 2 / (their CPU-s per row) rows/s; the synthetic source's JVM and
+   worker figures are what Spark itself costs.
 
 Targets: kraft / synthetic >= 0.7, and kraft >= 1,000,000 rows/s.  ``--quick`` (about 90 s)
 reads 1,000,000 rows; the full run 3,000,000.
@@ -32,6 +37,8 @@ reads 1,000,000 rows; the full run 3,000,000.
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import sys
 import time
 from collections.abc import Iterator
@@ -49,6 +56,7 @@ TOPIC = "bench-spark"
 TARGET_RATIO = 0.7
 TARGET_ROWS_S = 1_000_000
 SYNTHETIC_BATCH_ROWS = 8192
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 DEFAULTS: dict[str, Any] = {"size": 1024, "partitions": 2, "rounds": 3}
 FULL: dict[str, Any] = {"count": 3_000_000}
@@ -148,14 +156,44 @@ def synthetic_source(rows: int, partitions: int, size: int) -> Any:
     return Synthetic
 
 
+ROLES = ("spark JVM", "task workers", "cluster nodes")
+TASK_DAEMON = b"pyspark.daemon\0pyspark.worker"  # forks the workers that run read()
+
+
+def cpu_by_role() -> dict[str, float]:
+    """CPU seconds so far of this machine's processes in each of :data:`ROLES`.  Not counted:
+    the Python processes Spark starts for each query (the source's runner, data source lookup
+    and planning; ~1-2 CPU-s a query, the same for both sources, mostly before the first
+    batch), whose CPU reaches the JVM's cutime only when it reaps them."""
+    ticks = dict.fromkeys(ROLES, 0)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # exited meanwhile
+            continue
+        own, reaped = int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+        if b"java" in cmd and b"pyspark" in cmd:
+            ticks["spark JVM"] += own
+        elif TASK_DAEMON in cmd:  # the daemon and the workers it forked
+            ticks["task workers"] += own + reaped
+        elif b"kraft" in cmd and b"server" in cmd:
+            ticks["cluster nodes"] += own
+    return {role: t / CLK_TCK for role, t in ticks.items()}
+
+
 def timed_query(
     spark: Any, fmt_name: str, options: dict[str, str], checkpoint: Path
-) -> tuple[float, float]:
+) -> tuple[float, float, dict[str, float]]:
     """(rows / the batches' trigger execution time, as Spark's processedRowsPerSecond counts
-    it; rows / wall time from start() to termination, query start-up included)."""
+    it; rows / wall time from start() to termination, query start-up included; CPU seconds
+    per million rows by role)."""
     reader = spark.readStream.format(fmt_name)
     for key, value in options.items():
         reader = reader.option(key, value)
+    cpu_before = cpu_by_role()
     started = time.monotonic()
     query = (
         reader.load()
@@ -170,10 +208,12 @@ def timed_query(
     if query.exception() is not None:
         raise StepError(f"the {fmt_name} query failed: {query.exception()}")
     elapsed = time.monotonic() - started
+    cpu_after = cpu_by_role()
     progress = [p for p in query.recentProgress if p["numInputRows"]]
     rows = sum(p["numInputRows"] for p in progress)
     busy_s = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
-    return (rows / busy_s if busy_s else 0.0), rows / elapsed
+    per_mrow = {r: (cpu_after[r] - cpu_before[r]) * 1e6 / max(rows, 1) for r in ROLES}
+    return (rows / busy_s if busy_s else 0.0), rows / elapsed, per_mrow
 
 
 def step_read(cluster: Cluster, root: Path, cfg: dict[str, Any], report: Report) -> None:
@@ -194,6 +234,7 @@ def step_read(cluster: Cluster, root: Path, cfg: dict[str, Any], report: Report)
     spark.dataSource.register(synthetic_source(cfg["count"], cfg["partitions"], cfg["size"]))
     results: dict[str, list[float]] = {"kraft": [], "synthetic": []}
     wall: dict[str, list[float]] = {"kraft": [], "synthetic": []}
+    cpu: dict[str, list[dict[str, float]]] = {"kraft": [], "synthetic": []}
     try:
         for round_ in range(cfg["rounds"] + 1):
             for name in ("kraft", "synthetic"):
@@ -205,14 +246,15 @@ def step_read(cluster: Cluster, root: Path, cfg: dict[str, Any], report: Report)
                         "startingOffsets": "earliest",
                         "kafka.group.id": f"bench-{round_}",
                     }
-                    rate, wall_rate = timed_query(spark, "kraft", options, ck)
+                    rate, wall_rate, used = timed_query(spark, "kraft", options, ck)
                 else:
-                    rate, wall_rate = timed_query(spark, "synthetic_kafka", {}, ck)
+                    rate, wall_rate, used = timed_query(spark, "synthetic_kafka", {}, ck)
                 label = "warm-up" if round_ == 0 else f"round {round_}"
                 log(f"{label}: {name} {rate:,.0f} rows/s ({wall_rate:,.0f} by wall time)")
                 if round_ > 0:
                     results[name].append(rate)
                     wall[name].append(wall_rate)
+                    cpu[name].append(used)
     finally:
         spark.stop()
     kraft, synthetic = max(results["kraft"]), max(results["synthetic"])
@@ -223,7 +265,13 @@ def step_read(cluster: Cluster, root: Path, cfg: dict[str, Any], report: Report)
         "rounds": results,
         "wall_rounds": wall,
         "wall_ratio": max(wall["kraft"]) / max(wall["synthetic"]),
+        "median_ratio": statistics.median(results["kraft"])
+        / statistics.median(results["synthetic"]),
         "mb_s": kraft * cfg["size"] / 1e6,
+        "cpu_s_per_million_rows": {
+            name: {r: statistics.median(c[r] for c in cpu[name]) for r in ROLES}
+            for name in ("kraft", "synthetic")
+        },
     }
 
 
@@ -281,6 +329,12 @@ def render(report: Report) -> str:
             rows.append((f"{name} -> noop, rows/s (rounds)", runs))
         rows.append(("kraft, best", f"{r['kraft_rows_s']:,.0f} rows/s  {r['mb_s']:,.0f} MB/s"))
         rows.append(("synthetic, best", f"{r['synthetic_rows_s']:,.0f} rows/s"))
+        rows.append(("  ratio of the medians", f"{r['median_ratio']:.3f}"))
+        for name in ("kraft", "synthetic"):
+            used = r["cpu_s_per_million_rows"][name]
+            parts = "  ".join(f"{role} {used[role]:.2f}" for role in ROLES)
+            total = sum(used.values())
+            rows.append((f"CPU-s per million rows, {name}", f"{total:.2f}: {parts}"))
         for name in ("kraft", "synthetic"):
             runs = "  ".join(f"{v:,.0f}" for v in r["wall_rounds"][name])
             rows.append((f"  by wall time incl. query start, {name}", runs))
