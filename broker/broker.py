@@ -62,6 +62,8 @@ class BrokerConfig:
     socket_request_max_bytes: int = 100 * 1024 * 1024
     retention_check_interval_ms: int = 300_000
     replica_lag_time_max_ms: int = 30_000
+    producer_id_expiration_ms: int = 86_400_000
+    producer_id_expiration_check_interval_ms: int = 600_000
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_max_bytes: int = 1 << 20
     replica_fetch_response_max_bytes: int = 10 << 20
@@ -95,6 +97,7 @@ class Broker:
             config.log_dir,
             broker_id=config.node_id,
             replica_lag_time_max_ms=config.replica_lag_time_max_ms,
+            producer_id_expiration_ms=config.producer_id_expiration_ms,
         )
         self.replicas.on_append = self._count_append
         self.fetchers = ReplicaFetcherManager(
@@ -328,6 +331,9 @@ class Broker:
             self._every(cfg.retention_check_interval_ms, self.replicas.apply_retention),
             # Kafka's isr-expiration task runs every replica.lag.time.max.ms / 2.
             self._every(cfg.replica_lag_time_max_ms // 2, self.replicas.maybe_shrink_isrs),
+            self._every(
+                cfg.producer_id_expiration_check_interval_ms, self.replicas.expire_producers
+            ),
             self._every(
                 cfg.high_watermark_checkpoint_interval_ms,
                 self.replicas.checkpoint_high_watermarks,

@@ -17,6 +17,12 @@ A batch is
 The check and the update are separate (``check`` then ``record``) so that the caller appends
 only batches that passed, and records them with the offsets the log assigned.  State is
 rebuilt after a restart by replaying batch headers from the log (``record`` again).
+
+Every client producer is idempotent by default, and each instance has its own id, so state
+would grow without end on a long-lived broker: as Kafka does (``producer.id.expiration.ms``,
+KIP-854), a producer not seen for that long is forgotten (:meth:`remove_expired`).  Seen: its
+last append here (the broker's clock), or, for state rebuilt from the log, its last batch's
+max timestamp.  A batch from a forgotten producer is taken as the first of a new one.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ class BatchMetadata:
 @dataclass(slots=True)
 class ProducerEntry:
     epoch: int
+    last_seen_ms: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
 
     @property
@@ -94,11 +101,23 @@ class ProducerStateManager:
             )
         return OK
 
-    def record(self, pid: int, epoch: int, batch: BatchMetadata) -> None:
+    def record(self, pid: int, epoch: int, batch: BatchMetadata, seen_ms: int) -> None:
         entry = self.producers.get(pid)
         if entry is None or epoch > entry.epoch:
-            entry = self.producers[pid] = ProducerEntry(epoch)
+            entry = self.producers[pid] = ProducerEntry(epoch, seen_ms)
         entry.batches.append(batch)
+        entry.last_seen_ms = max(entry.last_seen_ms, seen_ms)
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers not seen for ``expiration_ms``; how many were."""
+        expired = [
+            pid
+            for pid, entry in self.producers.items()
+            if now_ms - entry.last_seen_ms >= expiration_ms
+        ]
+        for pid in expired:
+            del self.producers[pid]
+        return len(expired)
 
     def truncate_after(self, offset: int) -> None:
         """Forget batches at or above ``offset`` (the log was truncated there)."""

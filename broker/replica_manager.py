@@ -185,6 +185,7 @@ class ReplicaManager:
         clock_ms: Callable[[], int] | None = None,
         monotonic_clock_ms: Callable[[], int] = monotonic_ms,
         replica_lag_time_max_ms: int = 30_000,
+        producer_id_expiration_ms: int = 86_400_000,
     ) -> None:
         self.storage = storage
         self.log_dir = log_dir
@@ -192,6 +193,7 @@ class ReplicaManager:
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self.monotonic_ms = monotonic_clock_ms
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._dirty: dict[Partition, None] = {}
         self._flush_scheduled = False
@@ -309,8 +311,16 @@ class ReplicaManager:
                             batch.last_offset,
                             batch.max_timestamp,
                         ),
+                        seen_ms=batch.max_timestamp,
                     )
                 offset = batch.next_offset
+
+    def expire_producers(self) -> None:
+        """Kafka's producer-id expiration task: forget idle idempotent producers."""
+        now = self.clock_ms()
+        for part in self.partitions.values():
+            if gone := part.producers.remove_expired(now, self.producer_id_expiration_ms):
+                log.debug("expired producers partition=%s count=%d", part.name, gone)
 
     def remove_partition(self, topic: str, index: int) -> None:
         part = self.partitions.pop((topic, index), None)
@@ -497,7 +507,8 @@ class ReplicaManager:
         role = part.role
         assert isinstance(role, FollowerState), f"{part.name}: follower append on a leader"
         if records:
-            appended = part.log.append_as_follower(records, now_ms=self.clock_ms())
+            now = self.clock_ms()
+            appended = part.log.append_as_follower(records, now_ms=now)
             for b in appended.batches:
                 if b.producer_id != NO_PRODUCER_ID and b.base_sequence >= 0:
                     part.producers.record(
@@ -510,6 +521,7 @@ class ReplicaManager:
                             b.last_offset,
                             b.max_timestamp,
                         ),
+                        seen_ms=now,
                     )
             role.on_append(part.log.log_end_offset)
             part.next_offset = part.log.log_end_offset
@@ -577,7 +589,7 @@ class ReplicaManager:
                 part.next_offset - 1,
                 batch.max_timestamp,
             )
-            part.producers.record(pid, batch.producer_epoch, meta)
+            part.producers.record(pid, batch.producer_epoch, meta, self.clock_ms())
         written: Deferred[AppendOutcome] = Deferred()
         part.pending.append(_Pending(batch, base, written))
         self._dirty[part] = None

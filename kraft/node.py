@@ -139,6 +139,10 @@ def broker_config(cfg: NodeConfig) -> BrokerConfig:
         socket_request_max_bytes=_at_least(cfg, "socket.request.max.bytes", 100 << 20, 1024),
         retention_check_interval_ms=_at_least(cfg, "log.retention.check.interval.ms", 300_000, 100),
         replica_lag_time_max_ms=_at_least(cfg, "replica.lag.time.max.ms", 30_000, 20),
+        producer_id_expiration_ms=_at_least(cfg, "producer.id.expiration.ms", 86_400_000, 1),
+        producer_id_expiration_check_interval_ms=_at_least(
+            cfg, "producer.id.expiration.check.interval.ms", 600_000, 1
+        ),
         log_cleaner_backoff_ms=_at_least(cfg, "log.cleaner.backoff.ms", 15_000, 10),
         replica_fetch_wait_max_ms=_at_least(cfg, "replica.fetch.wait.max.ms", 500, 0),
         replica_fetch_max_bytes=_at_least(cfg, "replica.fetch.max.bytes", 1 << 20, 1024),

@@ -339,6 +339,9 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("replica.fetch.max.bytes", _T.INT, "1048576", at_least(1024)),
     ConfigDef("replica.fetch.response.max.bytes", _T.INT, "10485760", at_least(1024)),
     ConfigDef("replica.high.watermark.checkpoint.interval.ms", _T.LONG, "5000", at_least(10)),
+    # Idempotent producers' state (Kafka's TransactionLogConfigs, KIP-854).
+    ConfigDef("producer.id.expiration.ms", _T.INT, "86400000", at_least(1)),
+    ConfigDef("producer.id.expiration.check.interval.ms", _T.INT, "600000", at_least(1)),
     *_broker_topic_defaults(),
 )
 

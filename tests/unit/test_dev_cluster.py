@@ -175,6 +175,19 @@ def test_broker_properties(tmp_path: Path) -> None:
     assert cfg.get("controller.quorum.voters") is None
 
 
+def test_broker_tuning_keys_reach_the_broker(tmp_path: Path) -> None:
+    from kraft.node import broker_config
+
+    plan = plan_cluster(1, 1, 9092, 8080)
+    path = node_config(plan.brokers[0], plan, tmp_path)
+    overrides = {"producer.id.expiration.ms": "5000", "replica.lag.time.max.ms": "900"}
+    bcfg = broker_config(load_config(path, overrides, environ={}))
+    assert (bcfg.producer_id_expiration_ms, bcfg.replica_lag_time_max_ms) == (5000, 900)
+    assert bcfg.producer_id_expiration_check_interval_ms == 600_000
+    with pytest.raises(ConfigError, match=r"producer\.id\.expiration\.ms=0 must be at least 1"):
+        broker_config(load_config(path, {"producer.id.expiration.ms": "0"}, environ={}))
+
+
 def test_brokers_bootstrap_from_every_controllers_controller_listener() -> None:
     plan = plan_cluster(5, 2, 9092, 8080)
     listeners = {f"127.0.0.1:{c.port}" for c in plan.controllers}

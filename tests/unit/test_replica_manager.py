@@ -84,6 +84,47 @@ def test_a_retry_of_a_written_batch_gets_the_original_offset() -> None:
     asyncio.run(main())
 
 
+def test_idle_producers_expire_and_active_ones_stay() -> None:
+    """producer.id.expiration.ms: a producer not seen for that long is forgotten (a retry of
+    its last batch is then a new producer's first, as in Kafka); one seen since is kept, and
+    state rebuilt from the log expires by its batches' timestamps."""
+
+    async def main() -> None:
+        now = [1_000]
+        storage = MemoryStorage()
+        rm = ReplicaManager(
+            storage, Path("/data"), clock_ms=lambda: now[0], producer_id_expiration_ms=60_000
+        )
+        part = rm.open_partition("t", 0, None, LogConfig(), max_message_bytes=1 << 20)
+        rm.append_nowait(part, _batch(10, pid=1, seq=0))
+        rm.append_nowait(part, _batch(10, pid=2, seq=0))
+        await _one_pass()
+        now[0] = 40_000
+        rm.append_nowait(part, _batch(10, pid=2, seq=1))
+        await _one_pass()
+        now[0] = 61_000
+        rm.expire_producers()
+        assert sorted(part.producers.producers) == [2]
+        retry = rm.append_nowait(part, _batch(10, pid=1, seq=0))
+        await _one_pass()
+        assert _outcome(retry) == AppendOutcome(ErrorCode.NONE, 3)
+        dup = rm.append_nowait(part, _batch(10, pid=2, seq=1))
+        assert _outcome(dup) == AppendOutcome(ErrorCode.NONE, 2)
+
+        # at open, state comes from the log: seen when its batches were stamped
+        reopened = ReplicaManager(
+            storage, Path("/data"), clock_ms=lambda: now[0], producer_id_expiration_ms=60_000
+        )
+        again = reopened.open_partition("t", 0, None, LogConfig(), max_message_bytes=1 << 20)
+        assert sorted(again.producers.producers) == [1, 2]
+        stamp = max(e.last_seen_ms for e in again.producers.producers.values())
+        now[0] = stamp + 60_000
+        reopened.expire_producers()
+        assert again.producers.producers == {}
+
+    asyncio.run(main())
+
+
 def test_a_directory_left_by_another_topic_id_is_not_served() -> None:
     import uuid
 

@@ -119,7 +119,7 @@ def rebuild_producers(log: PartitionLog) -> ProducerStateManager:
             meta = BatchMetadata(
                 b.base_sequence, b.last_sequence, b.base_offset, b.last_offset, b.max_timestamp
             )
-            producers.record(b.producer_id, b.producer_epoch, meta)
+            producers.record(b.producer_id, b.producer_epoch, meta, seen_ms=b.max_timestamp)
     return producers
 
 
