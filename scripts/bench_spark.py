@@ -161,11 +161,11 @@ TASK_DAEMON = b"pyspark.daemon\0pyspark.worker"  # forks the workers that run re
 
 
 def cpu_by_role() -> dict[str, float]:
-    """CPU seconds so far of this machine's processes in each of :data:`ROLES`.  Not counted:
-    the Python processes Spark starts for each query (the source's runner, data source lookup
-    and planning; ~1-2 CPU-s a query, the same for both sources, mostly before the first
-    batch), whose CPU reaches the JVM's cutime only when it reaps them."""
-    ticks = dict.fromkeys(ROLES, 0)
+    """CPU seconds so far of this process's descendants in each of :data:`ROLES` (Spark's JVM
+    and the cluster's nodes are its children).  Not counted: the Python processes Spark starts
+    for each query (the source's runner, data source lookup and planning; ~1-2 CPU-s a query,
+    the same for both sources, mostly before the first batch)."""
+    procs: dict[int, tuple[int, bytes, int, int]] = {}  # pid: ppid, cmdline, own, reaped ticks
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -175,7 +175,17 @@ def cpu_by_role() -> dict[str, float]:
         except OSError:  # exited meanwhile
             continue
         own, reaped = int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
-        if b"java" in cmd and b"pyspark" in cmd:
+        procs[int(pid)] = (int(fields[1]), cmd, own, reaped)
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, *_) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    ticks = dict.fromkeys(ROLES, 0)
+    todo = list(children.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        _, cmd, own, reaped = procs[pid]
+        if b"java" in cmd:
             ticks["spark JVM"] += own
         elif TASK_DAEMON in cmd:  # the daemon and the workers it forked
             ticks["task workers"] += own + reaped

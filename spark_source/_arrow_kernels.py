@@ -130,11 +130,15 @@ def _varint(address: int, pos: int, limit: int) -> tuple[int, int]:
 def scan_records(data: U8, sections: I64, counts: I64, out: I64) -> int:
     """Walk ``counts[i]`` records filling ``data[sections[i, 0]:sections[i, 1]]`` exactly,
     for every section ``i``, writing ``out[field, record]`` (fields above)."""
+    if out.shape[0] < RECORD_FIELDS or out.shape[1] < counts.sum():
+        raise ValueError("out has no room for every record")
     address = data.ctypes.data
     row = 0
     for s in range(sections.shape[0]):
         pos = sections[s, 0]
         stop = sections[s, 1]
+        if pos < 0 or pos > stop or stop > data.shape[0]:  # read through a raw address below
+            raise ValueError("a records section lies outside the buffer")
         for _ in range(counts[s]):
             # The length, then the body's varints: field 0 the length, 1 the timestamp delta,
             # 2 the offset delta, 3 and 4 the key and value lengths (their bytes follow),

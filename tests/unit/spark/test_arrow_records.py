@@ -227,6 +227,18 @@ def test_timestamp_delta_varints_of_up_to_ten_bytes(delta: int) -> None:
     assert out[kernels.END, 0] == len(section)
 
 
+def test_a_section_outside_the_buffer_is_refused_not_read() -> None:
+    from spark_source import _arrow_kernels as kernels
+
+    data = np.zeros(16, dtype=np.uint8)
+    out = np.zeros((kernels.RECORD_FIELDS, 1), dtype=np.int64)
+    for bounds in ([0, 17], [-1, 8], [9, 8]):
+        with pytest.raises(ValueError, match="outside the buffer"):
+            kernels.scan_records(data, np.array([bounds]), np.array([1]), out)
+    with pytest.raises(ValueError, match="no room"):
+        kernels.scan_records(data, np.array([[0, 16]]), np.array([2]), out)
+
+
 def test_any_negative_length_is_a_null() -> None:
     """Kafka reads a key or value length below -1 as null too (``DefaultRecord.readFrom``)."""
     section = b"\x0c\x00\x00\x00\x05\x03\x00"  # key length -3, value length -2
