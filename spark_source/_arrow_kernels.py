@@ -12,7 +12,7 @@ code, never reads outside ``data``; :func:`check` turns the code into
                   header_count varint | (key_length varint, key, value_length varint, value)*
 
 Compiled on first use (~1.5 s) and cached beside this file, or in the user's cache directory
-if this one is read-only, or in ``NUMBA_CACHE_DIR``: later processes load them (~0.5 s).  With
+if this one is read-only, or in ``NUMBA_CACHE_DIR``: later processes load them (~0.8 s).  With
 no writable directory at all, every process compiles them.
 """
 
