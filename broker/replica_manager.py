@@ -48,6 +48,7 @@ from broker.log.checkpoint import write_atomically
 from broker.log.cleaner import LogCleaning
 from broker.log.config import LogConfig
 from broker.log.errors import LogError
+from broker.log.fetched_batches import AppendedBatch
 from broker.log.log import AppendResult, PartitionLog
 from broker.producer_state import BatchMetadata, ProducerStateManager
 from broker.replication.partition_state import (
@@ -175,6 +176,22 @@ class Partition:
 AlterPartitionSink = Callable[[Partition, PartitionState, frozenset[int]], None]
 
 
+def _learn_producer(
+    producers: ProducerStateManager, batch: RecordBatch | AppendedBatch, seen_ms: int
+) -> None:
+    """Record an idempotent producer's batch already in the log (replayed at open, or
+    replicated from the leader); batches without a producer sequence are not tracked."""
+    if batch.producer_id != NO_PRODUCER_ID and batch.base_sequence >= 0:
+        meta = BatchMetadata(
+            batch.base_sequence,
+            batch.last_sequence,
+            batch.base_offset,
+            batch.last_offset,
+            batch.max_timestamp,
+        )
+        producers.record(batch.producer_id, batch.producer_epoch, meta, seen_ms)
+
+
 class ReplicaManager:
     def __init__(
         self,
@@ -300,19 +317,7 @@ class ReplicaManager:
                 break
             data = part.log.read_bytes(chunk)
             for batch in iter_batches(data, allow_truncated_tail=True):
-                if batch.producer_id != NO_PRODUCER_ID and batch.base_sequence >= 0:
-                    part.producers.record(
-                        batch.producer_id,
-                        batch.producer_epoch,
-                        BatchMetadata(
-                            batch.base_sequence,
-                            batch.last_sequence,
-                            batch.base_offset,
-                            batch.last_offset,
-                            batch.max_timestamp,
-                        ),
-                        seen_ms=batch.max_timestamp,
-                    )
+                _learn_producer(part.producers, batch, seen_ms=batch.max_timestamp)
                 offset = batch.next_offset
 
     def expire_producers(self) -> None:
@@ -510,19 +515,7 @@ class ReplicaManager:
             now = self.clock_ms()
             appended = part.log.append_as_follower(records, now_ms=now)
             for b in appended.batches:
-                if b.producer_id != NO_PRODUCER_ID and b.base_sequence >= 0:
-                    part.producers.record(
-                        b.producer_id,
-                        b.producer_epoch,
-                        BatchMetadata(
-                            b.base_sequence,
-                            b.last_sequence,
-                            b.base_offset,
-                            b.last_offset,
-                            b.max_timestamp,
-                        ),
-                        seen_ms=now,
-                    )
+                _learn_producer(part.producers, b, seen_ms=now)
             role.on_append(part.log.log_end_offset)
             part.next_offset = part.log.log_end_offset
         role.on_fetch_response(leader_high_watermark)
