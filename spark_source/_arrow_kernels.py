@@ -1,10 +1,13 @@
-"""Compiled loops over RecordBatch v2 records (numba): where each record's fields lie, and
-the copies of keys, values and headers into Arrow buffers.
+"""Compiled loops over RecordBatch v2 records (numba): each record's fields, with its key and
+value copied into Arrow buffers in the same pass, and the records' headers.
 
 A record is ``length varint | body``, so finding record *i+1* needs every length before it:
-a sequential walk, ~20 ns a record compiled against ~200 ns in Python.  Every kernel checks
-each length against its record's (and section's) end before using it and returns an error
-code, never reads outside ``data``; :func:`check` turns the code into
+a sequential walk, ~20 ns a record compiled against ~200 ns in Python.  Copying a record's key
+and value as soon as its lengths are read, rather than in a second pass, reads each record from
+memory once: a separate walk stalls on a cache miss for every record of 1 KiB and more.  Every
+kernel checks each length against its record's (and section's) end before using it and returns
+an error code, never reads outside ``data`` or writes outside its outputs (raising ValueError
+for an output without room); :func:`check` turns the code into
 :class:`~kafka_protocol.exceptions.CorruptRecordError`.
 
     record body:  attributes int8 | timestamp_delta varlong | offset_delta varint |
@@ -34,10 +37,15 @@ I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
 
-# Rows of scan_records' output (one column per record: each field is one contiguous array).
-END, TIMESTAMP_DELTA, OFFSET_DELTA, KEY_START, KEY_LENGTH = 0, 1, 2, 3, 4
-VALUE_START, VALUE_LENGTH, HEADER_COUNT, HEADERS_START = 5, 6, 7, 8
-RECORD_FIELDS = 9
+# Columns of decode_records' ``meta``: one row per batch's records section.
+SECTION_START, SECTION_END, COUNT, BASE_OFFSET, BASE_TIMESTAMP, LOG_APPEND = range(6)
+META_FIELDS = 6
+
+# Rows of decode_records' output (one column per kept record: each field is one contiguous
+# array).  TIMESTAMP_US: Arrow's microseconds; TIMESTAMP_TYPE: 0 CreateTime, 1 LogAppendTime.
+OFFSET, TIMESTAMP_US, TIMESTAMP_TYPE, KEY_LENGTH, VALUE_LENGTH = 0, 1, 2, 3, 4
+HEADER_COUNT, HEADERS_START, END = 5, 6, 7
+RECORD_FIELDS = 8
 
 # Rows of scan_headers' output, one column per header.
 HKEY_START, HKEY_LENGTH, HVALUE_START, HVALUE_LENGTH = 0, 1, 2, 3
@@ -126,57 +134,117 @@ def _varint(address: int, pos: int, limit: int) -> tuple[int, int]:
     return 0, -1
 
 
+@intrinsic
+def _memcpy(typingctx: Any, dst: Any, dst_pos: Any, src: Any, src_pos: Any, n: Any) -> Any:
+    """``dst[dst_pos:dst_pos + n] = src[src_pos:src_pos + n]`` for uint8 arrays, as one
+    ``llvm.memcpy`` (numba's slice assignment copies ~6x slower; a byte loop is not
+    vectorized, as the arrays may alias)."""
+    sig = types.void(dst, dst_pos, src, src_pos, n)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        out = context.make_array(signature.args[0])(context, builder, args[0])
+        into = context.make_array(signature.args[2])(context, builder, args[2])
+        to = builder.gep(out.data, [args[1]])
+        source = builder.gep(into.data, [args[3]])
+        cgutils.raw_memcpy(builder, to, source, args[4], 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @_jit()
-def scan_records(data: U8, sections: I64, counts: I64, out: I64) -> int:
-    """Walk ``counts[i]`` records filling ``data[sections[i, 0]:sections[i, 1]]`` exactly,
-    for every section ``i``, writing ``out[field, record]`` (fields above)."""
-    if out.shape[0] < RECORD_FIELDS or out.shape[1] < counts.sum():
-        raise ValueError("out has no room for every record")
+def decode_records(
+    data: U8,
+    meta: I64,
+    first: int,
+    last: int,
+    start: int,
+    end: int,
+    out: I64,
+    key_offsets: I32,
+    key_payload: U8,
+    value_offsets: I32,
+    value_payload: U8,
+    cursor: I64,
+) -> int:
+    """Decode the records of sections ``first`` to ``last - 1`` of ``meta`` (columns above),
+    each filling ``data[meta[s, SECTION_START]:meta[s, SECTION_END]]`` with exactly
+    ``meta[s, COUNT]`` records, keeping those with offsets in ``[start, end)``.
+
+    A kept record's fields go to ``out[field, row]`` and its key and value are copied at once,
+    while its bytes are in the cache, after the rows before it: into ``key_payload`` and
+    ``value_payload``, with Arrow ``binary`` offsets in ``key_offsets`` and ``value_offsets``
+    (a negative length, a null, copies nothing).  ``cursor`` holds (rows, key bytes, value
+    bytes) so far and is advanced, so that one group's outputs fill over several calls."""
     address = data.ctypes.data
-    row = 0
-    for s in range(sections.shape[0]):
-        pos = sections[s, 0]
-        stop = sections[s, 1]
+    row, key_pos, value_pos = cursor[0], cursor[1], cursor[2]
+    for s in range(first, last):
+        pos = meta[s, SECTION_START]
+        stop = meta[s, SECTION_END]
+        count = meta[s, COUNT]
         if pos < 0 or pos > stop or stop > data.shape[0]:  # read through a raw address below
             raise ValueError("a records section lies outside the buffer")
-        for _ in range(counts[s]):
+        if count < 0 or row + count > out.shape[1] or row + count >= key_offsets.shape[0]:
+            raise ValueError("out has no room for every record")
+        base_offset = meta[s, BASE_OFFSET]
+        base_time = meta[s, BASE_TIMESTAMP]
+        log_append = meta[s, LOG_APPEND] != 0
+        for _ in range(count):
             # The length, then the body's varints: field 0 the length, 1 the timestamp delta,
             # 2 the offset delta, 3 and 4 the key and value lengths (their bytes follow),
             # 5 the header count.
-            end = stop
+            limit = stop
             p = pos
+            offset = -1
             for f in range(6):
-                value, p = _varint(address, p, end)
+                value, p = _varint(address, p, limit)
                 if p < 0:
                     return _BAD_LENGTH_VARINT if f == 0 else _BAD_VARINT
                 if f == 0:
-                    if value < 1 or value > end - p:
+                    if value < 1 or value > limit - p:
                         return _BAD_LENGTH
-                    end = p + value
+                    limit = p + value
                     p += 1  # the attributes, unused
                 elif f == 1:
-                    out[TIMESTAMP_DELTA, row] = value
+                    # LogAppendTime: the batch's max timestamp (the broker's append time).
+                    stamp = base_time if log_append else base_time + value
+                    out[TIMESTAMP_US, row] = stamp * 1000
+                    out[TIMESTAMP_TYPE, row] = 1 if log_append else 0
                 elif f == 2:
-                    out[OFFSET_DELTA, row] = value
+                    offset = base_offset + value
+                    out[OFFSET, row] = offset
                 elif f == 5:
-                    if value < 0 or value > end - p:
+                    if value < 0 or value > limit - p:
                         return _BAD_HEADER_COUNT
-                    if value == 0 and p != end:
+                    if value == 0 and p != limit:
                         return _FIELDS_MISMATCH
                     out[HEADER_COUNT, row] = value
                     out[HEADERS_START, row] = p
                 else:  # f 3, 4: a key or value of ``value`` bytes (negative: null)
-                    if value > end - p:  # any negative length is a null, as in Kafka
+                    if value > limit - p:  # any negative length is a null, as in Kafka
                         return _BLOB_OVERRUN
-                    column = KEY_START if f == 3 else VALUE_START
-                    out[column, row] = p
-                    out[column + 1, row] = value
+                    out[KEY_LENGTH if f == 3 else VALUE_LENGTH, row] = value
+                    if start <= offset < end and value > 0:
+                        if f == 3:
+                            if key_pos + value > key_payload.shape[0]:
+                                raise ValueError("key_payload has no room")
+                            _memcpy(key_payload, key_pos, data, p, value)
+                            key_pos += value
+                        else:
+                            if value_pos + value > value_payload.shape[0]:
+                                raise ValueError("value_payload has no room")
+                            _memcpy(value_payload, value_pos, data, p, value)
+                            value_pos += value
                     p += max(value, 0)
-            out[END, row] = end
-            row += 1
-            pos = end
+            out[END, row] = limit
+            pos = limit
+            if start <= offset < end:
+                row += 1
+                key_offsets[row] = key_pos
+                value_offsets[row] = value_pos
         if pos != stop:
             return _TRAILING_BYTES
+    cursor[0], cursor[1], cursor[2] = row, key_pos, value_pos
     return OK
 
 
@@ -205,24 +273,6 @@ def scan_headers(data: U8, start: I64, end: I64, list_offsets: I64, out: I64) ->
     return OK
 
 
-@intrinsic
-def _memcpy(typingctx: Any, dst: Any, dst_pos: Any, src: Any, src_pos: Any, n: Any) -> Any:
-    """``dst[dst_pos:dst_pos + n] = src[src_pos:src_pos + n]`` for uint8 arrays, as one
-    ``llvm.memcpy`` (numba's slice assignment copies ~6x slower; a byte loop is not
-    vectorized, as the arrays may alias)."""
-    sig = types.void(dst, dst_pos, src, src_pos, n)
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        out = context.make_array(signature.args[0])(context, builder, args[0])
-        into = context.make_array(signature.args[2])(context, builder, args[2])
-        to = builder.gep(out.data, [args[1]])
-        source = builder.gep(into.data, [args[3]])
-        cgutils.raw_memcpy(builder, to, source, args[4], 1)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
 @_jit()
 def gather(data: U8, start: I64, length: I64, offsets: I32, payload: U8) -> None:
     """Copy ``data[start[i]:start[i] + length[i]]`` (nothing for a null, a negative length) one
@@ -237,4 +287,4 @@ def gather(data: U8, start: I64, length: I64, offsets: I32, payload: U8) -> None
         offsets[i + 1] = pos
 
 
-__all__ = ["check", "gather", "scan_headers", "scan_records"]
+__all__ = ["check", "decode_records", "gather", "scan_headers"]

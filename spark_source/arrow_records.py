@@ -6,7 +6,8 @@ data source yields as they are.  Python never touches a single record: compiled 
 (:mod:`spark_source._arrow_kernels`) find every record's fields and copy keys, values and
 headers into Arrow buffers, and a few dozen numpy and Arrow calls a chunk do the rest, so a
 chunk of several MiB costs about as much per record as its CRC and copies
-(``scripts/bench_arrow_records.py``).
+(``scripts/bench_arrow_records.py``).  Batches are CRC-checked and decoded a slice of about
+half a MiB at a time, so that decoding reads bytes the check just brought into the cache.
 
 The schema is what PySpark's worker compares the first batch with (``Schema.equals``,
 nullability included): ``to_arrow_schema(schema, timezone="UTC")`` of the connector's columns,
@@ -59,6 +60,9 @@ if TYPE_CHECKING:
 
 MIB = 1024 * 1024
 GROUP_BYTES = 32 * MIB  # records decoded together: bounds the temporaries and int32 offsets
+# Batches CRC-checked together, then decoded before their bytes leave a core's L2 cache (one
+# pass from memory instead of three: ~0.17 us less per 1 KiB record).
+SLICE_BYTES = 512 * 1024
 MAX_ROWS_PER_BATCH = 1 << 20  # keeps the repeated topic column under 2 GiB
 MS_TO_US = 1000
 
@@ -125,10 +129,11 @@ def to_arrow(
     next_offset = None
     pos = 0
     for batch in iter_batches(view, allow_truncated_tail=True):
-        batch.validate()
         last = batch.base_offset + batch.last_offset_delta
         next_offset, size = last + 1, LOG_OVERHEAD + batch.batch_length
-        if not (batch.attributes & ATTR_CONTROL or last < start or batch.base_offset >= end):
+        if batch.attributes & ATTR_CONTROL or last < start or batch.base_offset >= end:
+            batch.validate()  # not decoded, but checked all the same
+        else:
             group.add(batch, pos, size)
             if group.size_bytes >= GROUP_BYTES:
                 yield from group.to_arrow(view, topic, partition, start, end, include_headers)
@@ -140,31 +145,38 @@ def to_arrow(
 
 @dataclass(slots=True)
 class _Group:
-    """Batches decoded together, each with its records section: a range of the chunk when
-    uncompressed, its decompressed bytes otherwise."""
+    """Batches decoded together into one set of Arrow buffers, each with its records section:
+    a range of the chunk when uncompressed (its CRC not yet checked), its decompressed bytes
+    otherwise (checked before decompressing)."""
 
     batches: list[RecordBatch] = field(default_factory=list)
     sections: list[tuple[int, int] | bytes] = field(default_factory=list)
     size_bytes: int = 0
 
     def add(self, batch: RecordBatch, pos: int, size: int) -> None:
-        """``batch`` (validated) lies at ``chunk[pos:pos + size]``."""
+        """``batch`` lies at ``chunk[pos:pos + size]``."""
         section: tuple[int, int] | bytes
         if batch.attributes & ATTR_COMPRESSION_MASK == Compression.NONE:
             section = (pos + HEADER_BYTES, pos + size)
             self.size_bytes += size - HEADER_BYTES
         else:
-            section = batch.records_section()
+            section = batch.validate().records_section()
             self.size_bytes += len(section)
         self.batches.append(batch)
         self.sections.append(section)
 
     def _layout(self, chunk: memoryview) -> tuple[memoryview, list[tuple[int, int]]]:
         """One buffer holding every section, and where each lies in it: the chunk itself when
-        no batch is compressed, else the sections copied together."""
+        no batch is compressed, else the sections copied together (after their CRC checks)."""
         if all(isinstance(s, tuple) for s in self.sections):
             return chunk, [s for s in self.sections if isinstance(s, tuple)]
-        pieces = [chunk[s[0] : s[1]] if isinstance(s, tuple) else s for s in self.sections]
+        pieces = []
+        for batch, section in zip(self.batches, self.sections, strict=True):
+            if isinstance(section, tuple):
+                batch.validate()
+                pieces.append(chunk[section[0] : section[1]])
+            else:
+                pieces.append(memoryview(section))
         bounds, pos = [], 0
         for piece in pieces:
             bounds.append((pos, pos + len(piece)))
@@ -178,6 +190,23 @@ class _Group:
         )
         return memoryview(joined).cast("B"), bounds  # Arrow exports signed bytes
 
+    def _meta(self, bounds: list[tuple[int, int]]) -> I64:
+        """decode_records' ``meta``: one row per batch."""
+        k = _kernels()
+        meta = np.empty((len(self.batches), k.META_FIELDS), dtype=np.int64)
+        meta[:, [k.SECTION_START, k.SECTION_END]] = bounds
+        meta[:, k.COUNT] = [b.records_count for b in self.batches]
+        meta[:, k.BASE_OFFSET] = [b.base_offset for b in self.batches]
+        meta[:, k.LOG_APPEND] = [b.is_log_append_time for b in self.batches]
+        meta[:, k.BASE_TIMESTAMP] = [
+            b.max_timestamp if b.is_log_append_time else b.base_timestamp for b in self.batches
+        ]
+        room = (meta[:, k.SECTION_END] - meta[:, k.SECTION_START]) // k.MIN_RECORD_BYTES
+        counts = meta[:, k.COUNT]
+        if (counts < 0).any() or (counts > room).any():  # before allocating for them
+            raise CorruptRecordError("a batch claims more records than its bytes can hold")
+        return meta
+
     def to_arrow(
         self,
         chunk: memoryview,
@@ -189,50 +218,86 @@ class _Group:
     ) -> Iterator[pa.RecordBatch]:
         if not self.batches:
             return
+        k = _kernels()
         buf, bounds = self._layout(chunk)
         data: U8 = np.frombuffer(buf, dtype=np.uint8)
-        kernels = _kernels()
-        counts = np.array([b.records_count for b in self.batches], dtype=np.int64)
-        sections = np.array(bounds, dtype=np.int64)
-        room = (sections[:, 1] - sections[:, 0]) // kernels.MIN_RECORD_BYTES
-        if (counts < 0).any() or (counts > room).any():  # before allocating for them
-            raise CorruptRecordError("a batch claims more records than its bytes can hold")
-        fields = np.empty((kernels.RECORD_FIELDS, int(counts.sum())), dtype=np.int64)
-        kernels.check(kernels.scan_records(data, sections, counts, fields))
-        offset = np.repeat([b.base_offset for b in self.batches], counts)
-        offset += fields[kernels.OFFSET_DELTA]
-        stamp, kind = _timestamps(self.batches, counts, fields[kernels.TIMESTAMP_DELTA])
-        keep = (offset >= start) & (offset < end)
-        if not keep.all():  # the first and last batches of a range may straddle its ends
-            rows = np.flatnonzero(keep)
-            if not len(rows):
-                return
-            fields, offset, stamp, kind = fields[:, rows], offset[rows], stamp[rows], kind[rows]
-        micros = pa.py_buffer(stamp * MS_TO_US)
+        meta = self._meta(bounds)
+        capacity = int(meta[:, k.COUNT].sum())
+        out = np.empty((k.RECORD_FIELDS, capacity), dtype=np.int64)
+        keys, values = (
+            _BinaryOutput(capacity, self.size_bytes),
+            _BinaryOutput(capacity, self.size_bytes),
+        )
+        cursor = np.zeros(3, dtype=np.int64)  # rows, key bytes, value bytes
+        pending = [
+            b if isinstance(s, tuple) else None
+            for b, s in zip(self.batches, self.sections, strict=True)
+        ]
+        if buf is not chunk:
+            pending = [None] * len(pending)  # _layout checked them
+        first = 0
+        while first < len(self.batches):
+            # A slice of batches is CRC-checked, then decoded while its bytes are in the cache.
+            last, size = first + 1, bounds[first][1] - bounds[first][0]
+            while last < len(bounds) and size + bounds[last][1] - bounds[last][0] <= SLICE_BYTES:
+                size += bounds[last][1] - bounds[last][0]
+                last += 1
+            for batch in pending[first:last]:
+                if batch is not None:
+                    batch.validate()
+            k.check(
+                k.decode_records(
+                    data,
+                    meta,
+                    first,
+                    last,
+                    start,
+                    end,
+                    out,
+                    keys.offsets,
+                    keys.payload_array,
+                    values.offsets,
+                    values.payload_array,
+                    cursor,
+                )
+            )
+            first = last
+        rows = int(cursor[0])
+        if not rows:
+            return
+        out = out[:, :rows]
+        micros = pa.py_buffer(out[k.TIMESTAMP_US])
         columns = {
-            "key": _binary(data, fields[kernels.KEY_START], fields[kernels.KEY_LENGTH]),
-            "value": _binary(data, fields[kernels.VALUE_START], fields[kernels.VALUE_LENGTH]),
-            "partition": pa.array(np.full(len(offset), partition, dtype=np.int32)),
-            "offset": pa.array(offset),
-            "timestamp": pa.Array.from_buffers(TIMESTAMP_TYPE, len(stamp), [None, micros]),
-            "timestampType": pa.array(kind),
+            "key": keys.array(rows, int(cursor[1]), out[k.KEY_LENGTH]),
+            "value": values.array(rows, int(cursor[2]), out[k.VALUE_LENGTH]),
+            "partition": pa.array(np.full(rows, partition, dtype=np.int32)),
+            "offset": pa.array(out[k.OFFSET]),
+            "timestamp": pa.Array.from_buffers(TIMESTAMP_TYPE, rows, [None, micros]),
+            "timestampType": pa.array(out[k.TIMESTAMP_TYPE].astype(np.int32)),
         }
         if include_headers:
-            columns["headers"] = _headers(data, fields)
-        yield from _batches(columns, topic, len(offset), include_headers)
+            columns["headers"] = _headers(data, out)
+        yield from _batches(columns, topic, rows, include_headers)
 
 
-def _timestamps(batches: list[RecordBatch], counts: I64, delta: I64) -> tuple[I64, I32]:
-    """Each record's timestamp (ms) and timestamp type.  CreateTime (0): the batch's base
-    timestamp + the record's delta; LogAppendTime (1): the batch's max timestamp (the broker's
-    append time) whatever the delta."""
-    log_append = np.array([b.is_log_append_time for b in batches])
-    base = [b.max_timestamp if b.is_log_append_time else b.base_timestamp for b in batches]
-    stamp = np.repeat(np.array(base, dtype=np.int64), counts)
-    kind = np.repeat(log_append.astype(np.int32), counts)
-    if log_append.any():
-        delta = np.where(kind == 1, 0, delta)
-    return stamp + delta, kind
+class _BinaryOutput:
+    """A ``binary`` column being filled by decode_records: offsets and a payload buffer sized
+    for the worst case (every byte of the sections), of which the array keeps what was used."""
+
+    def __init__(self, rows: int, payload_bytes: int) -> None:
+        self.offsets: I32 = np.empty(rows + 1, dtype=np.int32)
+        self.offsets[0] = 0
+        self.payload = pa.allocate_buffer(payload_bytes)
+        self.payload_array: U8 = np.frombuffer(self.payload, dtype=np.uint8)
+
+    def array(self, rows: int, used: int, length: I64) -> pa.Array:
+        """The column of ``rows`` values, ``used`` payload bytes; a negative length is null."""
+        valid = length >= 0
+        if not valid.any():
+            return pa.nulls(rows, pa.binary())
+        validity = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+        buffers = [validity, pa.py_buffer(self.offsets[: rows + 1]), self.payload.slice(0, used)]
+        return pa.Array.from_buffers(pa.binary(), rows, buffers)
 
 
 def _batches(

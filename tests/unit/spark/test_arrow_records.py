@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import cramjam
 import numpy as np
@@ -217,26 +218,53 @@ def test_timestamp_delta_varints_of_up_to_ten_bytes(delta: int) -> None:
     body = b"\x00" + bytes(varlong) + b"\x0a" + b"\x01" + b"\x04ab" + b"\x00"  # offset 5
     section = bytes([2 * len(body)]) + body  # key null, value b"ab", no headers
     data = np.frombuffer(section, dtype=np.uint8)
-    out = np.zeros((kernels.RECORD_FIELDS, 1), dtype=np.int64)
-    sections = np.array([[0, len(section)]], dtype=np.int64)
-    assert kernels.scan_records(data, sections, np.array([1]), out) == kernels.OK
-    assert out[kernels.TIMESTAMP_DELTA, 0] == delta
-    assert out[kernels.OFFSET_DELTA, 0] == 5
+    out, keys, values, cursor = kernel_outputs(kernels, 1, len(section))
+    meta = kernel_meta(kernels, [0, len(section), 1, 100, T0, 0])
+    assert kernels.decode_records(data, meta, 0, 1, 0, 200, out, *keys, *values, cursor) == 0
+    micros = ((T0 + delta) * 1000 + 2**63) % 2**64 - 2**63  # int64 arithmetic wraps
+    assert out[kernels.TIMESTAMP_US, 0] == micros
+    assert out[kernels.OFFSET, 0] == 105
     assert out[kernels.KEY_LENGTH, 0] == -1
-    assert (out[kernels.VALUE_START, 0], out[kernels.VALUE_LENGTH, 0]) == (len(section) - 3, 2)
+    assert out[kernels.VALUE_LENGTH, 0] == 2
+    assert bytes(values[1][:2]) == b"ab"
     assert out[kernels.END, 0] == len(section)
+    assert list(cursor) == [1, 0, 2]
 
 
-def test_a_section_outside_the_buffer_is_refused_not_read() -> None:
+def kernel_outputs(kernels: Any, rows: int, payload: int) -> tuple[Any, ...]:
+    """decode_records' outputs: fields, (key offsets, payload), (value ...), cursor."""
+    out = np.zeros((kernels.RECORD_FIELDS, rows), dtype=np.int64)
+    keys = (np.zeros(rows + 1, dtype=np.int32), np.zeros(payload, dtype=np.uint8))
+    values = (np.zeros(rows + 1, dtype=np.int32), np.zeros(payload, dtype=np.uint8))
+    return out, keys, values, np.zeros(3, dtype=np.int64)
+
+
+def kernel_meta(kernels: Any, *rows: list[int]) -> Any:
+    meta = np.array(rows, dtype=np.int64)
+    assert meta.shape[1] == kernels.META_FIELDS
+    return meta
+
+
+def test_a_section_outside_the_buffer_or_outputs_without_room_are_refused_not_used() -> None:
     from spark_source import _arrow_kernels as kernels
 
-    data = np.zeros(16, dtype=np.uint8)
-    out = np.zeros((kernels.RECORD_FIELDS, 1), dtype=np.int64)
-    for bounds in ([0, 17], [-1, 8], [9, 8]):
+    record = b"\x0e\x00\x00\x00\x01\x02v\x00"  # key null, value b"v"
+    data = np.frombuffer(record * 2, dtype=np.uint8)
+
+    def run(section: list[int], rows: int = 2, payload: int = 2) -> int:
+        out, keys, values, cursor = kernel_outputs(kernels, rows, payload)
+        meta = kernel_meta(kernels, [*section, 0, 0, 0])
+        return int(kernels.decode_records(data, meta, 0, 1, 0, 9, out, *keys, *values, cursor))
+
+    assert run([0, 16, 2]) == kernels.OK
+    for bounds in ([0, 17, 2], [-1, 8, 1], [9, 8, 1]):
         with pytest.raises(ValueError, match="outside the buffer"):
-            kernels.scan_records(data, np.array([bounds]), np.array([1]), out)
+            run(bounds)
+    for count in (3, -1):
+        with pytest.raises(ValueError, match="no room"):
+            run([0, 16, count])
     with pytest.raises(ValueError, match="no room"):
-        kernels.scan_records(data, np.array([[0, 16]]), np.array([2]), out)
+        run([0, 16, 2], payload=1)
 
 
 def test_any_negative_length_is_a_null() -> None:
