@@ -171,14 +171,14 @@ class RecordBatch:
     def compute_crc(self) -> int:
         return int(crc32c(self.buf[CRC_START:]))
 
-    def validate(self) -> RecordBatch:
-        """Check the CRC and the header's own consistency; return self.
+    def validate(self, *, crc: bool = True) -> RecordBatch:
+        """Check the CRC (unless ``crc`` is false, as a consumer with ``check.crcs=false``
+        asks) and the header's own consistency; return self.
 
         This is on the produce path for every batch: keep it to one CRC call and a few
         integer comparisons (no enum lookups, no record parsing).
         """
-        computed = crc32c(self.buf[CRC_START:])
-        if computed != self.crc:
+        if crc and (computed := crc32c(self.buf[CRC_START:])) != self.crc:
             raise CorruptRecordError(
                 f"batch at offset {self.base_offset} fails its CRC32C check"
                 f" (stored {self.crc:#010x}, computed {computed:#010x})"

@@ -2,7 +2,8 @@
 synthetic in-memory Arrow source measured in the same run, and in absolute rows/s.
 
     python scripts/bench_spark.py [--quick] [--json PATH] [--data-dir DIR]
-        [--count N] [--size BYTES] [--partitions N] [--rounds N] [--log-level LEVEL]
+        [--count N] [--size BYTES] [--partitions N] [--rounds N] [--kafka KEY=VALUE ...]
+        [--log-level LEVEL]
 
 The cluster is 1 controller + 1 broker (``python -m kraft.cli server`` processes on free
 127.0.0.1 ports, planned by ``kraft.dev_cluster``); Spark runs in this process, ``local[2]``.
@@ -16,7 +17,9 @@ Steps (progress on stderr, a results table on stdout, everything in ``--json PAT
    reading ``--count`` rows in ``--partitions`` tasks, alternately, ``--rounds`` (3) times
    after one warm-up round each:
 
-   * ``kraft``: the topic from the earliest offset (a new checkpoint and group every round);
+   * ``kraft``: the topic from the earliest offset (a new checkpoint and group every round),
+     with the source's defaults, or ``kafka.KEY`` options given by ``--kafka KEY=VALUE``
+     (``--kafka check.crcs=false`` measures the source without CRC checks);
    * ``synthetic``: a Python data source whose tasks yield Arrow batches, built in memory
      before timing, of the same schema, the same value and key sizes and the same row count:
      what Spark's side of a Python source costs with no broker at all.
@@ -58,7 +61,7 @@ TARGET_ROWS_S = 1_000_000
 SYNTHETIC_BATCH_ROWS = 8192
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
-DEFAULTS: dict[str, Any] = {"size": 1024, "partitions": 2, "rounds": 3}
+DEFAULTS: dict[str, Any] = {"size": 1024, "partitions": 2, "rounds": 3, "kafka": []}
 FULL: dict[str, Any] = {"count": 3_000_000}
 QUICK: dict[str, Any] = {"count": 1_000_000}
 
@@ -226,6 +229,17 @@ def timed_query(
     return (rows / busy_s if busy_s else 0.0), rows / elapsed, per_mrow
 
 
+def kafka_options(pairs: list[str]) -> dict[str, str]:
+    """``--kafka KEY=VALUE`` arguments as the source's ``kafka.KEY`` options."""
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"--kafka {pair!r}: expected KEY=VALUE, e.g. check.crcs=false")
+        options[f"kafka.{key.strip()}"] = value.strip()
+    return options
+
+
 def step_read(cluster: Cluster, root: Path, cfg: dict[str, Any], report: Report) -> None:
     from pyspark.sql import SparkSession
 
@@ -255,6 +269,7 @@ def step_read(cluster: Cluster, root: Path, cfg: dict[str, Any], report: Report)
                         "subscribe": TOPIC,
                         "startingOffsets": "earliest",
                         "kafka.group.id": f"bench-{round_}",
+                        **kafka_options(cfg["kafka"]),
                     }
                     rate, wall_rate, used = timed_query(spark, "kraft", options, ck)
                 else:
@@ -333,6 +348,8 @@ def render(report: Report) -> str:
         rows.append(
             ("backlog produced", f"{cfg['count']:,} x {cfg['size']} B in {p['wall_s']:.1f} s")
         )
+    if cfg["kafka"]:
+        rows.append(("kraft source options", "  ".join(f"kafka.{kv}" for kv in cfg["kafka"])))
     if r := report["results"].get("read"):
         for name in ("kraft", "synthetic"):
             runs = "  ".join(f"{v:,.0f}" for v in r["rounds"][name])
@@ -358,12 +375,20 @@ def parse_args() -> argparse.Namespace:
         parser.add_argument("--size", type=int, help="value size in bytes (1024)")
         parser.add_argument("--partitions", type=int, help="partitions = Spark tasks (2)")
         parser.add_argument("--rounds", type=int, help="timed rounds per source (3)")
+        parser.add_argument(
+            "--kafka",
+            action="append",
+            metavar="KEY=VALUE",
+            help="a kafka.KEY option of the kraft source (repeatable)",
+        )
 
     return bench_cluster.parse_args(__doc__, "1,000,000 rows, about 90 s", add_arguments)
 
 
 def config_of(args: argparse.Namespace) -> dict[str, Any]:
-    return bench_cluster.config_of(args, FULL, QUICK, DEFAULTS)
+    cfg = bench_cluster.config_of(args, FULL, QUICK, DEFAULTS)
+    kafka_options(cfg["kafka"])  # a malformed one stops the run before the cluster starts
+    return cfg
 
 
 def main() -> int:

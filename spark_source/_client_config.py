@@ -52,7 +52,7 @@ _INT_KEYS: Final[dict[str, tuple[str, int, int, int]]] = {
     "send.buffer.bytes": ("send_buffer_bytes", -1, -1, _INT32_MAX),
 }
 
-HONOURED_KEYS: Final = frozenset({"client.id", *_INT_KEYS})
+HONOURED_KEYS: Final = frozenset({"client.id", "check.crcs", *_INT_KEYS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +71,7 @@ class ClientConfig:
     fetch_min_bytes: int = 1
     receive_buffer_bytes: int = -1
     send_buffer_bytes: int = -1
+    check_crcs: bool = True  # false: fetched batches are decoded without their CRC checked
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, str]) -> ClientConfig:
@@ -78,7 +79,10 @@ class ClientConfig:
         for key, (name, default, low, high) in _INT_KEYS.items():
             values[name] = int_option(config, key, default, low, high)
         client_id = str(config.get("client.id", DEFAULT_CLIENT_ID))
-        return cls(client_id=client_id, **values)
+        check_crcs = str(config.get("check.crcs", "true")).strip().lower()
+        if check_crcs not in ("true", "false"):
+            raise ConfigError(f"check.crcs={config['check.crcs']!r} is not true or false")
+        return cls(client_id=client_id, check_crcs=check_crcs == "true", **values)
 
     @property
     def max_frame_bytes(self) -> int:

@@ -106,7 +106,14 @@ def next_fetch_offset(chunk: Buffer) -> int | None:
 
 
 def to_arrow(
-    chunk: Buffer, topic: str, partition: int, start: int, end: int, include_headers: bool
+    chunk: Buffer,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    include_headers: bool,
+    *,
+    check_crcs: bool = True,
 ) -> Generator[pa.RecordBatch, None, int | None]:
     """Yield the records of ``chunk`` with offsets in ``[start, end)`` as Arrow batches of
     ``kafka_schema(include_headers)``; return the offset to fetch next, so that a caller can
@@ -117,7 +124,9 @@ def to_arrow(
     ``chunk`` holds no complete batch; a truncated batch at its end is ignored.  Every complete
     batch has its CRC checked (a flipped control bit or offset must not hide records); control
     batches and batches wholly outside the range are not decoded, and header bytes are parsed
-    (and checked) only when ``include_headers``.
+    (and checked) only when ``include_headers``.  ``check_crcs=False`` (Kafka's consumer key
+    ``check.crcs``) skips the CRCs, not the other checks: corrupt bytes are then decoded into
+    wrong rows unless they break a length or a batch header.
 
     Raises :class:`CorruptRecordError` for a CRC, header or record layout fault, and
     :class:`~kafka_protocol.exceptions.CompressionError` for a CRC-valid batch that does not
@@ -125,19 +134,19 @@ def to_arrow(
     """
     view = memoryview(chunk).cast("B")
     assert len(view) < 1 << 31  # a Fetch response's records: int32 Arrow offsets reach
-    group = _Group()
+    group = _Group(check_crcs)
     next_offset = None
     pos = 0
     for batch in iter_batches(view, allow_truncated_tail=True):
         last = batch.base_offset + batch.last_offset_delta
         next_offset, size = last + 1, LOG_OVERHEAD + batch.batch_length
         if batch.attributes & ATTR_CONTROL or last < start or batch.base_offset >= end:
-            batch.validate()  # not decoded, but checked all the same
+            batch.validate(crc=check_crcs)  # not decoded, but checked all the same
         else:
             group.add(batch, pos, size)
             if group.size_bytes >= GROUP_BYTES:
                 yield from group.to_arrow(view, topic, partition, start, end, include_headers)
-                group = _Group()
+                group = _Group(check_crcs)
         pos += size
     yield from group.to_arrow(view, topic, partition, start, end, include_headers)
     return next_offset
@@ -149,6 +158,7 @@ class _Group:
     a range of the chunk when uncompressed (its CRC not yet checked), its decompressed bytes
     otherwise (checked before decompressing)."""
 
+    check_crcs: bool
     batches: list[RecordBatch] = field(default_factory=list)
     sections: list[tuple[int, int] | bytes] = field(default_factory=list)
     size_bytes: int = 0
@@ -160,7 +170,7 @@ class _Group:
             section = (pos + HEADER_BYTES, pos + size)
             self.size_bytes += size - HEADER_BYTES
         else:
-            section = batch.validate().records_section()
+            section = batch.validate(crc=self.check_crcs).records_section()
             self.size_bytes += len(section)
         self.batches.append(batch)
         self.sections.append(section)
@@ -173,7 +183,7 @@ class _Group:
         pieces = []
         for batch, section in zip(self.batches, self.sections, strict=True):
             if isinstance(section, tuple):
-                batch.validate()
+                batch.validate(crc=self.check_crcs)
                 pieces.append(chunk[section[0] : section[1]])
             else:
                 pieces.append(memoryview(section))
@@ -244,7 +254,7 @@ class _Group:
                 last += 1
             for batch in pending[first:last]:
                 if batch is not None:
-                    batch.validate()
+                    batch.validate(crc=self.check_crcs)
             k.check(
                 k.decode_records(
                     data,

@@ -32,7 +32,8 @@ operation's deadline, and how long :meth:`~KafkaClient.read` waits without progr
 ``socket.connection.setup.timeout.ms`` (10000), ``retry.backoff.ms`` (100),
 ``retry.backoff.max.ms`` (1000), ``fetch.max.bytes`` (50 MiB), ``max.partition.fetch.bytes``
 (1 MiB), ``fetch.max.wait.ms`` (500), ``fetch.min.bytes`` (1), ``receive.buffer.bytes`` and
-``send.buffer.bytes`` (-1: the OS default, unlike Java's 64/128 KiB).
+``send.buffer.bytes`` (-1: the OS default, unlike Java's 64/128 KiB), ``check.crcs`` (true:
+the reader checks every fetched batch's CRC; the client itself never decodes records).
 
 Local failures (remote outcomes are Kafka error codes until they are final)::
 

@@ -104,7 +104,13 @@ def read_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
         try:
             for chunk in client.read(tp, start, r.end):
                 yield from to_arrow(
-                    chunk, r.topic, r.partition, r.start, r.end, part.include_headers
+                    chunk,
+                    r.topic,
+                    r.partition,
+                    r.start,
+                    r.end,
+                    part.include_headers,
+                    check_crcs=client.config.check_crcs,
                 )
             return
         except kafka.DataLossError as exc:

@@ -132,11 +132,11 @@ def chunks(draw: st.DrawFn) -> Chunk:
 
 
 def decode(
-    data: bytes | bytearray, start: int, end: int, headers: bool
+    data: bytes | bytearray, start: int, end: int, headers: bool, check_crcs: bool = True
 ) -> tuple[pa.Table, int | None]:
     """All batches of ``to_arrow`` as one table, and the next offset it returned."""
     out: list[pa.RecordBatch] = []
-    gen = to_arrow(data, TOPIC, PARTITION, start, end, headers)
+    gen = to_arrow(data, TOPIC, PARTITION, start, end, headers, check_crcs=check_crcs)
     while True:
         try:
             out.append(next(gen))
@@ -324,6 +324,33 @@ def test_a_flipped_bit_under_the_crc_is_a_corrupt_record(
     data[lo + 17 + int(where * (hi - lo - 18))] ^= 1 << bit
     with pytest.raises(CorruptRecordError, match="CRC"):
         decode(data, chunk.first_offset, chunk.first_offset + 1, False)
+
+
+@given(chunk=chunks(), headers=st.booleans())
+def test_without_crc_checks_a_wrong_crc_decodes_as_the_right_one_would(
+    chunk: Chunk, headers: bool
+) -> None:
+    """``check.crcs=false``, Kafka's consumer key: CRCs are not computed, nothing else changes."""
+    data, pos = bytearray(chunk.data), 0
+    for batch in iter_batches(chunk.data, allow_truncated_tail=True):
+        data[pos + 17] ^= 0xFF  # the stored CRC's first byte
+        pos += batch.size_bytes
+    got, next_offset = decode(data, chunk.first_offset, 2**62, headers, check_crcs=False)
+    want = reference_batch(chunk.data, TOPIC, PARTITION, chunk.first_offset, 2**62, headers)
+    assert next_offset == chunk.next_offset
+    for name in got.schema.names:
+        assert got[name].combine_chunks().equals(want.column(name)), name
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        decode(data, chunk.first_offset, 2**62, headers)
+
+
+@pytest.mark.parametrize("outside", [False, True])
+def test_without_crc_checks_batch_headers_are_still_checked(outside: bool) -> None:
+    data = bytearray(build_batch([SimpleRecord(value=b"v")] * 3, base_offset=10))
+    data[22] |= 0x07  # compression codec 7: unknown
+    start = 20 if outside else 0  # not decoded, checked all the same
+    with pytest.raises(CorruptRecordError, match="unknown compression codec 7"):
+        decode(data, start, 30, False, check_crcs=False)
 
 
 @given(

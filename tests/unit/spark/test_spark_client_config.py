@@ -28,6 +28,14 @@ def test_keys_are_read_and_unknown_ones_ignored() -> None:
     assert c.max_frame_bytes > 200_000_000  # a fetch's worth always fits a frame
 
 
+def test_check_crcs_is_kafkas_boolean() -> None:
+    assert ClientConfig.from_mapping({}).check_crcs
+    assert not ClientConfig.from_mapping({"check.crcs": " False"}).check_crcs
+    assert ClientConfig.from_mapping({"check.crcs": "TRUE"}).check_crcs
+    with pytest.raises(ConfigError, match=r"check\.crcs='maybe' is not true or false"):
+        ClientConfig.from_mapping({"check.crcs": "maybe"})
+
+
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
