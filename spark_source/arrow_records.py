@@ -234,43 +234,22 @@ class _Group:
         meta = self._meta(bounds)
         capacity = int(meta[:, k.COUNT].sum())
         out = np.empty((k.RECORD_FIELDS, capacity), dtype=np.int64)
-        keys, values = (
-            _BinaryOutput(capacity, self.size_bytes),
-            _BinaryOutput(capacity, self.size_bytes),
-        )
+        keys = _BinaryOutput(capacity, self.size_bytes)
+        values = _BinaryOutput(capacity, self.size_bytes)
         cursor = np.zeros(3, dtype=np.int64)  # rows, key bytes, value bytes
-        pending = [
-            b if isinstance(s, tuple) else None
-            for b, s in zip(self.batches, self.sections, strict=True)
-        ]
-        if buf is not chunk:
-            pending = [None] * len(pending)  # _layout checked them
+        unchecked = buf is chunk  # else _layout checked every batch as it copied them
         first = 0
-        while first < len(self.batches):
+        while first < len(bounds):
             # A slice of batches is CRC-checked, then decoded while its bytes are in the cache.
             last, size = first + 1, bounds[first][1] - bounds[first][0]
             while last < len(bounds) and size + bounds[last][1] - bounds[last][0] <= SLICE_BYTES:
                 size += bounds[last][1] - bounds[last][0]
                 last += 1
-            for batch in pending[first:last]:
-                if batch is not None:
+            if unchecked:
+                for batch in self.batches[first:last]:
                     batch.validate(crc=self.check_crcs)
-            k.check(
-                k.decode_records(
-                    data,
-                    meta,
-                    first,
-                    last,
-                    start,
-                    end,
-                    out,
-                    keys.offsets,
-                    keys.payload_array,
-                    values.offsets,
-                    values.payload_array,
-                    cursor,
-                )
-            )
+            outputs = (out, keys.offsets, keys.payload_array, values.offsets, values.payload_array)
+            k.check(k.decode_records(data, meta, first, last, start, end, *outputs, cursor))
             first = last
         rows = int(cursor[0])
         if not rows:
