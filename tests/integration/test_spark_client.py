@@ -167,7 +167,9 @@ def test_read_returns_exactly_the_batches_covering_a_range(
     tp = TopicPartition(topic_name, 0)
     log = batches_of(client.read(tp, 0, 200))
     heads = [RecordBatch(memoryview(b)) for b in log]
-    assert len(heads) > 20 and all(h.compression.name.lower() == codec for h in heads)
+    # librdkafka sends a batch uncompressed when its compressed form would be larger
+    codecs = [h.compression.name.lower() for h in heads]
+    assert codecs.count(codec) > 20 and set(codecs) <= {codec, "none"}, codecs
     assert [(o, v) for o, v in records_in(log, 0, 200)] == [
         (i, m.value) for i, m in enumerate(msgs)
     ]
