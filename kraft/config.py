@@ -74,12 +74,13 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-def parse_overrides(items: list[str]) -> dict[str, str]:
+def parse_overrides(items: list[str], option: str = "--override") -> dict[str, str]:
+    """``key=value`` command-line arguments (of ``option``) as a dict."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"--override {item!r}: expected key=value")
+            raise ConfigError(f"{option} {item!r}: expected key=value")
         out[key.strip()] = value.strip()
     return out
 

@@ -55,6 +55,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import bench_cluster
 from bench_cluster import Cluster, Report, StepError, Target, fmt, log
 
+from kraft.config import ConfigError, parse_overrides
+
 TOPIC = "bench-spark"
 TARGET_RATIO = 0.7
 TARGET_ROWS_S = 1_000_000
@@ -231,13 +233,10 @@ def timed_query(
 
 def kafka_options(pairs: list[str]) -> dict[str, str]:
     """``--kafka KEY=VALUE`` arguments as the source's ``kafka.KEY`` options."""
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise SystemExit(f"--kafka {pair!r}: expected KEY=VALUE, e.g. check.crcs=false")
-        options[f"kafka.{key.strip()}"] = value.strip()
-    return options
+    try:
+        return {f"kafka.{k}": v for k, v in parse_overrides(pairs, "--kafka").items()}
+    except ConfigError as exc:
+        raise SystemExit(f"{exc}, e.g. check.crcs=false") from None
 
 
 def step_read(cluster: Cluster, root: Path, cfg: dict[str, Any], report: Report) -> None:

@@ -33,6 +33,17 @@ def int_option(config: Mapping[str, str], key: str, default: int, low: int, high
     return value
 
 
+def bool_option(config: Mapping[str, str], key: str, default: bool) -> bool:
+    """``config[key]`` as Kafka's ``true`` / ``false`` (``default`` when absent)."""
+    raw = config.get(key)
+    if raw is None:
+        return default
+    text = str(raw).strip().lower()
+    if text not in ("true", "false"):
+        raise ConfigError(f"{key}={raw!r} is not true or false")
+    return text == "true"
+
+
 _INT32_MAX: Final = 2**31 - 1
 
 # key -> (field, default, minimum, maximum); Java's defaults except where noted.
@@ -79,10 +90,8 @@ class ClientConfig:
         for key, (name, default, low, high) in _INT_KEYS.items():
             values[name] = int_option(config, key, default, low, high)
         client_id = str(config.get("client.id", DEFAULT_CLIENT_ID))
-        check_crcs = str(config.get("check.crcs", "true")).strip().lower()
-        if check_crcs not in ("true", "false"):
-            raise ConfigError(f"check.crcs={config['check.crcs']!r} is not true or false")
-        return cls(client_id=client_id, check_crcs=check_crcs == "true", **values)
+        check_crcs = bool_option(config, "check.crcs", True)
+        return cls(client_id=client_id, check_crcs=check_crcs, **values)
 
     @property
     def max_frame_bytes(self) -> int:

@@ -66,7 +66,7 @@ from kafka_protocol.record_batch import (
     build_batch,
 )
 from kafka_protocol.types import TopicName
-from spark_source._client_config import int_option
+from spark_source._client_config import bool_option, int_option
 from spark_source._client_conn import MAX_IN_FLIGHT, Attempts, Versions
 from spark_source._client_types import (
     ConfigError,
@@ -110,8 +110,7 @@ class ProducerConfig:
     @classmethod
     def from_mapping(cls, config: Mapping[str, str]) -> ProducerConfig:
         acks = _acks(config.get("acks", "all"))
-        idempotence = config.get("enable.idempotence")
-        idempotent = acks == ACKS_ALL if idempotence is None else _bool(idempotence)
+        idempotent = bool_option(config, "enable.idempotence", acks == ACKS_ALL)
         if idempotent and acks != ACKS_ALL:
             raise ConfigError("enable.idempotence=true needs acks=all")
         try:
@@ -142,13 +141,6 @@ def _acks(raw: str) -> int:
     if text == "1":
         return ACKS_LEADER
     raise ConfigError(f"acks={raw!r}: use all (-1) or 1 (acks=0 is not supported)")
-
-
-def _bool(raw: str) -> bool:
-    text = str(raw).strip().lower()
-    if text not in ("true", "false"):
-        raise ConfigError(f"enable.idempotence={raw!r} is not true or false")
-    return text == "true"
 
 
 def record_size(key: bytes | None, value: bytes | None, headers: Sequence[Header]) -> int:
