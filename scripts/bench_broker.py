@@ -219,8 +219,8 @@ def start_ours(tmp: Path, name: str, use_uvloop: bool, extra_env: dict[str, str]
     args = ["dev", "--data-dir", str(data), "--port", "0", "--admin-port", "0"]
     if use_uvloop:
         cmd = [sys.executable, "-m", "kraft.cli", *args]
-    else:  # an ImportError for uvloop: kraft.node.run falls back to asyncio
-        shim = "import sys; sys.modules['uvloop'] = None; from kraft.cli import main; "
+    else:  # an ImportError for uvloop: kraft.node.run.run falls back to asyncio
+        shim = "import sys; sys.modules['uvloop'] = None; from kraft.cli.main import main; "
         cmd = [sys.executable, "-c", shim + "sys.exit(main(sys.argv[1:]))", *args]
     env = {**os.environ, "KRAFT_LOG_LEVEL": "WARNING", "PYTHONPATH": str(REPO), **extra_env}
     log = open(log_path, "wb")  # noqa: SIM115 - the broker writes to it until stopped
@@ -241,7 +241,7 @@ def start_ours(tmp: Path, name: str, use_uvloop: bool, extra_env: dict[str, str]
 
 
 def uvloop_version() -> str | None:
-    """kraft.node.run uses uvloop when it is importable."""
+    """kraft.node.run.run uses uvloop when it is importable."""
     try:
         return importlib.metadata.version("uvloop")
     except importlib.metadata.PackageNotFoundError:

@@ -1,6 +1,6 @@
 """What the cluster benchmarks (``bench_controller.py``, ``bench_replication.py``) share: a
 local cluster of ``python -m kraft.cli server --config FILE`` processes planned by
-``kraft.dev_cluster``, latency statistics, the command line every benchmark takes
+``kraft.node.dev_cluster``, latency statistics, the command line every benchmark takes
 (``--quick``, ``--json``, ``--data-dir``, ``--log-level``), step failures with the nodes'
 stderr tails, and the run itself (a new data directory, the report, its table and its JSON).
 
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from integration.node_process import free_ports  # the tests' ports: no race with port-0 binds
 
-from kraft.dev_cluster import (
+from kraft.node.dev_cluster import (
     NodeSpec,
     child_environment,
     load_or_create_identity,
@@ -219,7 +219,7 @@ def _copy_and_close(src: BinaryIO, dst: BinaryIO) -> None:
 
 
 class Cluster:
-    """Controllers and brokers from ``kraft.dev_cluster``'s plan, as child processes, with
+    """Controllers and brokers from ``kraft.node.dev_cluster``'s plan, as child processes, with
     ``overrides`` in every node's ``server.properties``."""
 
     def __init__(

@@ -6,7 +6,7 @@ controller failover and a large metadata image, on a real local cluster.
         [--metadata-requests N] [--batches TxPxRF,...] [--log-level LEVEL]
 
 The cluster is 3 controllers + 3 brokers, each a ``python -m kraft.cli server --config FILE``
-process on free 127.0.0.1 ports, configured by ``kraft.dev_cluster`` (``plan_cluster``,
+process on free 127.0.0.1 ports, configured by ``kraft.node.dev_cluster`` (``plan_cluster``,
 ``write_node_configs``) in a temporary directory; ``--data-dir DIR`` (new or empty) keeps it, with
 each node's stderr in ``DIR/node-<id>/stderr.log`` (``--log-level``, default INFO, timestamps
 every line).  Requests go to the brokers, which forward admin requests to the active

@@ -7,7 +7,7 @@ group's catch-up rate on a backlog as a ratio to the live produce rate, on a rea
         [--log-level LEVEL]
 
 The cluster is 1 controller + 3 brokers, each a ``python -m kraft.cli server --config FILE``
-process on free 127.0.0.1 ports, configured by ``kraft.dev_cluster`` with
+process on free 127.0.0.1 ports, configured by ``kraft.node.dev_cluster`` with
 ``group.initial.rebalance.delay.ms`` from the flag (default 3000, Kafka's),
 ``offsets.topic.num.partitions=10`` and a 3000/500 ms broker session/heartbeat.
 ``--data-dir DIR`` (new or empty) keeps each node's files, with its stderr in

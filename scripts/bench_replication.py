@@ -7,7 +7,7 @@ paced rate, and the producer's view of a leader failover, on a real local cluste
         [--log-level LEVEL]
 
 The cluster is 1 controller + 3 brokers, each a ``python -m kraft.cli server --config FILE``
-process on free 127.0.0.1 ports, configured by ``kraft.dev_cluster`` with
+process on free 127.0.0.1 ports, configured by ``kraft.node.dev_cluster`` with
 ``broker.session.timeout.ms`` and ``broker.heartbeat.interval.ms`` from the flags (default
 3000 and 500).  ``--data-dir DIR`` (new or empty) keeps each node's files, with its stderr in
 ``DIR/node-<id>/stderr.log``.  The client is confluent-kafka (librdkafka), non-idempotent in

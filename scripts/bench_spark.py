@@ -6,7 +6,7 @@ synthetic in-memory Arrow source measured in the same run, and in absolute rows/
         [--log-level LEVEL]
 
 The cluster is 1 controller + 1 broker (``python -m kraft.cli server`` processes on free
-127.0.0.1 ports, planned by ``kraft.dev_cluster``); Spark runs in this process, ``local[2]``.
+127.0.0.1 ports, planned by ``kraft.node.dev_cluster``); Spark runs in this process, ``local[2]``.
 
 Steps (progress on stderr, a results table on stdout, everything in ``--json PATH``):
 
@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import bench_cluster
 from bench_cluster import Cluster, Report, StepError, Target, fmt, log
 
-from kraft.config import ConfigError, parse_overrides
+from kraft.node.config import ConfigError, parse_overrides
 
 TOPIC = "bench-spark"
 TARGET_RATIO = 0.7

@@ -16,12 +16,12 @@ Modules: ``controller`` (the entry points), ``topics`` (topic commands), ``confi
 (config commands), ``cluster`` (brokers), ``producer_ids`` (producer-id blocks),
 ``partitions`` (leader election and ISR rules), ``elections`` (ElectLeaders, unclean elections
 and the preferred-leader rebalance), ``alter_partition`` (ISR changes asked by leaders),
-``placement`` (the striped replica placer), ``local`` (a single-node driver on a
-:class:`~metadata_log.log.LocalMetadataLog`).
+``placement`` (the striped replica placer). The drivers that run these commands against a log
+live in :mod:`kraft.quorum` (``local_controller`` for a single node, ``quorum_controller`` on
+Raft).
 """
 
 from kraft.controller.controller import Controller
-from kraft.controller.local import LocalController
 from kraft.controller.result import (
     ControllerApiError,
     ControllerConfig,
@@ -35,5 +35,4 @@ __all__ = [
     "ControllerConfig",
     "ControllerResult",
     "CreateTopicPolicyRequest",
-    "LocalController",
 ]

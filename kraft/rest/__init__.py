@@ -18,7 +18,7 @@ from typing import Final
 
 from aiohttp import web
 
-from kraft.config import ConfigError
+from kraft.node.config import ConfigError
 from kraft.rest.cluster import get_cluster, get_health, get_metrics, get_openapi, get_ready
 from kraft.rest.common import NODE, AdminNode, error_middleware
 from kraft.rest.groups import (

@@ -27,7 +27,7 @@ from aiohttp.typedefs import Handler
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import CreateTopicsRequest, CreateTopicsResponse
 from kafka_protocol.types import TopicName
-from kraft.config import NodeConfig
+from kraft.node.config import NodeConfig
 from metadata_log.image import ClusterImage, TopicImage
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ DEFAULT_FROM_CONTROLLER: Final = -1  # CreateTopics partitions / replication fac
 
 
 class AdminNode(Protocol):
-    """What the API needs of :class:`kraft.node.Node`."""
+    """What the API needs of :class:`kraft.node.run.Node`."""
 
     @property
     def config(self) -> NodeConfig: ...

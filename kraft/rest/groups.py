@@ -1,7 +1,7 @@
 """The consumer group routes of the REST admin API: list, describe (with lag), delete, and reset
 offsets.
 
-Served by every node, controllers included: :class:`kraft.group_admin.GroupAdmin` speaks the
+Served by every node, controllers included: :class:`kraft.groups.admin.GroupAdmin` speaks the
 Kafka protocol to the brokers of the node's metadata image.  Each call is bounded by
 :data:`GROUP_CALL_TIMEOUT_S`.  Kafka's errors map to HTTP as usual (:func:`http_status`), plus
 GROUP_ID_NOT_FOUND 404 and NON_EMPTY_GROUP 409.
@@ -24,8 +24,8 @@ from typing import Any, Final, TypeVar
 from aiohttp import web
 
 from kafka_protocol.errors import ErrorCode
-from kraft.group_admin import GroupAdmin, GroupAdminError
-from kraft.group_model import (
+from kraft.groups.admin import GroupAdmin, GroupAdminError
+from kraft.groups.model import (
     GroupDescription,
     GroupListing,
     MemberDescription,

@@ -39,8 +39,8 @@ from kafka_protocol.record_batch import (
     iter_batches,
 )
 from kafka_protocol.types import TopicName
-from kraft.group_client import GroupClient, GroupError, ImageView
-from kraft.group_model import EARLIEST, LATEST
+from kraft.groups.client import GroupClient, GroupError, ImageView
+from kraft.groups.model import EARLIEST, LATEST
 from kraft.rest.common import (
     DEFAULT_FROM_CONTROLLER,
     ApiError,

@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kafka_protocol.partitioner import DefaultPartitioner, murmur2, partition_for_key
-from kraft import admin_cli
-from kraft.admin_cli import (
+from kraft.cli import admin as admin_cli
+from kraft.cli.admin import (
     AdminClient,
     AdminError,
     add_admin_commands,
@@ -160,7 +160,7 @@ def test_admin_url_defaults_to_the_environment(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_the_kraft_parser_includes_the_admin_commands() -> None:
-    from kraft.cli import build_parser
+    from kraft.cli.main import build_parser
 
     args = build_parser().parse_args(["topics", "describe", "events"])
     assert args.func is admin_cli.topics_describe

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml  # PyYAML, via openapi-spec-validator -> jsonschema-path (dev extra)
 
-from kraft.config import env_overrides, parse_listeners
+from kraft.node.config import env_overrides, parse_listeners
 from metadata_log.configs import BROKER_CONFIGS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kraft.cli import main
-from kraft.config import ConfigError, load_config, parse_properties
-from kraft.dev_cluster import (
+from kraft.cli.main import main
+from kraft.node.config import ConfigError, load_config, parse_properties
+from kraft.node.dev_cluster import (
     ClusterIdentity,
     ClusterPlan,
     Launcher,
@@ -176,7 +176,7 @@ def test_broker_properties(tmp_path: Path) -> None:
 
 
 def test_broker_tuning_keys_reach_the_broker(tmp_path: Path) -> None:
-    from kraft.node import broker_config
+    from kraft.node.run import broker_config
 
     plan = plan_cluster(1, 1, 9092, 8080)
     path = node_config(plan.brokers[0], plan, tmp_path)

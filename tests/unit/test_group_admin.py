@@ -1,5 +1,5 @@
-"""The group admin (kraft/group_admin.py, on kraft/group_client.py): its pure parts (assignments,
-lag, reset plans: kraft/group_model.py) and its operations against fake brokers that speak the
+"""The group admin (kraft/groups/admin.py, on kraft/groups/client.py): its pure parts (assignments,
+lag, reset plans: kraft/groups/model.py) and its operations against fake brokers that speak the
 real protocol over sockets on 127.0.0.1.
 
 :class:`FakeBrokers` answers with the project's codecs (``decode_request`` /
@@ -45,10 +45,10 @@ from kafka_protocol.messages import (
     OffsetFetchResponse,
 )
 from kafka_protocol.types import BrokerId, GroupId, TopicName
-from kraft import group_client
-from kraft.group_admin import GroupAdmin, GroupAdminError
-from kraft.group_assignment import decode_assignment
-from kraft.group_model import (
+from kraft.groups import client as group_client
+from kraft.groups.admin import GroupAdmin, GroupAdminError
+from kraft.groups.assignment import decode_assignment
+from kraft.groups.model import (
     EARLIEST,
     LATEST,
     MemberDescription,

@@ -15,8 +15,8 @@ from integration.test_rest import ApiSchemas
 from test_group_admin import FakeBrokers, FakeGroup, stable_group
 
 from kafka_protocol.messages import OffsetCommitRequest
-from kraft import group_client
-from kraft.group_model import ToEarliest, ToLatest, ToOffset, ToOffsets, ToTimestamp
+from kraft.groups import client as group_client
+from kraft.groups.model import ToEarliest, ToLatest, ToOffset, ToOffsets, ToTimestamp
 from kraft.rest import build_app
 from kraft.rest import groups as rest_groups
 from kraft.rest.common import AdminNode, ApiError, Body

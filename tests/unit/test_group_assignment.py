@@ -1,4 +1,4 @@
-"""The consumer protocol (kraft/group_assignment.py): subscription and assignment encodings, and
+"""The consumer protocol (kraft/groups/assignment.py): subscription and assignment encodings, and
 the range and roundrobin assignors, checked against Kafka's documented examples and against
 kafka-python's own codecs and assignors as oracles (a member of either kind may lead a group
 the CLI is in)."""
@@ -22,7 +22,7 @@ from kafka.protocol.consumer.metadata import (
 )
 
 from kafka_protocol.messages import ConsumerProtocolSubscription
-from kraft.group_assignment import (
+from kraft.groups.assignment import (
     ASSIGNORS,
     Subscriber,
     assign,

@@ -1,5 +1,5 @@
-"""The CLI's group member (kraft/group_member.py) and ``kraft consume --group``
-(kraft/group_consume.py) against fake brokers speaking the real protocol over sockets
+"""The CLI's group member (kraft/groups/member.py) and ``kraft consume --group``
+(kraft/cli/consume_group.py) against fake brokers speaking the real protocol over sockets
 (:class:`FakeCoordinator`, test_group_admin.py's brokers taught JoinGroup, SyncGroup, Heartbeat,
 LeaveGroup, Metadata and Fetch), and their pure parts: what an error means for a member, the
 consumer properties, and reading fetched batches."""
@@ -41,12 +41,14 @@ from kafka_protocol.messages import (
 from kafka_protocol.record_batch import ControlRecordType as Control
 from kafka_protocol.record_batch import SimpleRecord, build_batch, control_record
 from kafka_protocol.types import BrokerId, TopicName
-from kraft import group_client, group_consume, group_member
-from kraft.admin_cli import AdminError, Printer, Reply
-from kraft.group_assignment import decode_assignment, encode_assignment, encode_subscription
-from kraft.group_client import GroupClient, GroupError, records_from
-from kraft.group_consume import MetadataView, consumer_settings
-from kraft.group_member import GroupMember, MemberConfig, Step, next_step
+from kraft.cli import consume_group as group_consume
+from kraft.cli.admin import AdminError, Printer, Reply
+from kraft.cli.consume_group import MetadataView, consumer_settings
+from kraft.groups import client as group_client
+from kraft.groups import member as group_member
+from kraft.groups.assignment import decode_assignment, encode_assignment, encode_subscription
+from kraft.groups.client import GroupClient, GroupError, records_from
+from kraft.groups.member import GroupMember, MemberConfig, Step, next_step
 from metadata_log.image import TopicPartition
 
 T = TypeVar("T")

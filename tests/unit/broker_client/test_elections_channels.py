@@ -25,7 +25,7 @@ from kafka_protocol.messages import (
 )
 from kafka_protocol.types import TopicName
 from kraft.controller import ControllerConfig
-from kraft.local_controller import LocalControllerChannel
+from kraft.node.local_channel import LocalControllerChannel
 
 
 def request(

@@ -13,7 +13,8 @@ from controller_helpers import create, heartbeat, new_topic, registration
 
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import CreateTopicsResponse
-from kraft.controller import ControllerApiError, ControllerConfig, LocalController
+from kraft.controller import ControllerApiError, ControllerConfig
+from kraft.quorum.local_controller import LocalController
 from metadata_log import log as log_module
 from metadata_log.delta import MetadataDelta
 from metadata_log.exceptions import MetadataLogFailedError

@@ -26,7 +26,7 @@ from kafka_protocol.messages import (
     MetadataResponse,
 )
 from kafka_protocol.types import TopicName
-from kraft.cli import main
+from kraft.cli.main import main
 from metadata_log.image import ClusterImage
 
 

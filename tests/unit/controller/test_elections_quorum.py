@@ -40,12 +40,12 @@ from kafka_protocol.messages import (
     RequestHeader,
 )
 from kafka_protocol.types import TopicName
-from kraft import quorum_controller as quorum_controller_module
 from kraft.controller import Controller, ControllerConfig, ControllerResult
-from kraft.controller_api import ControllerApis
+from kraft.node.controller_apis import ControllerApis
+from kraft.quorum import quorum_controller as quorum_controller_module
+from kraft.quorum.quorum_controller import QuorumController
 from kraft.quorum.raft import RaftSettings, SubmitResult
 from kraft.quorum.state import Appended
-from kraft.quorum_controller import QuorumController
 from metadata_log.image import ClusterImage, LeaderRecoveryState
 
 UNCLEAN = "unclean.leader.election.enable"

@@ -12,7 +12,7 @@ virtual (``TICK_S`` per step), nothing runs in a thread, so a seed replays exact
     step:  faults ─▶ tick every running controller ─▶ shake the network ─▶ commands
                      ─▶ snapshots ─▶ brokers fetch ─▶ check every invariant
 
-- **Controllers** are real :class:`~kraft.quorum_controller.QuorumController` objects: the
+- **Controllers** are real :class:`~kraft.quorum.quorum_controller.QuorumController` objects: the
   constructor's ``RaftQuorum`` is swapped for ``RaftQuorum.for_simulation`` on a
   :class:`SimNetwork`, and pysyncobj's journal for a :class:`SimJournal` on a
   :class:`SimDisk` that survives crashes. So the apply path (``_on_appended``), the fetchable
@@ -68,16 +68,16 @@ import pysyncobj.syncobj as pso_syncobj  # type: ignore[import-untyped]
 from metadata_sim_disk import SimDisk, SimJournal
 from metadata_sim_workload import Command, command_kind, next_command
 
-import kraft.quorum_controller as quorum_controller_module
+import kraft.quorum.quorum_controller as quorum_controller_module
 from broker.metadata_follower import MetadataFollower
 from kafka_protocol.messages import BrokerRegistrationRequest
 from kafka_protocol.types import BrokerId
 from kraft.controller.controller import Controller
 from kraft.controller.result import ControllerConfig
 from kraft.quorum.memnet import InFlight, MemoryNetwork
+from kraft.quorum.quorum_controller import QuorumController
 from kraft.quorum.raft import RaftQuorum, RaftSettings, SubmitResult, simulated_time
 from kraft.quorum.state import Appended
-from kraft.quorum_controller import QuorumController
 from metadata_log.delta import MetadataDelta
 from metadata_log.image import ClusterImage
 from metadata_log.records import build_metadata_batch, encode_record

@@ -6,7 +6,7 @@ Two ways to run:
   (already validated) -> ``meta.properties`` (cluster id, node id; refuse a data directory
   that belongs to another node) -> local metadata log and controller -> broker registration
   -> broker (replays the image, opens its partitions, recovers their logs) -> Kafka listener.
-* **In a quorum** (``kraft.quorum_member``): a controller starts its Raft voter and its
+* **In a quorum** (``kraft.node.quorum_member``): a controller starts its Raft voter and its
   CONTROLLER listener; a broker starts its Kafka listener, tails the committed metadata log,
   registers and heartbeats. Either role, or both.
 
@@ -36,14 +36,14 @@ from broker.group.classic_member import GroupConfig
 from broker.log.config import LogConfig
 from broker.log.errors import LogError
 from broker.storage import FileStorage
-from kraft.config import ConfigError, NodeConfig, StartupError
 from kraft.controller.result import ControllerConfig
-from kraft.local_controller import ControllerError, LocalControllerChannel
-from kraft.quorum_member import BrokerLifecycleError, BrokerMember, QuorumMember
+from kraft.node.config import ConfigError, NodeConfig, StartupError
+from kraft.node.local_channel import ControllerError, LocalControllerChannel
+from kraft.node.quorum_member import BrokerLifecycleError, BrokerMember, QuorumMember
 from metadata_log.configs import effective_topic_config
 from metadata_log.image import ClusterImage
 
-log = logging.getLogger("kraft.node")
+log = logging.getLogger("kraft.node.run")
 
 
 M_TOP_PAD = -2  # glibc mallopt parameter

@@ -1,5 +1,5 @@
-"""The Kafka-protocol plumbing shared by the group admin (kraft/group_admin.py), the CLI's
-group member (kraft/group_member.py) and the REST record routes (kraft/rest/records.py):
+"""The Kafka-protocol plumbing shared by the group admin (kraft/groups/admin.py), the CLI's
+group member (kraft/groups/member.py) and the REST record routes (kraft/rest/records.py):
 connections to the brokers, retries, coordinator discovery, the offset requests, and Fetch as a
 consumer.
 
@@ -8,7 +8,7 @@ Theory of operation
 A :class:`GroupClient` keeps one :class:`~broker.kafka_client.KafkaConnection` per broker
 address, opened on first use and kept until :meth:`GroupClient.close`.  Where the brokers are
 comes from a :class:`BrokerView`: a node's metadata image (:class:`ImageView`, for the REST API)
-or the CLI's Metadata answers (``kraft.group_consume.MetadataView``).
+or the CLI's Metadata answers (``kraft.cli.consume_group.MetadataView``).
 
 A request that fails in a way a later attempt may cure (a connection lost, no answer within the
 request timeout, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, any retriable Kafka error) raises
@@ -53,7 +53,7 @@ from kafka_protocol.messages import (
 )
 from kafka_protocol.record_batch import Record, iter_batches
 from kafka_protocol.types import BrokerId, GroupId, TopicName
-from kraft.group_model import Coordinator
+from kraft.groups.model import Coordinator
 from metadata_log.image import ClusterImage, TopicPartition
 
 __all__ = [

@@ -33,8 +33,8 @@ from kafka_protocol.messages import (
 )
 from kafka_protocol.types import BrokerId
 from kraft.controller.cluster import METADATA_VERSION_4_0_IV3
-from kraft.controller.local import LocalController
 from kraft.controller.result import ControllerApiError, ControllerConfig
+from kraft.quorum.local_controller import LocalController
 from metadata_log.image import METADATA_VERSION_FEATURE, ClusterImage
 from metadata_log.log import LocalMetadataLog, MetadataListener
 

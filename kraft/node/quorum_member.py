@@ -32,17 +32,17 @@ from broker.server import KafkaListener
 from broker.storage import FileStorage
 from kafka_protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
 from kafka_protocol.types import TopicName
-from kraft.config import ConfigError, NodeConfig
 from kraft.controller.result import ControllerConfig
-from kraft.controller_api import ControllerApis
+from kraft.node.config import ConfigError, NodeConfig
+from kraft.node.controller_apis import ControllerApis
+from kraft.quorum.quorum_controller import DEFAULT_SNAPSHOT_INTERVAL_BYTES, QuorumController
 from kraft.quorum.raft import RaftSettings
-from kraft.quorum_controller import DEFAULT_SNAPSHOT_INTERVAL_BYTES, QuorumController
 from metadata_log.delta import MetadataDelta
 from metadata_log.image import ClusterImage
 
 __all__ = ["BrokerLifecycleError", "BrokerMember", "QuorumMember", "parse_voters"]
 
-log = logging.getLogger("kraft.node")
+log = logging.getLogger("kraft.node.run")
 
 CONTROLLED_SHUTDOWN_TIMEOUT_S: Final = 10.0
 STATUS_TIMEOUT_S: Final = 2.0

@@ -17,7 +17,7 @@
 Every command but ``elect-leaders`` takes ``--admin URL`` (default ``$KRAFT_ADMIN`` or
 ``http://127.0.0.1:8080``); every command takes ``--json``.  ``elect-leaders`` speaks the Kafka
 protocol to a broker instead (ElectLeaders, as Kafka's ``kafka-leader-election.sh`` does), which
-forwards it to the active controller; so does ``consume --group`` (kraft/group_consume.py), a
+forwards it to the active controller; so does ``consume --group`` (kraft/cli/consume_group.py), a
 member of the consumer group like Kafka's ``kafka-console-consumer.sh --group``.  Output is a
 table (or the records) by default.  A failure prints one line, ``kraft: <ERROR>: <message>``,
 on stderr and exits with status 1; ``<ERROR>`` is the API's error name (a Kafka error such as
@@ -511,7 +511,7 @@ def consume(args: argparse.Namespace, client: AdminClient) -> int:
                 "--partition cannot be combined with --group: a group member consumes the"
                 " partitions the group assigns it",
             )
-        from kraft.group_consume import consume_in_group
+        from kraft.cli.consume_group import consume_in_group
 
         return _printing(printer, lambda: consume_in_group(args, client, printer))
     for option in ("bootstrap_server", "consumer_property"):

@@ -41,10 +41,10 @@ from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import MetadataRequest, MetadataResponse
 from kafka_protocol.record_batch import Record
 from kafka_protocol.types import TopicName
-from kraft.admin_cli import AdminClient, AdminError, Consumed, Printer
-from kraft.group_client import Address, Fetched, GroupClient, GroupError, Retriable, check
-from kraft.group_member import GroupMember, MemberConfig
-from kraft.group_model import EARLIEST, LATEST
+from kraft.cli.admin import AdminClient, AdminError, Consumed, Printer
+from kraft.groups.client import Address, Fetched, GroupClient, GroupError, Retriable, check
+from kraft.groups.member import GroupMember, MemberConfig
+from kraft.groups.model import EARLIEST, LATEST
 from metadata_log.image import TopicPartition
 
 __all__ = ["GroupConsumer", "MetadataView", "consume_in_group", "consumer_settings"]

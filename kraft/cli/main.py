@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from kraft import __version__
-from kraft.config import ConfigError, NodeConfig, StartupError, load_config, parse_overrides
+from kraft.node.config import ConfigError, NodeConfig, StartupError, load_config, parse_overrides
 
 
 def _setup_logging() -> None:
@@ -55,7 +55,7 @@ def _announce(line: str) -> None:
 
 def cmd_dev(args: argparse.Namespace) -> int:
     if args.controllers != 1 or args.brokers != 1:
-        from kraft.dev_cluster import run_dev_cluster
+        from kraft.node.dev_cluster import run_dev_cluster
 
         return run_dev_cluster(
             Path(args.data_dir),
@@ -66,7 +66,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
             parse_overrides(args.override or []),
             _announce,
         )
-    from kraft.node import run, serve
+    from kraft.node.run import run, serve
 
     cfg = dev_config(args)
     run(lambda: serve(cfg, _announce))
@@ -74,10 +74,10 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 
 def cmd_server(args: argparse.Namespace) -> int:
-    from kraft.node import run, serve
+    from kraft.node.run import run, serve
 
     if args.parent_pid is not None:
-        from kraft.dev_cluster import exit_with_parent
+        from kraft.node.dev_cluster import exit_with_parent
 
         exit_with_parent(args.parent_pid)
     cfg = load_config(
@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
     server.set_defaults(func=cmd_server)
 
-    from kraft.admin_cli import add_admin_commands
+    from kraft.cli.admin import add_admin_commands
 
     add_admin_commands(sub)
     return parser
@@ -162,7 +162,3 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

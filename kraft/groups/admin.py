@@ -14,11 +14,11 @@ Every operation is a few requests on the brokers' own Kafka client::
                OffsetFetch -> ListOffsets (earliest, latest or by timestamp) -> plan
                -> OffsetCommit (generation -1, no member id) unless it is a dry run
 
-Connections, retries and coordinator discovery are :class:`~kraft.group_client.GroupClient`'s
+Connections, retries and coordinator discovery are :class:`~kraft.groups.client.GroupClient`'s
 (on the brokers of the node's metadata image); what the answers mean is computed by plain
-functions: :func:`~kraft.group_assignment.decode_assignment` and those of
-:mod:`kraft.group_model` (lag, describe rows, reset plans).  Failures are
-:class:`~kraft.group_client.GroupError` (``GroupAdminError``): a Kafka error code and a message.
+functions: :func:`~kraft.groups.assignment.decode_assignment` and those of
+:mod:`kraft.groups.model` (lag, describe rows, reset plans).  Failures are
+:class:`~kraft.groups.client.GroupError` (``GroupAdminError``): a Kafka error code and a message.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from kafka_protocol.messages import (
     ListGroupsResponse,
 )
 from kafka_protocol.types import GroupId
-from kraft.group_assignment import PROTOCOL_TYPE, decode_assignment
-from kraft.group_client import (
+from kraft.groups.assignment import PROTOCOL_TYPE, decode_assignment
+from kraft.groups.client import (
     DEFAULT_REQUEST_TIMEOUT_S,
     Address,
     GroupClient,
@@ -47,7 +47,7 @@ from kraft.group_client import (
     Retriable,
     check,
 )
-from kraft.group_model import (
+from kraft.groups.model import (
     LATEST,
     Coordinator,
     GroupDescription,

@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TextIO
 
-from kraft.config import ConfigError, parse_properties
+from kraft.node.config import ConfigError, parse_properties
 
 HOST = "127.0.0.1"
 CONTROLLER_COUNTS = (1, 3, 5)
@@ -301,7 +301,7 @@ def node_properties(
 
 
 def render_properties(props: Mapping[str, str], header: str) -> str:
-    """Java properties text that :func:`kraft.config.parse_properties` reads back exactly."""
+    """Java properties text that :func:`kraft.node.config.parse_properties` reads back exactly."""
     lines = [f"# {header}"]
     lines += [f"{_escape(k, key=True)}={_escape(v, key=False)}" for k, v in props.items()]
     return "\n".join(lines) + "\n"

@@ -1,8 +1,8 @@
 """A member of a classic consumer group (protocol type ``consumer``), as Kafka's own consumer
 coordinator is one: it joins, takes part in assignment when it leads, heartbeats, commits with
 its generation, and leaves.  Connections, retries and coordinator discovery are the shared
-:class:`~kraft.group_client.GroupClient`'s; the encodings and assignors are
-:mod:`kraft.group_assignment`'s.
+:class:`~kraft.groups.client.GroupClient`'s; the encodings and assignors are
+:mod:`kraft.groups.assignment`'s.
 
 Theory of operation
 -------------------
@@ -57,7 +57,7 @@ from kafka_protocol.messages import (
     SyncGroupResponse,
 )
 from kafka_protocol.types import GroupId
-from kraft.group_assignment import (
+from kraft.groups.assignment import (
     ASSIGNORS,
     PROTOCOL_TYPE,
     Subscriber,
@@ -66,8 +66,8 @@ from kraft.group_assignment import (
     decode_subscription,
     encode_subscription,
 )
-from kraft.group_client import GroupClient, GroupError, check
-from kraft.group_model import Coordinator
+from kraft.groups.client import GroupClient, GroupError, check
+from kraft.groups.model import Coordinator
 from metadata_log.image import TopicPartition
 
 __all__ = ["Generation", "GroupMember", "MemberConfig", "Step", "next_step"]

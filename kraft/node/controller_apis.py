@@ -59,7 +59,7 @@ from kafka_protocol.messages import (
 )
 from kafka_protocol.types import BrokerId, TopicName
 from kraft.controller.result import METADATA_TOPIC_ID, ControllerResult
-from kraft.quorum_controller import NotControllerError, QuorumController
+from kraft.quorum.quorum_controller import NotControllerError, QuorumController
 from metadata_log.image import ClusterImage
 from metadata_log.snapshot import SnapshotId
 

@@ -1,0 +1,1 @@
+"""The ``kraft`` command line (:mod:`kraft.cli.main`) and its command families."""

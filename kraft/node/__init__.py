@@ -1,0 +1,2 @@
+"""Node assembly: configuration, the controller listener, the roles a node runs, and the
+local development cluster."""
