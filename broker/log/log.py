@@ -69,6 +69,7 @@ from broker.log.cleaner import (
     plan_cleaning,
 )
 from broker.log.config import LogConfig
+from broker.log.epochs import EpochEndOffset, EpochEntry
 from broker.log.errors import (
     KafkaStorageError,
     OffsetOutOfRangeError,
@@ -88,7 +89,6 @@ from broker.log.loader import (
 from broker.log.retention import segments_to_delete
 from broker.log.segment import LOG_SUFFIX, LogSegment
 from broker.log.validator import PreparedAppend, assign_offsets
-from broker.replication.partition_state import EpochEndOffset, EpochEntry
 from broker.storage import Buffer, Storage, StorageHandle, join
 from kafka_protocol.record_batch import NO_TIMESTAMP
 
