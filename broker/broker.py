@@ -29,7 +29,8 @@ from broker.handlers import build_handlers
 from broker.identity import BrokerIdentity
 from broker.log.config import LogConfig
 from broker.metrics import BrokerMetrics, gauge
-from broker.replica_manager import Partition, Registration, ReplicaManager
+from broker.partition import Partition, Registration
+from broker.replica_manager import ReplicaManager
 from broker.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker.replication.partition_state import PartitionState
 from broker.server import KafkaListener, ListenerLimits

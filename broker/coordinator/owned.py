@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.coordinator.offsets import OffsetStore, TopicPartition
-from broker.replica_manager import Partition
+from broker.partition import Partition
 from kafka_protocol.coordinator import GroupMetadataValue
 from kafka_protocol.errors import ErrorCode
 

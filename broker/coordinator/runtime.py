@@ -49,7 +49,8 @@ from broker.coordinator.records import (
 from broker.deferred import Deferred
 from broker.group.classic_member import GroupConfig
 from broker.log.errors import LogError
-from broker.replica_manager import AppendOutcome, Partition, ReplicaManager
+from broker.partition import AppendOutcome, Partition
+from broker.replica_manager import ReplicaManager
 from kafka_protocol.coordinator import OffsetCommitValue
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import ProtocolError

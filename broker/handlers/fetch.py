@@ -32,7 +32,8 @@ from broker.dispatcher import ApiHandler, RequestContext
 from broker.log.errors import LogError, OffsetOutOfRangeError
 from broker.log.log import FetchSlice
 from broker.metrics import BrokerMetrics
-from broker.replica_manager import Partition, ReplicaManager
+from broker.partition import Partition
+from broker.replica_manager import ReplicaManager
 from kafka_protocol._codec import Chunk, FileRegion
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import FetchRequest, FetchResponse

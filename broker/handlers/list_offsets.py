@@ -10,7 +10,8 @@ from __future__ import annotations
 from broker.dispatcher import ApiHandler, RequestContext
 from broker.handlers.fetch import check_leader
 from broker.log.errors import LogError
-from broker.replica_manager import Partition, ReplicaManager
+from broker.partition import Partition
+from broker.replica_manager import ReplicaManager
 from broker.replication.partition_state import PartitionState
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import ProtocolError

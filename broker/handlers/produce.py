@@ -28,7 +28,8 @@ import time
 from broker.deferred import Deferred
 from broker.dispatcher import ApiHandler, RequestContext
 from broker.metrics import BrokerMetrics
-from broker.replica_manager import AppendOutcome, Partition, ReplicaManager
+from broker.partition import AppendOutcome, Partition
+from broker.replica_manager import ReplicaManager
 from broker.server import CloseConnection
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import CorruptRecordError, ProtocolError
