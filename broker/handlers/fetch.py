@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from broker.dispatcher import ApiHandler, RequestContext
 from broker.log.errors import LogError, OffsetOutOfRangeError
-from broker.log.log import FetchSlice
+from broker.log.reader import FetchSlice
 from broker.metrics import BrokerMetrics
 from broker.partition import Partition
 from broker.replica_manager import ReplicaManager
