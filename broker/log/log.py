@@ -71,8 +71,8 @@ from broker.log.cleaner import (
     DEFAULT_MAX_MAP_ENTRIES,
     CleanResult,
     LogCleaning,
-    plan_cleaning,
 )
+from broker.log.cleaning_plan import plan_cleaning
 from broker.log.config import LogConfig
 from broker.log.epochs import EpochEndOffset, EpochEntry
 from broker.log.errors import (
