@@ -4,8 +4,9 @@ Modules, one noun each: ``log`` (``PartitionLog``), ``reader`` (its read path: `
 lookups by timestamp), ``epochs`` (the leader-epoch rules), ``segment`` (``LogSegment``),
 ``file_records`` (``FileRecords``), ``index`` (``OffsetIndex``, ``TimeIndex``), ``loader``
 (``LogLoader``), ``validator`` (offset assignment), ``checkpoint``, ``config`` (``LogConfig``),
-``retention``, ``errors``, ``leader_epoch_cache`` (``LeaderEpochCache``), ``fetched_batches``
-(the checks on a follower's append).  All I/O goes through ``broker.storage``.
+``retention``, ``cleaning_plan`` and ``cleaner`` (compaction: when, and the pass), ``errors``,
+``leader_epoch_cache`` (``LeaderEpochCache``), ``fetched_batches`` (the checks on a follower's
+append).  All I/O goes through ``broker.storage``.
 """
 
 from broker.log.config import LogConfig
