@@ -5,20 +5,22 @@ from __future__ import annotations
 
 import pytest
 
+from broker.log.epochs import (
+    UNDEFINED,
+    EpochEndOffset,
+    EpochEntry,
+    assign_epoch,
+    epoch_end_offset,
+    truncate_epochs,
+)
 from broker.replication.partition_state import (
     NO_BROKER_EPOCH,
     PENDING,
-    UNDEFINED,
     UNKNOWN_OFFSET,
-    EpochEndOffset,
-    EpochEntry,
     FollowerState,
     PartitionState,
     ReplicaState,
     Truncation,
-    assign_epoch,
-    epoch_end_offset,
-    truncate_epochs,
 )
 from kafka_protocol.errors import ErrorCode
 
