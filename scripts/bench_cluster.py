@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
-import platform
 import select
 import shutil
 import signal
@@ -33,6 +31,8 @@ from typing import Any, BinaryIO
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from bench_machine import machine_info
+from bench_stats import Target, fmt, percentile
 from integration.node_process import free_ports  # the tests' ports: no race with port-0 binds
 
 from kraft.node.dev_cluster import (
@@ -50,7 +50,7 @@ STOP_GRACE_S = 10.0
 TAIL_LINES = 25
 
 Report = dict[str, Any]
-Target = tuple[str, str, str]  # (target, measured, PASS/MISS/n/a/skipped)
+__all__ = ["Target", "fmt", "machine_info", "percentile"]  # the benchmarks import them from here
 
 
 def log(message: str) -> None:
@@ -97,11 +97,6 @@ def wait_formed(cluster: Cluster) -> None:
 
 
 # --- statistics ---------------------------------------------------------------------------------
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest rank."""
-    return sorted_values[max(0, math.ceil(q * len(sorted_values)) - 1)]
 
 
 def latency_summary(samples_s: list[float]) -> dict[str, float]:
@@ -357,26 +352,6 @@ def bench_on(
 
 
 # --- the report ---------------------------------------------------------------------------------
-
-
-def machine_info() -> dict[str, Any]:
-    model = ""
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-    with open("/proc/loadavg") as f:
-        load = f.read().split()[:3]
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "loadavg_at_start": load,
-    }
-
-
-def fmt(value: float) -> str:
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
 
 
 def latency_text(r: dict[str, Any], digits: int = 2) -> str:
