@@ -971,7 +971,7 @@ def machine_info() -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller counts, under ~90 s")
+    parser.add_argument("--quick", action="store_true", help="smaller counts, one repeat, ~2-3 min")
     parser.add_argument("--json", nargs="?", const="-", metavar="PATH", help="write JSON")
     parser.add_argument(
         "--brokers",

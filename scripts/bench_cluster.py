@@ -1,6 +1,7 @@
-"""What the cluster benchmarks (``bench_controller.py``, ``bench_replication.py``) share: a
-local cluster of ``python -m kraft.cli server --config FILE`` processes planned by
-``kraft.node.dev_cluster``, latency statistics, the command line every benchmark takes
+"""What the cluster benchmarks (``bench_controller.py``, ``bench_replication.py``,
+``bench_groups.py``, ``bench_spark.py``) share: a local cluster of ``python -m kraft.cli
+server --config FILE`` processes planned by ``kraft.node.dev_cluster``, latency statistics
+(percentiles from ``bench_stats``), the command line every benchmark takes
 (``--quick``, ``--json``, ``--data-dir``, ``--log-level``), step failures with the nodes'
 stderr tails, and the run itself (a new data directory, the report, its table and its JSON).
 
