@@ -324,6 +324,26 @@ def step_failed(report: Report, cluster: Cluster, key: str, exc: BaseException) 
     return not any(n.died() for n in cluster.nodes)
 
 
+def run_step(
+    report: Report,
+    cluster: Cluster,
+    key: str,
+    step: Callable[[], Any],
+    failures: tuple[type[BaseException], ...] = (StepError,),
+) -> bool:
+    """Run one step into ``report['results'][key]``; a failure in ``failures`` is reported
+    with stderr tails.  False when a node died on its own (the rest would measure a broken
+    cluster)."""
+    log(f"step {key} ...")
+    start = time.monotonic()
+    try:
+        report["results"][key] = step()
+    except failures as exc:
+        return step_failed(report, cluster, key, exc)
+    log(f"step {key} done in {time.monotonic() - start:.1f} s")
+    return True
+
+
 def bench_on(
     cluster: Cluster,
     report: Report,

@@ -73,7 +73,6 @@ from bench_cluster import (
     StepError,
     Target,
     log,
-    step_failed,
 )
 from bench_stats import Spread, spread, target_row
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
@@ -534,18 +533,7 @@ def step_catch_up(cluster: Cluster, cfg: dict[str, Any]) -> dict[str, Any]:
 
 # --- the run ------------------------------------------------------------------------------------
 
-
-def run_step(report: dict[str, Any], cluster: Cluster, key: str, step: Callable[[], Any]) -> bool:
-    """Run one step into ``report['results'][key]``; on failure say which, with stderr tails.
-    False when a node died on its own (the rest would measure a broken cluster)."""
-    log(f"step {key} ...")
-    start = time.monotonic()
-    try:
-        report["results"][key] = step()
-    except (StepError, KafkaException, OSError, AssertionError) as exc:
-        return step_failed(report, cluster, key, exc)
-    log(f"step {key} done in {time.monotonic() - start:.1f} s")
-    return True
+STEP_FAILURES = (StepError, KafkaException, OSError, AssertionError)  # a step's, reported
 
 
 def wait_coordinator(admin: AdminClient) -> None:
@@ -570,7 +558,7 @@ def run_all(cluster: Cluster, cfg: dict[str, Any], report: dict[str, Any]) -> No
         ("catch_up", lambda: step_catch_up(cluster, cfg)),
     ]
     for key, step in steps:
-        if not run_step(report, cluster, key, step):
+        if not bench_cluster.run_step(report, cluster, key, step, STEP_FAILURES):
             log("a node died: stopping")
             return
 

@@ -63,7 +63,6 @@ from bench_cluster import (
     latency_summary,
     latency_text,
     log,
-    step_failed,
 )
 from bench_stats import Spread, ratio_of_medians, spread, target_row
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -88,6 +87,9 @@ DEFAULTS = {"size": 1024, "partitions": 3, "rate_mb_s": 10.0}
 TARGET_RATIO = 0.4
 TARGET_P99_MS = 25.0
 FAILOVER_SLACK_S = 1.0
+
+
+STEP_FAILURES = (StepError, KafkaException, OSError, AssertionError)  # a step's, reported
 
 
 # --- the cluster --------------------------------------------------------------------------------
@@ -387,19 +389,6 @@ def wait_new_leader(
 # --- the run ------------------------------------------------------------------------------------
 
 
-def run_step(report: dict[str, Any], cluster: Cluster, key: str, step: Callable[[], Any]) -> bool:
-    """Run one step into ``report['results'][key]``; on failure say which, with stderr tails.
-    False when a node died on its own (the rest would measure a broken cluster)."""
-    log(f"step {key} ...")
-    start = time.monotonic()
-    try:
-        report["results"][key] = step()
-    except (StepError, KafkaException, OSError, AssertionError) as exc:
-        return step_failed(report, cluster, key, exc)
-    log(f"step {key} done in {time.monotonic() - start:.1f} s")
-    return True
-
-
 def step_throughput(cluster: Cluster, cfg: dict[str, Any]) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {"rf1": [], "rf3": []}
     settings = [("rf1", RF1_TOPIC, "1"), ("rf3", RF3_TOPIC, "all")]
@@ -451,7 +440,7 @@ def run_all(cluster: Cluster, cfg: dict[str, Any], report: dict[str, Any]) -> No
         ("failover", lambda: step_failover(cluster, admin, cfg)),
     ]
     for key, step in steps:
-        if not run_step(report, cluster, key, step):
+        if not bench_cluster.run_step(report, cluster, key, step, STEP_FAILURES):
             log("a node died: stopping")
             return
 
