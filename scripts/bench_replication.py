@@ -542,7 +542,7 @@ def result_rows(results: dict[str, Any], cfg: dict[str, Any]) -> list[tuple[str,
 
 def render(report: Report) -> str:
     rows = result_rows(report["results"], report["config"])
-    return bench_cluster.render(report, rows, target_width=62)
+    return bench_cluster.render(report, rows, target_width=72)
 
 
 def parse_args() -> argparse.Namespace:
