@@ -368,7 +368,7 @@ def render(report: Report) -> str:
             runs = "  ".join(f"{v:,.0f}" for v in r["wall_rounds"][name])
             rows.append((f"  by wall time incl. query start, {name}", runs))
         rows.append(("  ratio of the medians by wall time", f"{r['wall_ratio']:.3f}"))
-    return bench_cluster.render(report, rows, target_width=44)
+    return bench_cluster.render(report, rows, target_width=58)
 
 
 def parse_args() -> argparse.Namespace:
