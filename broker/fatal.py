@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Final, NoReturn
 
-log = logging.getLogger("kraft.fatal")
+log = logging.getLogger(__name__)
 
 FATAL_EXIT_STATUS: Final = 70  # sysexits.h EX_SOFTWARE: an internal software error
 

@@ -38,7 +38,8 @@ keeping a single one keeps the journal format ours, not an accident of method na
 
 Threads: with ``autoTick`` pysyncobj owns one thread that does I/O, Raft and apply; the
 public properties are plain reads and safe from any thread. Simulations use
-``autoTick=False`` and call :meth:`RaftQuorum.tick` themselves under :func:`simulated_time`.
+``autoTick=False`` and call :meth:`RaftQuorum.tick` themselves under
+``fixed_syncobj.simulated_time``.
 """
 
 from __future__ import annotations
@@ -417,7 +418,7 @@ class RaftQuorum:
                         "quorum.listeners-see-every-batch",
                         f"a metadata log listener failed: {exc!r}",
                         offset=outcome.offset,
-                        listener=listener,
+                        listener=getattr(listener, "__qualname__", type(listener).__name__),
                     )
 
 

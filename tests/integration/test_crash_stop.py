@@ -99,7 +99,7 @@ def test_a_committed_entry_that_conflicts_with_the_leader_stops_the_controller(
     log = follower.log_path.read_text()
     assert status == FATAL_EXIT_STATUS == 70, log
     (line,) = [x for x in log.splitlines() if "FATAL" in x]
-    assert " CRITICAL kraft.fatal FATAL invariant=raft.committed-entry-conflict " in line, line
+    assert " CRITICAL broker.fatal FATAL invariant=raft.committed-entry-conflict " in line, line
     assert f"index={index} commit_index=" in line and f"term={term - 1} leader_term={term}" in line
     assert "Traceback" not in log.split(line, 1)[1]  # the stop is the last word
 

@@ -54,7 +54,7 @@ def test_fatal_stops_the_process_with_one_critical_line() -> None:
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr  # nothing after it: no traceback, no "swallowed"
-    assert " CRITICAL kraft.fatal FATAL invariant=test.raft-thread index=7 term=3:" in lines[0]
+    assert " CRITICAL broker.fatal FATAL invariant=test.raft-thread index=7 term=3:" in lines[0]
     tail = "a committed entry conflicts thread='tick'; stopping the node (exit status 70)"
     assert lines[0].endswith(tail), lines[0]
 

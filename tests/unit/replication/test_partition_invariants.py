@@ -1,4 +1,4 @@
-"""The partition's replication invariants stop the broker when broken (``broker.fatal``).
+"""A partition's replication invariants stop the broker when broken (``broker.fatal``).
 
 They used to be assertions: raised in the replica fetcher or the append path, they were caught
 by the "a bug: keep the broker up" handlers there, logged, and the broker went on serving.
@@ -6,11 +6,18 @@ by the "a bug: keep the broker up" handlers there, logged, and the broker went o
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
 from crash_stops import CrashStops
 
 from broker.fatal import InvariantViolation
+from broker.log.config import LogConfig
+from broker.replica_manager import ReplicaManager
 from broker.replication.partition_state import FollowerState, PartitionState
+from broker.storage import MemoryStorage
+from kafka_protocol.record_batch import RecordBatch, SimpleRecord, build_batch
 
 
 def test_a_leader_high_watermark_above_its_log_end_offset_stops(crash_stops: CrashStops) -> None:
@@ -44,3 +51,24 @@ def test_a_pending_isr_without_the_leader_stops(crash_stops: CrashStops) -> None
     (stop,) = crash_stops.take()
     assert stop.invariant == "partition.leader-in-pending-isr-within-replicas"
     assert stop.values == {"leader": 1, "pending_isr": [2, 3], "replicas": (1, 2, 3)}
+
+
+def test_an_append_at_other_offsets_than_assigned_stops_the_broker(
+    crash_stops: CrashStops,
+) -> None:
+    """Produce answers carry the offsets assigned when the batch was queued; if the log put the
+    batch elsewhere, they would be wrong. (The append path's "a bug: the other partitions'
+    writes must still happen" handler used to log this assertion and go on.)"""
+
+    async def main() -> None:
+        rm = ReplicaManager(MemoryStorage(), Path("/data"), clock_ms=lambda: 1_000)
+        part = rm.open_partition("t", 0, None, LogConfig(), max_message_bytes=1 << 20)
+        part.next_offset += 5  # a bug in offset assignment
+        rm.append_nowait(part, RecordBatch(memoryview(build_batch([SimpleRecord(b"v")]))))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+    (stop,) = crash_stops.take()
+    assert stop.invariant == "replica.append-offsets-as-assigned"
+    assert stop.values == {"assigned": (5, 5), "appended": (0, 0)}
