@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from broker.deferred import Deferred
+from broker.fatal import fatal
 from broker.log.cleaner import LogCleaning
 from broker.log.config import LogConfig
 from broker.log.errors import LogError
@@ -545,8 +546,15 @@ class ReplicaManager:
         except LogError as exc:
             log.error("append failed partition=%s error=%s", part.name, exc)
             return AppendOutcome(exc.error_code, message=str(exc))
-        assert result.base_offset == pending[0].base_offset, "offsets assigned out of step"
-        assert result.last_offset == pending[-1].base_offset + pending[-1].batch.last_offset_delta
+        last = pending[-1].base_offset + pending[-1].batch.last_offset_delta
+        if (result.base_offset, result.last_offset) != (pending[0].base_offset, last):
+            # The producers are about to be told offsets the log did not give their batches.
+            fatal(
+                "replica.append-offsets-as-assigned",
+                f"{part.name}: the log appended at other offsets than the replica manager assigned",
+                assigned=(pending[0].base_offset, last),
+                appended=(result.base_offset, result.last_offset),
+            )
         append_time = result.log_append_time_ms if part.log_append_time else -1
         moved = role.on_leader_append(part.log.log_end_offset, self.monotonic_ms())
         for p in pending:

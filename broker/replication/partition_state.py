@@ -42,6 +42,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from broker.fatal import fatal
 from broker.log.epochs import (
     UNDEFINED_EPOCH_OFFSET,
     EpochEndOffset,
@@ -171,15 +172,25 @@ class PartitionState:
         return self.isr if self.pending_isr is None else self.isr | self.pending_isr
 
     def check_invariants(self) -> None:
-        assert self.replica_id in self.isr, (self.replica_id, self.isr)
-        assert self.isr <= set(self.replicas), (self.isr, self.replicas)
-        if self.pending_isr is not None:
-            assert self.replica_id in self.pending_isr, self.pending_isr
-            assert self.pending_isr <= set(self.replicas), (self.pending_isr, self.replicas)
-        assert 0 <= self.high_watermark <= self.log_end_offset, (
-            self.high_watermark,
-            self.log_end_offset,
-        )
+        """Broken, they stop the broker (``broker.fatal``): it would serve a wrong partition."""
+        isr, pending, replicas = self.isr, self.pending_isr, set(self.replicas)
+        if self.replica_id not in isr or not isr <= replicas:
+            fatal(
+                "partition.leader-in-isr-within-replicas",
+                "the leader must be in the ISR, and the ISR among the replicas",
+                leader=self.replica_id,
+                isr=sorted(isr),
+                replicas=self.replicas,
+            )
+        if pending is not None and (self.replica_id not in pending or not pending <= replicas):
+            fatal(
+                "partition.leader-in-pending-isr-within-replicas",
+                "the leader must be in the pending ISR, and it among the replicas",
+                leader=self.replica_id,
+                pending_isr=sorted(pending),
+                replicas=self.replicas,
+            )
+        _check_high_watermark(self.high_watermark, self.log_end_offset)
 
     def maybe_increment_high_watermark(self) -> bool:
         """``Partition.maybeIncrementLeaderHW``: the smallest log end offset over the maximal
@@ -370,10 +381,7 @@ class FollowerState:
     high_watermark: int
 
     def check_invariants(self) -> None:
-        assert 0 <= self.high_watermark <= self.log_end_offset, (
-            self.high_watermark,
-            self.log_end_offset,
-        )
+        _check_high_watermark(self.high_watermark, self.log_end_offset)
 
     def truncation_offset(
         self, leader_answer: EpochEndOffset, epochs: Sequence[EpochEntry]
@@ -459,3 +467,14 @@ def _promote(
         role.high_watermark,
         now_ms,
     )
+
+
+def _check_high_watermark(high_watermark: int, log_end_offset: int) -> None:
+    """A replica never exposes (leader) or holds as committed (follower) what its log lacks."""
+    if not 0 <= high_watermark <= log_end_offset:
+        fatal(
+            "partition.high-watermark-within-log",
+            "0 <= high_watermark <= log_end_offset",
+            high_watermark=high_watermark,
+            log_end_offset=log_end_offset,
+        )
