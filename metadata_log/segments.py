@@ -80,7 +80,7 @@ def list_segments(directory: Path, snapshot_ids: list[SnapshotId]) -> list[Segme
     if not found:
         base = snapshot_ids[-1].end_offset if snapshot_ids else 0
         os.close(open_for_append(segment_path(directory, base)))
-        snapshots.fsync_directory(directory)
+        snapshots.fsync_path(directory)
         found = [base]
     return [Segment(base, segment_path(directory, base)) for base in found]
 
@@ -142,10 +142,10 @@ def _drop_from(
         del segments[index:]
     else:
         os.truncate(segment.path, position)
-        fsync_file(segment.path)
+        snapshots.fsync_path(segment.path)
         segment.size = position
         del segments[index + 1 :]
-    snapshots.fsync_directory(directory)
+    snapshots.fsync_path(directory)
     state.report = RecoveryReport(segment.path, position, dropped, reason)
 
 
@@ -193,11 +193,3 @@ def _check_batch(
 
 def open_for_append(path: Path) -> int:
     return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-
-
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
