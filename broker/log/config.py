@@ -6,8 +6,8 @@
 ``ValueError`` naming the key.
 
 Defaults and ranges come from the one table of topic configs,
-:data:`metadata_log.configs.TOPIC_CONFIGS`; this module states only where the storage layer
-accepts more than a topic config may be set to (:data:`STORAGE_MINIMUMS`).
+:data:`metadata_log.configs.TOPIC_CONFIGS`; this module states only where the storage layer's
+minimum differs (:data:`STORAGE_MINIMUMS`).
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ _FIELDS: Final = {
     "min.compaction.lag.ms": "min_compaction_lag_ms",
     "max.compaction.lag.ms": "max_compaction_lag_ms",
 }
-# Where the log accepts less than the topic config's own minimum: segments as small as one batch
-# header (``internal.segment.bytes``, for tests), an index of one time-index entry, and
-# retention.bytes, which Kafka leaves unvalidated, below -1 (no size limit) makes no sense.
+# Where the log's minimum is not the topic config's: it takes segments as small as one batch
+# header (``internal.segment.bytes``, for tests) and an index of one time-index entry, and it
+# refuses a retention.bytes below -1 (no size limit), which Kafka leaves unvalidated.
 STORAGE_MINIMUMS: Final = {
     "segment.bytes": HEADER_BYTES,
     "segment.index.bytes": TIME_INDEX_ENTRY_BYTES,
