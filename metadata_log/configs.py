@@ -198,6 +198,13 @@ class ConfigDef:
         return parse_value(self.type, self.default)
 
     @property
+    def int_default(self) -> int:
+        """The default of an integer key, for a setting that mirrors it (``LogConfig``)."""
+        value = self.default_value
+        assert isinstance(value, int) and not isinstance(value, bool), f"{self.name} is no int"
+        return value
+
+    @property
     def bounds(self) -> tuple[int, int]:
         """The valid range of an integer key: its validator's :class:`Range` within what its
         type can hold."""

@@ -22,7 +22,6 @@ from metadata_log.configs import (
     INT_MAX,
     LONG_MAX,
     TOPIC_CONFIGS,
-    ConfigValue,
     EachOneOf,
     Range,
 )
@@ -74,9 +73,20 @@ CLEANUP_POLICIES: Final = _validator("cleanup.policy", EachOneOf).allowed
 _DIRTY_RATIO: Final = _validator("min.cleanable.dirty.ratio", Range)
 
 
-def _default(key: str) -> Any:
-    value: ConfigValue = TOPIC_CONFIGS[key].default_value
-    return tuple(value) if isinstance(value, list) else value
+def _default(key: str) -> int:
+    return TOPIC_CONFIGS[key].int_default
+
+
+def _default_policy() -> tuple[str, ...]:
+    value = TOPIC_CONFIGS["cleanup.policy"].default_value
+    assert isinstance(value, list)
+    return tuple(value)
+
+
+def _default_ratio() -> float:
+    value = TOPIC_CONFIGS["min.cleanable.dirty.ratio"].default_value
+    assert isinstance(value, float)
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +106,11 @@ class LogConfig:
     # recovery point is checkpointed; a stale one only means more to re-validate after a crash.
     recovery_point_checkpoint_interval_ms: int = 60_000
     # Compaction (cleaner.py).  ``cleanup_policy``: any of "compact", "delete" (retention).
-    cleanup_policy: tuple[str, ...] = _default("cleanup.policy")
+    cleanup_policy: tuple[str, ...] = _default_policy()
     delete_retention_ms: int = _default("delete.retention.ms")  # how long a tombstone stays
     min_compaction_lag_ms: int = _default("min.compaction.lag.ms")
     max_compaction_lag_ms: int = _default("max.compaction.lag.ms")
-    min_cleanable_dirty_ratio: float = _default("min.cleanable.dirty.ratio")
+    min_cleanable_dirty_ratio: float = _default_ratio()
 
     def __post_init__(self) -> None:
         for key, (name, low, high) in TOPIC_CONFIG_KEYS.items():

@@ -134,9 +134,7 @@ class NodeConfig:
         """An integer key of :data:`~metadata_log.configs.BROKER_CONFIGS`, its default and
         minimum read from that one table rather than stated again by the caller."""
         definition = BROKER_CONFIGS[key]
-        default = definition.default_value
-        assert isinstance(default, int) and not isinstance(default, bool), key
-        value = self.get_int(key, default)
+        value = self.get_int(key, definition.int_default)
         minimum, _ = definition.bounds
         if value < minimum:
             raise ConfigError(f"{key}={value} must be at least {minimum}")
