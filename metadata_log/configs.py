@@ -1,6 +1,10 @@
 """The config schema: Kafka's topic configs, the broker configs they default from, validation,
 and the effective values DescribeConfigs reports.
 
+One module although about 600 lines: a third is the table itself (data), and the rest is what
+reads it (parsing, validation, effective values), which the brokers, the controller and the
+REST API import together.
+
 Theory of operation
 -------------------
 A topic config's value comes from the first layer that sets it (Kafka's
