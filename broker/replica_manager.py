@@ -40,7 +40,6 @@ import asyncio
 import base64
 import logging
 import shutil
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -67,6 +66,7 @@ from broker.replication.partition_state import (
     Truncation,
 )
 from broker.storage import Storage
+from kafka_protocol.clock import monotonic_ms, wall_ms
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.record_batch import NO_PRODUCER_ID, RecordBatch, iter_batches
 
@@ -80,10 +80,6 @@ def _topic_id_text(topic_id: object) -> str:
     if isinstance(topic_id, uuid.UUID):
         return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
     return str(topic_id)
-
-
-def monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 class ReplicaManager:
@@ -101,7 +97,7 @@ class ReplicaManager:
         self.storage = storage
         self.log_dir = log_dir
         self.broker_id = broker_id
-        self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.clock_ms = clock_ms or wall_ms
         self.monotonic_ms = monotonic_clock_ms
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.producer_id_expiration_ms = producer_id_expiration_ms

@@ -38,12 +38,12 @@ import itertools
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from kafka_protocol.clock import wall_ms
 from kafka_protocol.record_batch import RecordBatch
 from metadata_log import snapshot as snapshots
 from metadata_log.delta import MetadataDelta
@@ -77,10 +77,6 @@ DEFAULT_MAX_READ_RECORDS: Final = 10_000
 MetadataListener = Callable[[MetadataDelta, ClusterImage], None]
 
 
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 @dataclass(frozen=True, slots=True)
 class MetadataBatch:
     """One appended batch: the records of one controller command."""
@@ -112,7 +108,7 @@ class LocalMetadataLog:
         self,
         directory: Path,
         *,
-        clock_ms: Callable[[], int] = wall_clock_ms,
+        clock_ms: Callable[[], int] = wall_ms,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     ) -> None:
         """Use :meth:`open`."""
@@ -139,7 +135,7 @@ class LocalMetadataLog:
         cls,
         metadata_log_dir: str | os.PathLike[str],
         *,
-        clock_ms: Callable[[], int] = wall_clock_ms,
+        clock_ms: Callable[[], int] = wall_ms,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     ) -> LocalMetadataLog:
         """Open (creating if needed) and recover the log, and replay it into :attr:`image`."""

@@ -18,11 +18,11 @@ import contextlib
 import os
 import select
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from kafka_protocol.clock import monotonic_s
 from kraft.cli.arguments import bootstrap_addresses, key_value, non_negative_int, positive_int
 from kraft.cli.output import fail, print_json
 from kraft.cli.record_printer import Consumed, Printer
@@ -180,7 +180,7 @@ def consume_loop(
     """Poll until ``max_messages`` are printed or nothing arrived for ``timeout_ms``.  A pass
     over the partitions that found records is followed by one that does not wait; after an
     empty pass, each poll long-polls (``idle_poll_ms``, capped by what is left of the timeout)."""
-    last_record = time.monotonic()
+    last_record = monotonic_s()
     idle = False
     while True:
         found = False
@@ -196,8 +196,8 @@ def consume_loop(
                 printer.write(record)
             printer.out.flush()
             if records:
-                last_record, found = time.monotonic(), True
-        if timeout_ms is not None and (time.monotonic() - last_record) * 1000 >= timeout_ms:
+                last_record, found = monotonic_s(), True
+        if timeout_ms is not None and (monotonic_s() - last_record) * 1000 >= timeout_ms:
             return
         idle = not found
 
@@ -207,7 +207,7 @@ def _wait_ms(idle: bool, idle_poll_ms: int, timeout_ms: int | None, last_record:
         return 0
     if timeout_ms is None:
         return idle_poll_ms
-    left = timeout_ms - (time.monotonic() - last_record) * 1000
+    left = timeout_ms - (monotonic_s() - last_record) * 1000
     return max(0, min(idle_poll_ms, int(left)))
 
 

@@ -57,12 +57,12 @@ import itertools
 import logging
 import struct
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from broker.fatal import fatal
+from kafka_protocol.clock import monotonic_ms, wall_ms
 from kafka_protocol.exceptions import ProtocolError
 from kafka_protocol.record_batch import RecordBatch, set_base_offset
 from kraft.controller.controller import Controller
@@ -84,14 +84,6 @@ Command = Callable[[ClusterImage], ControllerResult[R]]
 DEFAULT_SNAPSHOT_INTERVAL_BYTES: Final = 20 << 20  # Kafka's default
 MAINTENANCE_PERIOD_S: Final = 0.05
 DEFAULT_UNCLEAN_CHECK_INTERVAL_MS: Final = 300_000  # Kafka's, 5 minutes
-
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class NotControllerError(Exception):
@@ -256,7 +248,7 @@ class QuorumController:
         image = self._image
         if self._bytes_since_snapshot < self.snapshot_interval_bytes:
             return
-        data = encode_snapshot(image, timestamp_ms=wall_clock_ms())
+        data = encode_snapshot(image, timestamp_ms=wall_ms())
         snapshot_id = SnapshotId(image.offset + 1, max(image.epoch, 0))
         with self._log_lock:
             keep = bisect.bisect_right(self._batch_offsets, image.offset)
@@ -282,7 +274,7 @@ class QuorumController:
                 return result.response
             epoch = self.quorum.epoch
             payload = build_metadata_batch(
-                result.records, base_offset=0, epoch=epoch, timestamp_ms=wall_clock_ms()
+                result.records, base_offset=0, epoch=epoch, timestamp_ms=wall_ms()
             )
             future = self.quorum.submit_future(payload, len(result.records))
             outcome = await asyncio.wrap_future(future)
