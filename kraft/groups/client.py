@@ -11,8 +11,9 @@ comes from a :class:`BrokerView`: a node's metadata image (:class:`ImageView`, f
 or the CLI's Metadata answers (``kraft.cli.consume_group.MetadataView``).
 
 A request that fails in a way a later attempt may cure (a connection lost, no answer within the
-request timeout, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, any retriable Kafka error) raises
-:class:`Retriable`; :meth:`GroupClient.retrying` tries again with backoff (50 ms doubling to 1 s),
+request timeout, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, any error the core's
+:mod:`~kafka_protocol.client.error_policy` calls retriable) raises :class:`Retriable`;
+:meth:`GroupClient.retrying` tries again with the core's backoff (50 ms doubling to 1 s),
 at most :data:`MAX_ATTEMPTS` times; callers bound whole operations (``asyncio.timeout``).  A
 request given up (cancelled, or timed out) closes its connection: an answer that comes later
 would hold up every request behind it, and a parked JoinGroup may come minutes later.
@@ -36,7 +37,9 @@ from dataclasses import dataclass
 from typing import Final, Protocol, TypeVar
 
 from broker.kafka_client import Backoff, KafkaClientError, KafkaConnection
-from kafka_protocol._codec import Buffer, FileRegion, Request, Response
+from kafka_protocol._codec import FileRegion, Request, Response
+from kafka_protocol.client.cursor import records_from
+from kafka_protocol.client.error_policy import is_retriable
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import CorruptRecordError, ProtocolError
 from kafka_protocol.messages import (
@@ -51,7 +54,7 @@ from kafka_protocol.messages import (
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
-from kafka_protocol.record_batch import Record, iter_batches
+from kafka_protocol.record_batch import Record
 from kafka_protocol.types import BrokerId, GroupId, TopicName
 from kraft.groups.model import Coordinator
 from metadata_log.image import ClusterImage, TopicPartition
@@ -104,20 +107,6 @@ class Fetched:
     log_start_offset: int
 
 
-def records_from(data: Buffer | None, position: int) -> tuple[list[Record], int]:
-    """The records at or after ``position`` in a Fetch answer's records (whole batches: the
-    first may begin before it; a partial last batch waits for the next fetch), and the
-    position after them (past control batches and compacted gaps too)."""
-    out: list[Record] = []
-    for batch in iter_batches(data or b"", allow_truncated_tail=True):
-        if batch.next_offset <= position:
-            continue
-        if not batch.is_control:
-            out += [r for r in batch.validate().iter_records() if r.offset >= position]
-        position = batch.next_offset
-    return out, position
-
-
 class GroupError(Exception):
     """An operation failed with ``error`` (a Kafka error code) and ``message``."""
 
@@ -136,7 +125,7 @@ def check(code: int, what: str) -> None:
     if code == ErrorCode.NONE:
         return
     error = ErrorCode.from_code(code)
-    cls = Retriable if error.retriable else GroupError
+    cls = Retriable if is_retriable(error) else GroupError
     raise cls(error, f"{what}: {error.message}")
 
 
@@ -383,7 +372,7 @@ class GroupClient:
                     tp = TopicPartition(str(topic.name), p.partition_index)
                     failed[tp] = ErrorCode.from_code(p.error_code)
         for tp, error in sorted(failed.items()):
-            if error.retriable:
+            if is_retriable(error):
                 what = f"OffsetCommit of {tp.topic}-{tp.partition} on broker {coordinator.node_id}"
                 raise Retriable(error, f"{what}: {error.message}")
         return failed
@@ -405,7 +394,7 @@ class GroupClient:
             pending = []
             for tp, answer in answers.items():
                 last = attempt == LIST_OFFSETS_ATTEMPTS - 1
-                if isinstance(answer, ErrorCode) and answer.retriable and not last:
+                if isinstance(answer, ErrorCode) and is_retriable(answer) and not last:
                     pending.append(tp)
                 else:
                     found[tp] = answer
