@@ -172,9 +172,13 @@ class ClientConnection:
         if any(t.correlation_id == correlation_id for t in self._in_flight):
             self._abandoned.add(correlation_id)
 
-    def only_abandoned_in_flight(self) -> bool:
-        """Nothing in flight but abandoned requests (a shell may close rather than read)."""
-        return all(t.correlation_id in self._abandoned for t in self._in_flight)
+    def abandon_before(self, ticket: InFlight) -> None:
+        """Abandon every request sent before ``ticket`` (a blocking shell about to wait for
+        ``ticket`` wants none of the answers ahead of it)."""
+        for earlier in self._in_flight:
+            if earlier == ticket:
+                return
+            self._abandoned.add(earlier.correlation_id)
 
     # --- receiving ----------------------------------------------------------------------------
 
