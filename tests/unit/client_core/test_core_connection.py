@@ -4,7 +4,6 @@ stream, abandoned requests, and version negotiation; no socket anywhere."""
 from __future__ import annotations
 
 import itertools
-
 from collections.abc import Sequence
 
 import pytest
