@@ -36,10 +36,10 @@ from typing import Final
 
 from kafka_protocol.client import cursor as core
 from kafka_protocol.client.error_policy import Action, action_for
+from kafka_protocol.client.requests import fetch_request
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import CorruptRecordError
 from kafka_protocol.messages import FetchRequest, FetchResponse
-from kafka_protocol.types import BrokerId, TopicName
 from spark_source._client_cluster import Cluster
 from spark_source._client_config import FRAME_OVERHEAD_BYTES
 from spark_source._client_conn import (
@@ -62,9 +62,6 @@ from spark_source._client_types import (
 log = logging.getLogger(__name__)
 
 FETCH: Final = Versions(1, 4, 12)  # v4: RecordBatch v2; v12: the last that names topics
-SESSIONLESS: Final = (0, -1)  # session id, FINAL_EPOCH: a full fetch outside any session
-READ_UNCOMMITTED: Final = 0
-CONSUMER_REPLICA_ID: Final = BrokerId(-1)
 MIN_LONG_POLL_MS: Final = 100  # below this wait the cursor backs off between empty fetches
 
 ListOffsets = Callable[[Mapping[TopicPartition, int]], dict[TopicPartition, int]]
@@ -183,24 +180,12 @@ class FetchCursor:
         return True
 
     def _request(self, epoch: int) -> FetchRequest:
-        session_id, session_epoch = SESSIONLESS
-        partition = FetchRequest.FetchPartition(
-            partition=self.tp.partition,
-            current_leader_epoch=epoch,
-            fetch_offset=self.position,
-            partition_max_bytes=self.cursor.partition_max_bytes,
-        )
-        return FetchRequest(
-            replica_id=CONSUMER_REPLICA_ID,
+        return fetch_request(
+            {self.tp: (self.position, epoch)},
             max_wait_ms=self.config.fetch_max_wait_ms,
             min_bytes=self.config.fetch_min_bytes,
             max_bytes=max(self.config.fetch_max_bytes, self.cursor.partition_max_bytes),
-            isolation_level=READ_UNCOMMITTED,
-            session_id=session_id,
-            session_epoch=session_epoch,
-            topics=[
-                FetchRequest.FetchTopic(topic=TopicName(self.tp.topic), partitions=[partition])
-            ],
+            partition_max_bytes=self.cursor.partition_max_bytes,
         )
 
     def _partition_data(self, response: FetchResponse) -> FetchResponse.PartitionData:

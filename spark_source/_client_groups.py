@@ -17,11 +17,11 @@ from typing import Any, Final
 from kafka_protocol._codec import Response
 from kafka_protocol.client.error_policy import STALE_COORDINATOR_ERRORS, TOPIC_GONE_ERRORS
 from kafka_protocol.client.metadata import Address
+from kafka_protocol.client.requests import offset_commit_errors, offset_commit_request
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
-    OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
@@ -59,35 +59,15 @@ class GroupOffsets:
         attempts = Attempts(self.cluster.config, f"OffsetCommit of group {group_id!r}")
         pending = {TopicPartition(*tp): offset for tp, offset in offsets.items()}
         while pending:
-            by_topic: dict[str, list[OffsetCommitRequest.OffsetCommitRequestPartition]] = {}
-            for tp, offset in sorted(pending.items()):
-                by_topic.setdefault(tp.topic, []).append(
-                    OffsetCommitRequest.OffsetCommitRequestPartition(
-                        partition_index=tp.partition,
-                        committed_offset=offset,
-                        committed_metadata=metadata,
-                    )
-                )
-            request = OffsetCommitRequest(
-                group_id=GroupId(group_id),
-                generation_id_or_member_epoch=-1,
-                member_id="",
-                topics=[
-                    OffsetCommitRequest.OffsetCommitRequestTopic(name=TopicName(t), partitions=ps)
-                    for t, ps in by_topic.items()
-                ],
-            )
+            request = offset_commit_request(group_id, pending, metadata=metadata)
             response = self._to_coordinator(group_id, request, OFFSET_COMMIT, attempts)
             if isinstance(response, OffsetCommitResponse):
-                for topic in response.topics:
-                    for p in topic.partitions:
-                        tp = TopicPartition(topic.name, p.partition_index)
-                        error = ErrorCode.from_code(p.error_code)
-                        if error is ErrorCode.NONE:
-                            pending.pop(tp, None)
-                        else:
-                            self._coordinator_error(group_id, error, "OffsetCommit", tp)
-                            attempts.note(error)
+                for tp, error in offset_commit_errors(response).items():
+                    if error is ErrorCode.NONE:
+                        pending.pop(tp, None)
+                    else:
+                        self._coordinator_error(group_id, error, "OffsetCommit", tp)
+                        attempts.note(error)
             if pending:
                 attempts.retry()
 

@@ -64,9 +64,9 @@ from typing import Any, Final, Self
 
 from kafka_protocol.client.error_policy import TOPIC_GONE_ERRORS
 from kafka_protocol.client.metadata import Address, parse_address
+from kafka_protocol.client.requests import list_offsets_answers, list_offsets_request
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.messages import ListOffsetsRequest, ListOffsetsResponse
-from kafka_protocol.types import BrokerId, TopicName
+from kafka_protocol.messages import ListOffsetsResponse
 from spark_source._client_cluster import Cluster
 from spark_source._client_config import ClientConfig
 from spark_source._client_conn import Attempts, InvalidResponse, Versions
@@ -111,7 +111,6 @@ NO_OFFSET: Final = -1  # ListOffsets by timestamp: no record at or after it
 NO_CONFIG: Final[Mapping[str, str]] = MappingProxyType({})
 # The versions this client sends (the broker's range decides within these).
 LIST_OFFSETS: Final = Versions(2, 1, 7)
-CONSUMER_REPLICA_ID: Final = BrokerId(-1)
 
 
 def parse_bootstrap(text: str) -> list[Address]:
@@ -218,7 +217,10 @@ class KafkaClient:
         found: dict[TopicPartition, int] = {}
         while pending:
             by_leader = self.cluster.leaders_of(pending, attempts)
-            requests = {a: [_list_offsets_request(tps, pending)] for a, tps in by_leader.items()}
+            requests = {
+                a: [list_offsets_request({tp: pending[tp] for tp in epochs}, epochs)]
+                for a, epochs in by_leader.items()
+            }
             answers = self.cluster.exchange(requests, LIST_OFFSETS, attempts.request_deadline())
             for address, (answer,) in answers.items():
                 if isinstance(answer, ConnectionFailed):
@@ -238,16 +240,13 @@ class KafkaClient:
         self, response: ListOffsetsResponse, attempts: Attempts
     ) -> dict[TopicPartition, int]:
         out = {}
-        for topic in response.topics:
-            for p in topic.partitions:
-                tp = TopicPartition(topic.name, p.partition_index)
-                error = ErrorCode.from_code(p.error_code)
-                if error is ErrorCode.NONE:
-                    out[tp] = p.offset
-                    continue
-                raise_unless_retriable(error, "ListOffsets", tp)
-                attempts.note(error)
-                self.cluster.invalidate(tp)
+        for tp, answer in list_offsets_answers(response).items():
+            if not isinstance(answer, ErrorCode):
+                out[tp] = answer
+                continue
+            raise_unless_retriable(answer, "ListOffsets", tp)
+            attempts.note(answer)
+            self.cluster.invalidate(tp)
         return out
 
     # --- reading --------------------------------------------------------------------------------
@@ -299,23 +298,3 @@ class KafkaClient:
         return self._groups.committed(group_id, tps)
 
     # --- internals ------------------------------------------------------------------------------
-
-
-def _list_offsets_request(
-    epochs: Mapping[TopicPartition, int], specs: Mapping[TopicPartition, int]
-) -> ListOffsetsRequest:
-    by_topic: dict[str, list[ListOffsetsRequest.ListOffsetsPartition]] = {}
-    for tp, epoch in sorted(epochs.items()):
-        by_topic.setdefault(tp.topic, []).append(
-            ListOffsetsRequest.ListOffsetsPartition(
-                partition_index=tp.partition, current_leader_epoch=epoch, timestamp=specs[tp]
-            )
-        )
-    return ListOffsetsRequest(
-        replica_id=CONSUMER_REPLICA_ID,
-        isolation_level=0,
-        topics=[
-            ListOffsetsRequest.ListOffsetsTopic(name=TopicName(t), partitions=ps)
-            for t, ps in by_topic.items()
-        ],
-    )

@@ -40,22 +40,27 @@ from broker.kafka_client import Backoff, KafkaClientError, KafkaConnection
 from kafka_protocol._codec import FileRegion, Request, Response
 from kafka_protocol.client.cursor import records_from
 from kafka_protocol.client.error_policy import is_retriable
+from kafka_protocol.client.requests import (
+    NO_EPOCH,
+    fetch_request,
+    list_offsets_answers,
+    list_offsets_request,
+    offset_commit_errors,
+    offset_commit_request,
+)
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import CorruptRecordError, ProtocolError
 from kafka_protocol.messages import (
-    FetchRequest,
     FetchResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
-    ListOffsetsRequest,
     ListOffsetsResponse,
-    OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
 from kafka_protocol.record_batch import Record
-from kafka_protocol.types import BrokerId, GroupId, TopicName
+from kafka_protocol.types import BrokerId, GroupId
 from kraft.groups.model import Coordinator
 from metadata_log.image import ClusterImage, TopicPartition
 
@@ -345,32 +350,18 @@ class GroupClient:
         """OffsetCommit (generation -1 and no member id: an admin's or a simple consumer's):
         the partitions that failed, with their (not retriable) errors; :class:`Retriable` if
         any failed retriably (the coordinator moved), so that the whole commit is retried."""
-        by_topic: dict[str, list[OffsetCommitRequest.OffsetCommitRequestPartition]] = {}
-        for tp, offset in sorted(offsets.items()):
-            assert offset >= 0, (tp, offset)
-            by_topic.setdefault(tp.topic, []).append(
-                OffsetCommitRequest.OffsetCommitRequestPartition(
-                    partition_index=tp.partition, committed_offset=offset
-                )
-            )
-        request = OffsetCommitRequest(
-            group_id=GroupId(group_id),
-            generation_id_or_member_epoch=generation_id,
-            member_id=member_id,
-            topics=[
-                OffsetCommitRequest.OffsetCommitRequestTopic(name=TopicName(t), partitions=ps)
-                for t, ps in by_topic.items()
-            ],
+        assert all(offset >= 0 for offset in offsets.values()), offsets
+        request = offset_commit_request(
+            group_id, offsets, generation_id=generation_id, member_id=member_id
         )
         address = (coordinator.host, coordinator.port)
         response = await self.send(address, request, OFFSET_COMMIT_MAX)
         assert isinstance(response, OffsetCommitResponse)
-        failed: dict[TopicPartition, ErrorCode] = {}
-        for topic in response.topics:
-            for p in topic.partitions:
-                if p.error_code != ErrorCode.NONE:
-                    tp = TopicPartition(str(topic.name), p.partition_index)
-                    failed[tp] = ErrorCode.from_code(p.error_code)
+        failed: dict[TopicPartition, ErrorCode] = {
+            TopicPartition(*tp): error
+            for tp, error in offset_commit_errors(response).items()
+            if error is not ErrorCode.NONE
+        }
         for tp, error in sorted(failed.items()):
             if is_retriable(error):
                 what = f"OffsetCommit of {tp.topic}-{tp.partition} on broker {coordinator.node_id}"
@@ -410,32 +401,10 @@ class GroupClient:
     async def _list_offsets_at(
         self, address: Address, timestamps: dict[TopicPartition, int]
     ) -> dict[TopicPartition, int | ErrorCode]:
-        by_topic: dict[str, list[ListOffsetsRequest.ListOffsetsPartition]] = {}
-        for tp, timestamp in sorted(timestamps.items()):
-            by_topic.setdefault(tp.topic, []).append(
-                ListOffsetsRequest.ListOffsetsPartition(
-                    partition_index=tp.partition, timestamp=timestamp
-                )
-            )
-        request = ListOffsetsRequest(
-            replica_id=CONSUMER_REPLICA_ID,
-            isolation_level=0,  # read_uncommitted, as the tools (no transactions here anyway)
-            topics=[
-                ListOffsetsRequest.ListOffsetsTopic(name=TopicName(t), partitions=ps)
-                for t, ps in by_topic.items()
-            ],
-        )
+        request = list_offsets_request(timestamps)
         response = await self.send(address, request, LIST_OFFSETS_MAX, LIST_OFFSETS_MIN)
         assert isinstance(response, ListOffsetsResponse)
-        out: dict[TopicPartition, int | ErrorCode] = {}
-        for topic in response.topics:
-            for p in topic.partitions:
-                tp = TopicPartition(str(topic.name), p.partition_index)
-                out[tp] = (
-                    p.offset
-                    if p.error_code == ErrorCode.NONE
-                    else ErrorCode.from_code(p.error_code)
-                )
+        out = {TopicPartition(*tp): answer for tp, answer in list_offsets_answers(response).items()}
         for tp in timestamps:  # a partition left out of the answer
             out.setdefault(tp, ErrorCode.UNKNOWN_SERVER_ERROR)
         return out
@@ -482,25 +451,15 @@ class GroupClient:
         """One Fetch of ``topic``'s partitions (index: position) from ``address``, as a
         consumer (read_uncommitted: up to the high watermark), held by the broker up to
         ``wait_ms`` for records; a partition left out of the answer gets nothing."""
-        request = FetchRequest(
-            replica_id=CONSUMER_REPLICA_ID,
+        request = fetch_request(
+            {
+                TopicPartition(topic, index): (offset, NO_EPOCH)
+                for index, offset in positions.items()
+            },
             max_wait_ms=wait_ms,
             min_bytes=1,
             max_bytes=max_bytes,
-            isolation_level=0,  # read_uncommitted, Kafka's default
-            topics=[
-                FetchRequest.FetchTopic(
-                    topic=TopicName(topic),
-                    partitions=[
-                        FetchRequest.FetchPartition(
-                            partition=index,
-                            fetch_offset=offset,
-                            partition_max_bytes=partition_max_bytes,
-                        )
-                        for index, offset in sorted(positions.items())
-                    ],
-                )
-            ],
+            partition_max_bytes=partition_max_bytes,
         )
         timeout_s = self.request_timeout_s + wait_ms / 1000
         response = await self.send(address, request, FETCH_MAX, FETCH_MIN, timeout_s=timeout_s)
