@@ -154,6 +154,16 @@ class KafkaConnection:
         """The highest version of ``api_key`` both sides support, at most ``max_supported``."""
         return self._protocol.version_for(api_key, high=max_supported)
 
+    async def request(self, request: Request, max_version: int, min_version: int = 0) -> Response:
+        """Send ``request`` at the highest version both sides support in
+        ``[min_version, max_version]``; :class:`NoUsableVersionError` if there is none."""
+        api_key = request.API_KEY
+        assert api_key is not None, request.NAME
+        version = self._protocol.version_for(api_key, min_version, max_version)
+        if version is None:
+            raise NoUsableVersionError(api_key, max_version, self.peer)
+        return await self.send(request, version)
+
     async def send(self, request: Request, version: int) -> Response:
         """Send ``request`` at ``version`` and wait for its response."""
         async with self._in_flight:
@@ -324,12 +334,7 @@ class ControllerClient:
         try:
             async with asyncio.timeout(self.request_timeout_s):
                 conn = await self._connection(route)
-                api_key = request.API_KEY
-                assert api_key is not None
-                version = conn.version_for(api_key, max_version)
-                if version is None:
-                    raise NoUsableVersionError(api_key, max_version, conn.peer)
-                response = await conn.send(request, version)
+                response = await conn.request(request, max_version)
         except TimeoutError:
             self._move_on(route, conn, f"no answer within {self.request_timeout_s:g} s")
             return None

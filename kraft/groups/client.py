@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol, TypeVar
 
-from broker.kafka_client import Backoff, KafkaClientError, KafkaConnection
+from broker.kafka_client import Backoff, KafkaClientError, KafkaConnection, NoUsableVersionError
 from kafka_protocol._codec import FileRegion, Request, Response
 from kafka_protocol.client.cursor import records_from
 from kafka_protocol.client.error_policy import is_retriable
@@ -234,15 +234,12 @@ class GroupClient:
         try:
             async with asyncio.timeout(limit_s):
                 conn = await self._connection(address)
-                api_key = request.API_KEY
-                assert api_key is not None, request.NAME
-                version = conn.version_for(api_key, max_version)
-                if version is None or version < min_version:
-                    raise GroupError(
-                        ErrorCode.UNSUPPORTED_VERSION,
-                        f"{peer} supports no version {min_version}-{max_version} of {request.NAME}",
-                    )
-                return await conn.send(request, version)
+                return await conn.request(request, max_version, min_version)
+        except NoUsableVersionError:
+            raise GroupError(
+                ErrorCode.UNSUPPORTED_VERSION,
+                f"{peer} supports no version {min_version}-{max_version} of {request.NAME}",
+            ) from None
         except TimeoutError:
             self._drop(address, conn)
             raise Retriable(
