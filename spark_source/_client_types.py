@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Final
 
 from kafka_protocol.client.error_policy import is_retriable
-from kafka_protocol.client.metadata import TopicPartition as TopicPartition  # re-exported
 from kafka_protocol.errors import ErrorCode
+from kafka_protocol.types import TopicPartition as TopicPartition  # re-exported
 
 EARLIEST: Final = -2  # ListOffsets: the log start offset
 LATEST: Final = -1  # ListOffsets: the high watermark (also: no offset at a timestamp)

@@ -17,21 +17,13 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from kafka_protocol.client.error_policy import TOPIC_GONE_ERRORS
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import MetadataResponse
+from kafka_protocol.types import TopicPartition
 
 Address = tuple[str, int]
-
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 @dataclass(frozen=True, slots=True)

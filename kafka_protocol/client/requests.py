@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Final, Protocol, TypeVar
 
-from kafka_protocol.client.metadata import TopicPartition
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     FetchRequest,
@@ -19,7 +18,7 @@ from kafka_protocol.messages import (
     OffsetCommitRequest,
     OffsetCommitResponse,
 )
-from kafka_protocol.types import BrokerId, GroupId, TopicName
+from kafka_protocol.types import BrokerId, GroupId, TopicName, TopicPartition
 
 CONSUMER_REPLICA_ID: Final = BrokerId(-1)
 READ_UNCOMMITTED: Final = 0

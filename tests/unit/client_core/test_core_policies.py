@@ -24,10 +24,11 @@ from kafka_protocol.client.error_policy import (
     action_for,
     is_retriable,
 )
-from kafka_protocol.client.metadata import MetadataCache, TopicPartition, parse_address
+from kafka_protocol.client.metadata import MetadataCache, parse_address
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import MetadataResponse
 from kafka_protocol.record_batch import SimpleRecord, build_batch
+from kafka_protocol.types import TopicPartition
 
 # --- backoff --------------------------------------------------------------------------------
 

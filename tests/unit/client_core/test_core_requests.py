@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from kafka_protocol.client.metadata import TopicPartition
 from kafka_protocol.client.requests import (
     NO_EPOCH,
     fetch_request,
@@ -13,6 +12,7 @@ from kafka_protocol.client.requests import (
 )
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import ListOffsetsResponse, OffsetCommitResponse
+from kafka_protocol.types import TopicPartition
 from metadata_log.image import TopicPartition as ImageTopicPartition
 
 A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
