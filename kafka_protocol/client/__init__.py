@@ -15,4 +15,10 @@ passed in as values, and decisions come back as values.
 - :mod:`~kafka_protocol.client.metadata`: bootstrap and leader lookup, the metadata cache.
 - :mod:`~kafka_protocol.client.cursor`: the fetch cursor (the next offset of a partition,
   advancing over fetched batches, OFFSET_OUT_OF_RANGE).
+- :mod:`~kafka_protocol.client.requests`: the consumer's ListOffsets, OffsetCommit and Fetch
+  requests, and readers of their answers.
+
+The shells keep only what is theirs: sockets and buffers, waiting and deadlines (a blocking
+shell reads the clock, an asyncio shell uses ``asyncio.timeout``), and turning outcomes into
+their own exceptions.
 """
