@@ -29,5 +29,13 @@ def build_handlers(broker: Broker) -> list[ApiHandler]:
         *GroupHandlers(broker).specs(),
         ApiVersionsHandler(broker).spec(),
         InitProducerIdHandler(broker).spec(),
-        *AdminHandlers(broker).specs(),
+        *AdminHandlers(
+            controller=broker.controller,
+            image=lambda: broker.image,
+            node_id=broker.node_id,
+            cluster_id=broker.cluster_id,
+            advertised=lambda: broker.advertised,
+            rack=broker.config.rack,
+            static_config=broker.config.broker_defaults,
+        ).specs(),
     ]

@@ -14,9 +14,10 @@ import asyncio
 import uuid
 from typing import TYPE_CHECKING
 
+from broker.controller_channel import NewTopic, created_topics, topic_creation
 from broker.dispatcher import ApiHandler, RequestContext
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.messages import CreateTopicsRequest, MetadataRequest, MetadataResponse
+from kafka_protocol.messages import MetadataRequest, MetadataResponse
 from kafka_protocol.types import BrokerId, TopicName
 from metadata_log.image import TopicImage
 
@@ -40,7 +41,7 @@ class MetadataHandler:
         names = self._requested(ctx, req)
         missing = [n for n in names or () if self.broker.image.topics.get(n) is None]
         allow = ctx.api_version < 4 or req.allow_auto_topic_creation
-        if missing and allow and self.broker.config.auto_create_topics:
+        if missing and allow and self.broker.config.auto_topic_creation:
             return asyncio.ensure_future(self._create_then_answer(ctx, req, names, missing))
         return self._answer(ctx, names, {})
 
@@ -60,21 +61,14 @@ class MetadataHandler:
         self, ctx: RequestContext, req: MetadataRequest, names: list[str] | None, missing: list[str]
     ) -> MetadataResponse:
         cfg = self.broker.config
-        create = CreateTopicsRequest(
-            topics=[
-                CreateTopicsRequest.CreatableTopic(
-                    name=TopicName(n),
-                    num_partitions=cfg.num_partitions,
-                    replication_factor=cfg.default_replication_factor,
-                )
-                for n in missing
-            ],
+        create = topic_creation(
+            [NewTopic(n, cfg.num_partitions, cfg.default_replication_factor) for n in missing],
             timeout_ms=30_000,
         )
-        result = await self.broker.controller.create_topics(create, 7)
+        result = created_topics(await self.broker.controller.forward(create, 7))
         errors: dict[str, ErrorCode] = {
             t.name: ErrorCode(t.error_code)
-            for t in result.topics
+            for t in result
             if t.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS)
         }
         return self._answer(ctx, names, errors)
