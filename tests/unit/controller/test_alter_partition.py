@@ -29,9 +29,7 @@ def controller() -> Controller:
 def image(controller: Controller) -> ClusterImage:
     """Brokers 1-3 unfenced; topic t with 2 partitions on all three, topic u with 1."""
     image = cluster(controller, {1: "a", 2: "b", 3: "c"})
-    image, _ = run(
-        controller, image, "handle", create(new_topic("t", 2, 3), new_topic("u"))
-    )
+    image, _ = run(controller, image, "handle", create(new_topic("t", 2, 3), new_topic("u")))
     return image
 
 

@@ -393,9 +393,7 @@ def with_topic(controller: Controller, three: ClusterImage) -> ClusterImage:
 
 
 def test_create_partitions(controller: Controller, with_topic: ClusterImage) -> None:
-    image, response = run(
-        controller, with_topic, "handle", add_partitions("t", 5)
-    )
+    image, response = run(controller, with_topic, "handle", add_partitions("t", 5))
     assert [(r.name, r.error_code, r.error_message) for r in response.results] == [("t", 0, None)]
     partitions = image.topics.by_name["t"].partitions
     assert sorted(partitions) == [0, 1, 2, 3, 4]
