@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 
 from broker.controller_channel import Forwarder, forwarded_handlers
 from broker.dispatcher import ApiHandler, RequestContext
+from kafka_protocol._codec import Request, Response
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     DescribeClusterRequest,
@@ -57,10 +58,14 @@ class AdminHandlers:
 
     def specs(self) -> list[ApiHandler]:
         return [
-            *forwarded_handlers(self.controller.forward),
+            *forwarded_handlers(self.forward),
             ApiHandler(32, 1, 4, self.describe_configs, "DescribeConfigs"),
             ApiHandler(60, 0, 1, self.describe_cluster, "DescribeCluster"),
         ]
+
+    async def forward(self, request: Request, version: int) -> Response:
+        """Every forwarded API: the active controller's answer, at the client's version."""
+        return await self.controller.forward(request, version)
 
     # --- descriptions -------------------------------------------------------------------------
 
