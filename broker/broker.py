@@ -17,22 +17,25 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from prometheus_client.core import Metric
 
+from broker.broker_config import BrokerConfig as BrokerConfig  # where kraft imports it
 from broker.controller_channel import ControllerChannel
 from broker.coordinator.records import OFFSETS_TOPIC
-from broker.coordinator.runtime import CoordinatorConfig, GroupCoordinator
+from broker.coordinator.runtime import GroupCoordinator
 from broker.dispatcher import RequestDispatcher
+from broker.handlers import build_handlers
+from broker.identity import BrokerIdentity
 from broker.log.config import LogConfig
 from broker.metrics import BrokerMetrics, gauge
-from broker.replica_manager import Partition, Registration, ReplicaManager
+from broker.partition import Partition, Registration
+from broker.replica_manager import ReplicaManager
 from broker.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker.replication.partition_state import PartitionState
 from broker.server import KafkaListener, ListenerLimits
 from broker.storage import Storage
+from kafka_protocol.messages import ApiVersionsResponse
 from metadata_log.configs import effective_topic_config
 from metadata_log.delta import MetadataDelta
 from metadata_log.image import (
@@ -47,32 +50,6 @@ from metadata_log.image import (
 log = logging.getLogger("broker")
 
 
-@dataclass(frozen=True)
-class BrokerConfig:
-    node_id: int
-    host: str
-    port: int
-    advertised_host: str
-    advertised_port: int
-    log_dir: Path
-    rack: str | None = None
-    auto_topic_creation: bool = True  # auto.create.topics.enable
-    num_partitions: int = 1
-    default_replication_factor: int = 1
-    socket_request_max_bytes: int = 100 * 1024 * 1024
-    retention_check_interval_ms: int = 300_000
-    replica_lag_time_max_ms: int = 30_000
-    producer_id_expiration_ms: int = 86_400_000
-    producer_id_expiration_check_interval_ms: int = 600_000
-    replica_fetch_wait_max_ms: int = 500
-    replica_fetch_max_bytes: int = 1 << 20
-    replica_fetch_response_max_bytes: int = 10 << 20
-    high_watermark_checkpoint_interval_ms: int = 5_000
-    log_cleaner_backoff_ms: int = 15_000
-    coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
-    broker_defaults: dict[str, str] = field(default_factory=dict)  # log.* keys as configured
-
-
 class Broker:
     def __init__(
         self,
@@ -82,13 +59,12 @@ class Broker:
         image: ClusterImage,
         cluster_id: str,
     ) -> None:
-        from broker.handlers import build_handlers  # handlers import this module's type
-
         self.config = config
         self.node_id = config.node_id
         self.cluster_id = cluster_id
         self.controller = controller
         self.image = image
+        self.node = BrokerIdentity(config.node_id, cluster_id, config.rack, lambda: self.advertised)
         self._settings_image: ClusterImage | None = None
         self._settings: dict[str, tuple[dict[str, str], LogConfig]] = {}
         self.metrics = BrokerMetrics()
@@ -110,7 +86,13 @@ class Broker:
                 response_max_bytes=config.replica_fetch_response_max_bytes,
             ),
         )
-        self.coordinator = GroupCoordinator(self, config.coordinator, self.replicas.clock_ms)
+        self.coordinator = GroupCoordinator(
+            self.replicas,
+            controller,
+            lambda: self.image,
+            config.coordinator,
+            self.replicas.clock_ms,
+        )
         self._started = False
         self._tasks: set[asyncio.Task[object]] = set()
         self._became_leader: list[str] = []
@@ -128,6 +110,10 @@ class Broker:
     def advertised(self) -> tuple[str, int]:
         port = self.config.advertised_port or (self.listener.port if self.listener else 0)
         return self.config.advertised_host, port
+
+    def api_versions(self) -> list[ApiVersionsResponse.ApiVersion]:
+        """What ApiVersions advertises: the dispatcher's table."""
+        return self.dispatcher.api_versions()
 
     # --- metadata -----------------------------------------------------------------------------
 

@@ -1,20 +1,23 @@
-"""A small asyncio Kafka client: one pipelined connection, and a client of the controller quorum.
+"""The asyncio Kafka client shell: one pipelined connection, and a client of the controller quorum.
 
 Theory of operation
 -------------------
-:class:`KafkaConnection` owns one TCP connection and one reader task.  ``send()`` gives each
-request the next correlation id, parks a future under it in ``_pending``, writes the frame and
-waits; the reader task reads size-prefixed frames (at most :data:`MAX_FRAME_BYTES`), matches
-each to its future by correlation id and decodes it at the version it was sent with.  Any
-number of requests may be in flight (up to :data:`MAX_IN_FLIGHT_REQUESTS`); the peer answers
-them in order.  When the connection fails (EOF, reset, a frame we cannot accept) every pending
-future fails with :class:`KafkaConnectionError` and so does every later ``send()``.  A caller
-that gives up (cancellation) leaves its entry behind so that the late answer is still
-recognised and dropped.
+Everything a client decides lives in the sans-I/O core, :mod:`kafka_protocol.client`: this
+module owns only the socket, the reader task and the waiting.  :class:`KafkaConnection` pairs one
+TCP connection with one :class:`~kafka_protocol.client.connection.ClientConnection`.
+``send()`` queues the request there (which picks the correlation id), parks a future under its
+correlation id, writes the queued bytes and waits; the reader task feeds whatever bytes arrive
+to the core (which enforces :data:`MAX_FRAME_BYTES`, matches each frame to the oldest request in
+flight and decodes it at the version it was sent with) and resolves the futures.  Any number of
+requests may be in flight (up to :data:`MAX_IN_FLIGHT_REQUESTS`); the peer answers them in
+order.  When the connection fails (EOF, reset, a frame we cannot accept) every pending future
+fails with :class:`KafkaConnectionError` and so does every later ``send()``.  A caller that
+gives up (cancellation) abandons its request in the core, so that the late answer is still
+matched, then dropped undecoded.
 
-Opening a connection negotiates versions: ApiVersions v3 first, and if the peer answers
-UNSUPPORTED_VERSION (as a v0 body, KIP-511) once more at the highest version it advertises for
-ApiVersions.  ``version_for(api_key, max)`` is then the highest version both sides support.
+Opening a connection negotiates versions (the core's KIP-35/KIP-511 steps: ApiVersions v3
+first, once more lower if the peer answers UNSUPPORTED_VERSION).  ``version_for(api_key, max)``
+is then the highest version both sides support.
 
 :class:`ControllerClient` sends requests to a controller quorum given as bootstrap addresses.
 It keeps two *routes*, each one connection: one to the controller it believes active (admin
@@ -39,27 +42,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from kafka_protocol._codec import FileRegion, Request, Response
-from kafka_protocol.api_versions import (
-    API_VERSIONS_VERSION,
-    common_version,
-    decode_response_or_v0,
-    peer_versions,
-    retry_version,
-)
+from kafka_protocol.api_versions import API_VERSIONS_VERSION
+from kafka_protocol.client import backoff
+from kafka_protocol.client.connection import ClientConnection, Received
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.exceptions import FrameTooLargeError, InvalidFrameError, ProtocolError
-from kafka_protocol.framing import (
-    DEFAULT_MAX_FRAME_BYTES,
-    api_classes,
-    encode_request,
-)
-from kafka_protocol.messages import ApiVersionsRequest, ApiVersionsResponse, RequestHeader
+from kafka_protocol.exceptions import ProtocolError
+from kafka_protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from kafka_protocol.messages import ApiVersionsResponse
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +62,7 @@ CLIENT_SOFTWARE_NAME: Final = "kraft-platform-broker"
 CLIENT_SOFTWARE_VERSION: Final = "0.1.0"
 DEFAULT_REQUEST_TIMEOUT_MS: Final = 5000
 CONTROLLER_RETRY_MAX_S: Final = 0.2
-_SIZE = struct.Struct(">i")
-_MAX_CORRELATION_ID = 0x7FFFFFFF
+READ_CHUNK_BYTES: Final = 256 * 1024  # one read from the socket
 # Per-item result lists of the admin responses (CreateTopics, DeleteTopics, CreatePartitions,
 # AlterConfigs, IncrementalAlterConfigs) checked for NOT_CONTROLLER.
 _RESULT_LISTS: Final = ("topics", "responses", "results")
@@ -92,32 +84,17 @@ class NoUsableVersionError(KafkaClientError):
         self.api_key = api_key
 
 
-class Backoff:
-    """Retry delays: 50 ms doubling to 1 s (Kafka's retry.backoff.ms / retry.backoff.max.ms)."""
+class Backoff(backoff.Backoff):
+    """The core's retry backoff, slept on the event loop: 50 ms doubling to 1 s by default.
+    Without jitter: the brokers' own retries (heartbeats, metadata fetches) are few and spread
+    out already, and their timing is what the failover tests were tuned for."""
 
     def __init__(self, initial_s: float = 0.05, max_s: float = 1.0) -> None:
         assert 0 < initial_s <= max_s
-        self.initial_s = initial_s
-        self.max_s = max_s
-        self._next_s = initial_s
-
-    def next_delay(self) -> float:
-        delay = self._next_s
-        self._next_s = min(self._next_s * 2, self.max_s)
-        return delay
-
-    def reset(self) -> None:
-        self._next_s = self.initial_s
+        super().__init__(initial_s, max_s, jitter=0.0)
 
     async def sleep(self) -> None:
         await asyncio.sleep(self.next_delay())
-
-
-@dataclass(slots=True)
-class _Pending:
-    api_key: int
-    version: int
-    future: asyncio.Future[Response]
 
 
 class KafkaConnection:
@@ -134,11 +111,15 @@ class KafkaConnection:
         self.client_id = client_id
         self._reader = reader
         self._writer = writer
-        self._pending: dict[int, _Pending] = {}
-        self._correlation_id = 0
+        self._protocol = ClientConnection(
+            client_id,
+            software_name=CLIENT_SOFTWARE_NAME,
+            software_version=CLIENT_SOFTWARE_VERSION,
+            max_frame_bytes=MAX_FRAME_BYTES,
+        )
+        self._futures: dict[int, asyncio.Future[Response]] = {}
         self._failure: str | None = None
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT_REQUESTS)
-        self._api_versions: dict[int, tuple[int, int]] = {}
         self._read_task = asyncio.create_task(self._read_loop(), name=f"kafka-reader {peer}")
 
     @classmethod
@@ -167,37 +148,42 @@ class KafkaConnection:
     @property
     def api_versions(self) -> dict[int, tuple[int, int]]:
         """The peer's (min, max) version per api key."""
-        return dict(self._api_versions)
+        return self._protocol.api_versions
 
     def version_for(self, api_key: int, max_supported: int) -> int | None:
         """The highest version of ``api_key`` both sides support, at most ``max_supported``."""
-        request_cls, _ = api_classes(api_key)
-        high = min(request_cls.MAX_VERSION, max_supported)
-        return common_version(self._api_versions.get(api_key), request_cls.MIN_VERSION, high)
+        return self._protocol.version_for(api_key, high=max_supported)
+
+    async def request(self, request: Request, max_version: int, min_version: int = 0) -> Response:
+        """Send ``request`` at the highest version both sides support in
+        ``[min_version, max_version]``; :class:`NoUsableVersionError` if there is none."""
+        api_key = request.API_KEY
+        assert api_key is not None, request.NAME
+        version = self._protocol.version_for(api_key, min_version, max_version)
+        if version is None:
+            raise NoUsableVersionError(api_key, max_version, self.peer)
+        return await self.send(request, version)
 
     async def send(self, request: Request, version: int) -> Response:
         """Send ``request`` at ``version`` and wait for its response."""
-        api_key = request.API_KEY
-        assert api_key is not None, request.NAME
         async with self._in_flight:
             if self._failure is not None:
                 raise KafkaConnectionError(self._failure)
-            correlation_id = self._next_correlation_id()
-            header = RequestHeader(
-                request_api_key=api_key,
-                request_api_version=version,
-                correlation_id=correlation_id,
-                client_id=self.client_id,
-            )
-            chunks = encode_request(header, request)
+            ticket = self._protocol.send_request(request, version)
             future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-            self._pending[correlation_id] = _Pending(api_key, version, future)
+            self._futures[ticket.correlation_id] = future
+            chunks = self._protocol.data_to_send()
             self._writer.writelines(c for c in chunks if not isinstance(c, FileRegion))
             try:
                 await self._writer.drain()
             except OSError as exc:
                 self._fail(f"write to {self.peer} failed: {exc}")
-            return await future
+            try:
+                return await future
+            except asyncio.CancelledError:  # the answer may still come: match it, drop it
+                self._futures.pop(ticket.correlation_id, None)
+                self._protocol.abandon(ticket.correlation_id)
+                raise
 
     def close(self) -> None:
         """Close the connection; requests in flight fail with :class:`KafkaConnectionError`."""
@@ -210,68 +196,50 @@ class KafkaConnection:
 
     # --- internals ----------------------------------------------------------------------------
 
-    def _next_correlation_id(self) -> int:
-        self._correlation_id = (self._correlation_id + 1) & _MAX_CORRELATION_ID
-        return self._correlation_id
-
     async def _negotiate_api_versions(self) -> None:
-        request = ApiVersionsRequest(
-            client_software_name=CLIENT_SOFTWARE_NAME,
-            client_software_version=CLIENT_SOFTWARE_VERSION,
-        )
-        response = await self.send(request, API_VERSIONS_VERSION)
-        assert isinstance(response, ApiVersionsResponse)
-        if (retry := retry_version(response, API_VERSIONS_VERSION)) is not None:
-            response = await self.send(request, retry)
+        request = self._protocol.api_versions_request()
+        version: int | None = API_VERSIONS_VERSION
+        while version is not None:
+            response = await self.send(request, version)
             assert isinstance(response, ApiVersionsResponse)
-        try:
-            self._api_versions = peer_versions(response)
-        except ProtocolError as exc:
-            raise KafkaConnectionError(f"{self.peer} {exc}") from None
+            try:
+                version = self._protocol.on_api_versions(response, version)
+            except ProtocolError as exc:
+                raise KafkaConnectionError(f"{self.peer} {exc}") from None
 
     async def _read_loop(self) -> None:
         try:
             while True:
-                self._deliver(await self._read_frame())
-        except (asyncio.IncompleteReadError, OSError, ProtocolError) as exc:
+                data = await self._reader.read(READ_CHUNK_BYTES)
+                if not data:
+                    raise ConnectionResetError("closed by the peer")
+                for received in self._protocol.receive_bytes(data):
+                    self._deliver(received)
+        except (OSError, ProtocolError) as exc:
             self._fail(f"connection to {self.peer} lost: {exc!r}")
         except Exception as exc:  # a bug here must not leave requests waiting forever
             log.exception("reader of the connection to %s failed", self.peer)
             self._fail(f"connection to {self.peer} failed: {exc!r}")
 
-    async def _read_frame(self) -> bytes:
-        (size,) = _SIZE.unpack(await self._reader.readexactly(_SIZE.size))
-        if size < 0:
-            raise InvalidFrameError(f"negative frame size {size}")
-        if size > MAX_FRAME_BYTES:
-            raise FrameTooLargeError(size, MAX_FRAME_BYTES)
-        return await self._reader.readexactly(size)
-
-    def _deliver(self, frame: bytes) -> None:
-        if len(frame) < _SIZE.size:
-            raise InvalidFrameError(f"response of {len(frame)} bytes has no correlation id")
-        (correlation_id,) = _SIZE.unpack_from(frame, 0)
-        pending = self._pending.pop(correlation_id, None)
-        if pending is None:
-            raise InvalidFrameError(f"response with unknown correlation id {correlation_id}")
-        if pending.future.done():  # the caller gave up waiting
+    def _deliver(self, received: Received) -> None:
+        future = self._futures.pop(received.correlation_id, None)
+        if future is None or future.done():  # the caller gave up waiting
             return
-        try:
-            response = decode_response_or_v0(pending.api_key, pending.version, frame)
-        except ProtocolError as exc:  # this response is bad; the framing is still intact
-            pending.future.set_exception(exc)
-            return
-        pending.future.set_result(response)
+        if isinstance(received.response, ProtocolError):  # the framing is still intact
+            future.set_exception(received.response)
+        else:
+            future.set_result(received.response)
 
     def _fail(self, reason: str) -> None:
         if self._failure is not None:
             return
         self._failure = reason
         log.debug("%s", reason)
-        pending, self._pending = self._pending, {}
-        for p in pending.values():
-            if not p.future.done():
-                p.future.set_exception(KafkaConnectionError(reason))
+        futures, self._futures = self._futures, {}
+        self._protocol.reset()
+        for future in futures.values():
+            if not future.done():
+                future.set_exception(KafkaConnectionError(reason))
         self._writer.close()
 
 
@@ -366,12 +334,7 @@ class ControllerClient:
         try:
             async with asyncio.timeout(self.request_timeout_s):
                 conn = await self._connection(route)
-                api_key = request.API_KEY
-                assert api_key is not None
-                version = conn.version_for(api_key, max_version)
-                if version is None:
-                    raise NoUsableVersionError(api_key, max_version, conn.peer)
-                response = await conn.send(request, version)
+                response = await conn.request(request, max_version)
         except TimeoutError:
             self._move_on(route, conn, f"no answer within {self.request_timeout_s:g} s")
             return None

@@ -26,31 +26,39 @@ retries of batches its predecessor wrote.
 
 The high watermark is checkpointed per log directory (``replication-offset-checkpoint``,
 Kafka's file and format) so a restarted broker does not expose records it cannot know are
-committed, nor hide every record until all followers have fetched.
+committed, nor hide every record until all followers have fetched
+(replication/high_watermark_checkpoint.py).
+
+A partition's own state and its delayed produces live in ``broker/partition.py``; the rest
+stays in this one class because role changes, leader appends and the follower side all move
+the same partitions' offsets, pending appends and dirty set.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import heapq
-import itertools
 import logging
 import shutil
-import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.deferred import Deferred
-from broker.log.checkpoint import write_atomically
+from broker.fatal import fatal
 from broker.log.cleaner import LogCleaning
 from broker.log.config import LogConfig
 from broker.log.errors import LogError
-from broker.log.fetched_batches import AppendedBatch
 from broker.log.log import AppendResult, PartitionLog
-from broker.producer_state import BatchMetadata, ProducerStateManager
+from broker.partition import AlterPartitionSink, PendingAppend, Role, learn_producer
+from broker.partition import AppendOutcome as AppendOutcome
+from broker.partition import Partition as Partition
+from broker.partition import Registration as Registration
+from broker.producer_state import BatchMetadata
+from broker.replication.high_watermark_checkpoint import (
+    read_high_watermarks,
+    write_high_watermarks,
+)
 from broker.replication.partition_state import (
     FetchDecision,
     FollowerState,
@@ -58,14 +66,13 @@ from broker.replication.partition_state import (
     Truncation,
 )
 from broker.storage import Storage
+from kafka_protocol.clock import monotonic_ms, wall_ms
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.record_batch import NO_PRODUCER_ID, RecordBatch, iter_batches
 
 log = logging.getLogger("broker.replica_manager")
 PARTITION_METADATA_FILE = "partition.metadata"
-HIGH_WATERMARK_FILE = "replication-offset-checkpoint"
 ACKS_ALL = -1
-Role = PartitionState | FollowerState
 
 
 def _topic_id_text(topic_id: object) -> str:
@@ -73,123 +80,6 @@ def _topic_id_text(topic_id: object) -> str:
     if isinstance(topic_id, uuid.UUID):
         return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
     return str(topic_id)
-
-
-def monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
-@dataclass(frozen=True, slots=True)
-class Registration:
-    """A partition's registration as this broker applies it (from a ``PartitionImage``)."""
-
-    leader: int
-    leader_epoch: int
-    partition_epoch: int
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-    recovering: bool = False  # elected uncleanly; the leader reports RECOVERED
-
-    @classmethod
-    def sole_leader(cls, broker_id: int) -> Registration:
-        return cls(broker_id, 0, 0, (broker_id,), (broker_id,))
-
-
-@dataclass(frozen=True, slots=True)
-class AppendOutcome:
-    error: ErrorCode
-    base_offset: int = -1
-    log_append_time_ms: int = -1
-    message: str | None = None
-
-
-@dataclass(slots=True)
-class _Pending:
-    batch: RecordBatch
-    base_offset: int
-    done: Deferred[AppendOutcome]
-
-
-@dataclass(slots=True)
-class _Delayed:
-    """An acks=all answer waiting for the high watermark to reach ``required_offset``."""
-
-    required_offset: int
-    written: AppendOutcome
-    done: Deferred[AppendOutcome]
-
-
-@dataclass(slots=True, eq=False)  # identity: partitions are keys of the dirty set
-class Partition:
-    topic: str
-    index: int
-    topic_id: object
-    log: PartitionLog
-    config: LogConfig
-    max_message_bytes: int
-    role: Role
-    log_append_time: bool = False
-    min_insync_replicas: int = 1
-    producers: ProducerStateManager = field(default_factory=ProducerStateManager)
-    pending: list[_Pending] = field(default_factory=list)
-    next_offset: int = 0
-    waiters: list[asyncio.Future[None]] = field(default_factory=list)
-    delayed: list[tuple[int, int, _Delayed]] = field(default_factory=list)  # a heap
-    recovering: bool = False
-
-    @property
-    def name(self) -> str:
-        return f"{self.topic}-{self.index}"
-
-    @property
-    def log_start_offset(self) -> int:
-        return self.log.log_start_offset
-
-    @property
-    def log_end_offset(self) -> int:
-        return self.log.log_end_offset
-
-    @property
-    def high_watermark(self) -> int:
-        return self.role.high_watermark
-
-    @property
-    def leader_epoch(self) -> int:
-        return self.role.leader_epoch
-
-    @property
-    def is_leader(self) -> bool:
-        return isinstance(self.role, PartitionState)
-
-    @property
-    def leader_id(self) -> int:
-        role = self.role
-        return role.replica_id if isinstance(role, PartitionState) else role.leader_id
-
-    def wake_waiters(self) -> None:
-        waiters, self.waiters = self.waiters, []
-        for w in waiters:
-            if not w.done():
-                w.set_result(None)
-
-
-AlterPartitionSink = Callable[[Partition, PartitionState, frozenset[int]], None]
-
-
-def _learn_producer(
-    producers: ProducerStateManager, batch: RecordBatch | AppendedBatch, seen_ms: int
-) -> None:
-    """Record an idempotent producer's batch already in the log (replayed at open, or
-    replicated from the leader); batches without a producer sequence are not tracked."""
-    if batch.producer_id != NO_PRODUCER_ID and batch.base_sequence >= 0:
-        meta = BatchMetadata(
-            batch.base_sequence,
-            batch.last_sequence,
-            batch.base_offset,
-            batch.last_offset,
-            batch.max_timestamp,
-        )
-        producers.record(batch.producer_id, batch.producer_epoch, meta, seen_ms)
 
 
 class ReplicaManager:
@@ -207,20 +97,19 @@ class ReplicaManager:
         self.storage = storage
         self.log_dir = log_dir
         self.broker_id = broker_id
-        self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.clock_ms = clock_ms or wall_ms
         self.monotonic_ms = monotonic_clock_ms
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._dirty: dict[Partition, None] = {}
         self._flush_scheduled = False
-        self._tiebreak = itertools.count()
         self.on_append: Callable[[Partition, int, int], None] | None = None  # metrics hook
         # Sends a proposed ISR (or, with the flag, a recovered unclean leadership) to the
         # controller; answers come back through on_alter_partition_result.  None: no
         # controller to ask (a single combined node, where every ISR is the broker itself).
         self.alter_partition: AlterPartitionSink | None = None
-        self._checkpointed_hw = self._read_high_watermarks()
+        self._checkpointed_hw = read_high_watermarks(storage, log_dir)
         # A compaction pass under way: its plan and the thread building the new segments.
         self._cleaning: dict[Partition, tuple[LogCleaning, asyncio.Future[None]]] = {}
 
@@ -317,7 +206,7 @@ class ReplicaManager:
                 break
             data = part.log.read_bytes(chunk)
             for batch in iter_batches(data, allow_truncated_tail=True):
-                _learn_producer(part.producers, batch, seen_ms=batch.max_timestamp)
+                learn_producer(part.producers, batch, seen_ms=batch.max_timestamp)
                 offset = batch.next_offset
 
     def expire_producers(self) -> None:
@@ -336,7 +225,7 @@ class ReplicaManager:
         for p in part.pending:
             p.done.resolve(gone)
         part.pending.clear()
-        self._fail_delayed(part, gone)
+        part.fail_delayed(gone)
         part.wake_waiters()
         cleaning = self._cleaning.get(part)
         if cleaning is not None:  # the cleaner's thread reads the files: delete them after it
@@ -355,7 +244,7 @@ class ReplicaManager:
         self._flush_all()
         self.checkpoint_high_watermarks()
         for part in self.partitions.values():
-            self._fail_delayed(part, AppendOutcome(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            part.fail_delayed(AppendOutcome(ErrorCode.NOT_LEADER_OR_FOLLOWER))
             part.wake_waiters()
             try:
                 part.log.close()
@@ -373,7 +262,7 @@ class ReplicaManager:
             if isinstance(role, PartitionState) and role.leader_epoch == reg.leader_epoch:
                 role.replicas = reg.replicas
                 if role.on_alter_partition_response(reg.isr, reg.leader_epoch, reg.partition_epoch):
-                    self._high_watermark_moved(part)
+                    part.high_watermark_moved()
             else:
                 promoted = role.become_leader(
                     reg.replicas, reg.isr, reg.leader_epoch, reg.partition_epoch, now
@@ -391,7 +280,7 @@ class ReplicaManager:
                     part.log_end_offset,
                     promoted.high_watermark,
                 )
-                self._high_watermark_moved(part)
+                part.high_watermark_moved()
             part.recovering = reg.recovering
             if reg.recovering:
                 self._report_recovered(part)
@@ -404,7 +293,7 @@ class ReplicaManager:
             self._fail(part, part.pending, AppendOutcome(ErrorCode.NOT_LEADER_OR_FOLLOWER))
             part.pending = []
             self._dirty.pop(part, None)
-            self._fail_delayed(part, AppendOutcome(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            part.fail_delayed(AppendOutcome(ErrorCode.NOT_LEADER_OR_FOLLOWER))
             part.role = demoted
             part.wake_waiters()  # parked consumer fetches answer NOT_LEADER_OR_FOLLOWER now
             log.debug(
@@ -446,7 +335,7 @@ class ReplicaManager:
             return
         isr, leader_epoch, partition_epoch = result
         if role.on_alter_partition_response(isr, leader_epoch, partition_epoch):
-            self._high_watermark_moved(part)
+            part.high_watermark_moved()
 
     def maybe_shrink_isrs(self) -> int:
         """Kafka's isr-expiration task: propose dropping followers that fell behind."""
@@ -465,7 +354,7 @@ class ReplicaManager:
                     self._propose(part, role, proposed)
                     proposals += 1
             if part.delayed and len(part.delayed) > 64:
-                self._compact_delayed(part)
+                part.compact_delayed()
         return proposals
 
     def _propose(self, part: Partition, role: PartitionState, proposed: frozenset[int]) -> None:
@@ -493,7 +382,7 @@ class ReplicaManager:
             replica_id, fetch_offset, self.monotonic_ms(), epoch, broker_epoch
         )
         if decision.high_watermark_changed:
-            self._high_watermark_moved(part)
+            part.high_watermark_moved()
         if decision.proposed_isr is not None:
             log.info(
                 "expanding isr partition=%s isr=%s proposed=%s",
@@ -515,7 +404,7 @@ class ReplicaManager:
             now = self.clock_ms()
             appended = part.log.append_as_follower(records, now_ms=now)
             for b in appended.batches:
-                _learn_producer(part.producers, b, seen_ms=now)
+                learn_producer(part.producers, b, seen_ms=now)
             role.on_append(part.log.log_end_offset)
             part.next_offset = part.log.log_end_offset
         role.on_fetch_response(leader_high_watermark)
@@ -584,14 +473,14 @@ class ReplicaManager:
             )
             part.producers.record(pid, batch.producer_epoch, meta, self.clock_ms())
         written: Deferred[AppendOutcome] = Deferred()
-        part.pending.append(_Pending(batch, base, written))
+        part.pending.append(PendingAppend(batch, base, written))
         self._dirty[part] = None
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush_all)
         if acks != ACKS_ALL:
             return written
-        return self._when_committed(part, written, part.next_offset)
+        return part.when_committed(written, part.next_offset)
 
     def _answer_duplicate(
         self, part: Partition, dup: BatchMetadata, acks: int
@@ -613,67 +502,7 @@ class ReplicaManager:
             done: Deferred[AppendOutcome] = Deferred()
             done.resolve(original)
             original = done
-        return self._when_committed(part, original, dup.last_offset + 1)
-
-    def _when_committed(
-        self, part: Partition, written: Deferred[AppendOutcome], required_offset: int
-    ) -> Deferred[AppendOutcome]:
-        committed: Deferred[AppendOutcome] = Deferred()
-
-        def on_written(outcome: AppendOutcome) -> None:
-            if committed.done:  # the request timed out first
-                return
-            if outcome.error is not ErrorCode.NONE:
-                committed.resolve(outcome)
-                return
-            entry = _Delayed(required_offset, outcome, committed)
-            if not self._try_complete(part, entry):
-                heapq.heappush(part.delayed, (required_offset, next(self._tiebreak), entry))
-
-        written.then(on_written)
-        return committed
-
-    def _try_complete(self, part: Partition, entry: _Delayed) -> bool:
-        """Answer ``entry`` if the high watermark reached it (or it was answered already)."""
-        if entry.done.done:
-            return True
-        role = part.role
-        if not isinstance(role, PartitionState):
-            entry.done.resolve(AppendOutcome(ErrorCode.NOT_LEADER_OR_FOLLOWER))
-            return True
-        result = role.is_acks_all_complete(entry.required_offset, part.min_insync_replicas)
-        if result == "pending":
-            return False
-        if result is None:
-            entry.done.resolve(entry.written)
-        else:
-            entry.done.resolve(
-                AppendOutcome(
-                    result,
-                    message=f"written, but {part.name} has {len(role.isr)} in-sync replicas, "
-                    f"min.insync.replicas={part.min_insync_replicas}",
-                )
-            )
-        return True
-
-    def _high_watermark_moved(self, part: Partition) -> None:
-        """Answer the acks=all produces the high watermark reached; wake consumers."""
-        heap = part.delayed
-        while heap and heap[0][0] <= part.high_watermark:
-            _, _, entry = heapq.heappop(heap)
-            self._try_complete(part, entry)
-        part.wake_waiters()
-
-    def _fail_delayed(self, part: Partition, outcome: AppendOutcome) -> None:
-        delayed, part.delayed = part.delayed, []
-        for _, _, entry in delayed:
-            if not entry.done.done:
-                entry.done.resolve(outcome)
-
-    def _compact_delayed(self, part: Partition) -> None:
-        """Drop entries already answered (timed out by their request)."""
-        part.delayed = [e for e in part.delayed if not e[2].done.done]
-        heapq.heapify(part.delayed)
+        return part.when_committed(original, dup.last_offset + 1)
 
     def _flush_all(self) -> None:
         self._flush_scheduled = False
@@ -691,14 +520,14 @@ class ReplicaManager:
                     self._fail(part, [p for g in groups[i:] for p in g], failed)
                     break
 
-    def _fail(self, part: Partition, pending: list[_Pending], outcome: AppendOutcome) -> None:
+    def _fail(self, part: Partition, pending: list[PendingAppend], outcome: AppendOutcome) -> None:
         """Nothing of ``pending`` (or queued after it) is in the log: rewind and answer."""
         part.next_offset = part.log.log_end_offset
         part.producers.truncate_after(part.next_offset)
         for p in pending:
             p.done.resolve(outcome)
 
-    def _write(self, part: Partition, pending: list[_Pending]) -> AppendOutcome | None:
+    def _write(self, part: Partition, pending: list[PendingAppend]) -> AppendOutcome | None:
         """One append; None once written and answered, else the failure to answer with."""
         role = part.role
         assert isinstance(role, PartitionState), f"{part.name}: leader append on a follower"
@@ -713,8 +542,15 @@ class ReplicaManager:
         except LogError as exc:
             log.error("append failed partition=%s error=%s", part.name, exc)
             return AppendOutcome(exc.error_code, message=str(exc))
-        assert result.base_offset == pending[0].base_offset, "offsets assigned out of step"
-        assert result.last_offset == pending[-1].base_offset + pending[-1].batch.last_offset_delta
+        last = pending[-1].base_offset + pending[-1].batch.last_offset_delta
+        if (result.base_offset, result.last_offset) != (pending[0].base_offset, last):
+            # The producers are about to be told offsets the log did not give their batches.
+            fatal(
+                "replica.append-offsets-as-assigned",
+                f"{part.name}: the log appended at other offsets than the replica manager assigned",
+                assigned=(pending[0].base_offset, last),
+                appended=(result.base_offset, result.last_offset),
+            )
         append_time = result.log_append_time_ms if part.log_append_time else -1
         moved = role.on_leader_append(part.log.log_end_offset, self.monotonic_ms())
         for p in pending:
@@ -724,7 +560,7 @@ class ReplicaManager:
             count = sum(p.batch.last_offset_delta + 1 for p in pending)
             self.on_append(part, size, count)
         if moved:
-            self._high_watermark_moved(part)  # also wakes waiters
+            part.high_watermark_moved()  # also wakes waiters
         else:
             part.wake_waiters()  # followers' parked fetches
         return None
@@ -794,48 +630,17 @@ class ReplicaManager:
                 )
         return cleaned
 
-    def _read_high_watermarks(self) -> dict[tuple[str, int], int]:
-        """Kafka's ``replication-offset-checkpoint``: ``0``, a count, ``topic partition hw``
-        lines.  Missing or unreadable: no high watermark is known (they restart from the log
-        start and the leaders' fetches move them)."""
-        path = str(self.log_dir / HIGH_WATERMARK_FILE)
-        if not self.storage.exists(path):
-            return {}
-        handle = self.storage.open(path)
-        try:
-            text = handle.read(0, handle.size()).decode(errors="replace")
-        finally:
-            handle.close()
-        lines = text.split("\n")
-        try:
-            if lines[0] != "0" or int(lines[1]) != len(lines) - 3 or lines[-1] != "":
-                raise ValueError("bad header or count")
-            found = {}
-            for line in lines[2:-1]:
-                topic, index, offset = line.split(" ")
-                found[(topic, int(index))] = int(offset)
-            return found
-        except (ValueError, IndexError) as exc:
-            log.warning("ignoring unreadable %s: %s", path, exc)
-            return {}
-
     def checkpoint_high_watermarks(self) -> None:
         entries = [(t, i, p.high_watermark) for (t, i), p in self.partitions.items()]
-        lines = "".join(f"{t} {i} {hw}\n" for t, i, hw in entries)
-        data = f"0\n{len(entries)}\n{lines}".encode()
-        try:
-            self.storage.makedirs(str(self.log_dir))
-            write_atomically(self.storage, str(self.log_dir), HIGH_WATERMARK_FILE, data)
-        except OSError as exc:
-            log.error("cannot checkpoint high watermarks dir=%s error=%s", self.log_dir, exc)
+        write_high_watermarks(self.storage, self.log_dir, entries)
 
     def leaders(self) -> Iterator[Partition]:
         return (p for p in self.partitions.values() if p.is_leader)
 
 
-def _groups_up_to(pending: list[_Pending], max_bytes: int) -> list[list[_Pending]]:
+def _groups_up_to(pending: list[PendingAppend], max_bytes: int) -> list[list[PendingAppend]]:
     """Consecutive runs of pending batches, each within one append's size limit (a segment)."""
-    groups: list[list[_Pending]] = []
+    groups: list[list[PendingAppend]] = []
     size = max_bytes
     for p in pending:
         if size + p.batch.size_bytes > max_bytes and (not groups or groups[-1]):

@@ -24,6 +24,7 @@ from kafka_protocol.exceptions import (
     LocalProtocolError,
     UnsupportedVersionError,
 )
+from kafka_protocol.varint import encode_uvarint, read_uvarint
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,28 +60,8 @@ BOOL = struct.Struct(">?")
 _I16_unpack = I16.unpack_from
 _I32_unpack = I32.unpack_from
 
-# A Kafka unsigned varint is at most 5 bytes (an int32), a varlong at most 10.
-_MAX_UVARINT_BYTES = 5
-
 
 # --- readers ----------------------------------------------------------------------------------
-
-
-def read_uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
-    b = buf[pos]
-    if b < 0x80:
-        return b, pos + 1
-    value = b & 0x7F
-    shift = 7
-    for i in range(1, _MAX_UVARINT_BYTES):
-        b = buf[pos + i]
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            if value > 0xFFFFFFFF:
-                raise InvalidFrameError("unsigned varint overflows 32 bits")
-            return value, pos + i + 1
-        shift += 7
-    raise InvalidFrameError("unsigned varint longer than 5 bytes")
 
 
 def _take(buf: memoryview, pos: int, n: int, what: str) -> int:
@@ -251,22 +232,10 @@ def unpack_array(fmt: str, buf: memoryview, pos: int, n: int) -> tuple[list[Any]
 # --- writer -----------------------------------------------------------------------------------
 
 
-def varint_bytes(raw: int) -> bytes:
-    """Base-128 encoding of a non-negative integer (the caller bounds and zigzags it)."""
-    if raw < 0x80:
-        return bytes((raw,))
-    out = bytearray()
-    while raw >= 0x80:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
-    return bytes(out)
-
-
 def _uvarint(value: int) -> bytes:
     if value < 0 or value > 0xFFFFFFFF:
         raise LocalProtocolError(f"{value} does not fit an unsigned varint")
-    return varint_bytes(value)
+    return encode_uvarint(value)
 
 
 class Writer:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from crc32c import crc32c
 
-from kafka_protocol._codec import Buffer, varint_bytes
+from kafka_protocol._codec import Buffer
 from kafka_protocol.compression import (
     DEFAULT_MAX_DECOMPRESSED_BYTES,
     Compression,
@@ -44,6 +44,7 @@ from kafka_protocol.compression import (
     decompress,
 )
 from kafka_protocol.exceptions import CorruptRecordError
+from kafka_protocol.varint import encode_varint, read_varlong
 
 MAGIC = 2
 HEADER_BYTES = 61
@@ -258,25 +259,8 @@ class Record:
     headers: list[tuple[str, bytes | None]] = field(default_factory=list)
 
 
-def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
-    """Zigzag varint/varlong (up to 10 bytes)."""
-    raw = 0
-    shift = 0
-    while True:
-        if pos >= len(buf):
-            raise CorruptRecordError("record varint runs past the batch")
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift >= 70:
-            raise CorruptRecordError("record varint longer than 10 bytes")
-
-
 def _read_blob(buf: memoryview, pos: int, what: str) -> tuple[bytes | None, int]:
-    n, pos = _read_varint(buf, pos)
+    n, pos = read_varlong(buf, pos)
     if n < 0:
         return None, pos
     if pos + n > len(buf):
@@ -285,17 +269,17 @@ def _read_blob(buf: memoryview, pos: int, what: str) -> tuple[bytes | None, int]
 
 
 def _read_record(buf: memoryview, pos: int, batch: RecordBatch) -> tuple[Record, int]:
-    length, pos = _read_varint(buf, pos)
+    length, pos = read_varlong(buf, pos)
     end = pos + length
     if length < 0 or end > len(buf):
         raise CorruptRecordError(f"record of {length} bytes overruns the batch")
     body = buf[:end]
     pos += 1  # attributes: unused since magic 2
-    ts_delta, pos = _read_varint(body, pos)
-    offset_delta, pos = _read_varint(body, pos)
+    ts_delta, pos = read_varlong(body, pos)
+    offset_delta, pos = read_varlong(body, pos)
     key, pos = _read_blob(body, pos, "key")
     value, pos = _read_blob(body, pos, "value")
-    count, pos = _read_varint(body, pos)
+    count, pos = read_varlong(body, pos)
     if count < 0 or count > end - pos:
         raise CorruptRecordError(f"record claims {count} headers")
     headers = []
@@ -314,13 +298,8 @@ def _read_record(buf: memoryview, pos: int, batch: RecordBatch) -> tuple[Record,
     return Record(batch.base_offset + offset_delta, timestamp, key, value, headers), end
 
 
-def _varint(value: int) -> bytes:
-    """Zigzag varint/varlong of a signed 64-bit value."""
-    return varint_bytes((value << 1) ^ (value >> 63))
-
-
 def _blob(data: bytes | None) -> bytes:
-    return b"\x01" if data is None else _varint(len(data)) + data  # varint(-1) is 0x01
+    return b"\x01" if data is None else encode_varint(len(data)) + data  # varint(-1) is 0x01
 
 
 @dataclass(slots=True)
@@ -335,15 +314,15 @@ class SimpleRecord:
 
 def encode_record(rec: SimpleRecord, offset_delta: int, timestamp_delta: int) -> bytes:
     body = bytearray(b"\x00")
-    body += _varint(timestamp_delta)
-    body += _varint(offset_delta)
+    body += encode_varint(timestamp_delta)
+    body += encode_varint(offset_delta)
     body += _blob(rec.key)
     body += _blob(rec.value)
-    body += _varint(len(rec.headers))
+    body += encode_varint(len(rec.headers))
     for hkey, hvalue in rec.headers:
         body += _blob(hkey.encode())
         body += _blob(hvalue)
-    return _varint(len(body)) + bytes(body)
+    return encode_varint(len(body)) + bytes(body)
 
 
 def build_batch(

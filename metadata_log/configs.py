@@ -1,6 +1,10 @@
 """The config schema: Kafka's topic configs, the broker configs they default from, validation,
 and the effective values DescribeConfigs reports.
 
+One module although about 600 lines: a third is the table itself (data), and the rest is what
+reads it (parsing, validation, effective values), which the brokers, the controller and the
+REST API import together.
+
 Theory of operation
 -------------------
 A topic config's value comes from the first layer that sets it (Kafka's
@@ -21,8 +25,8 @@ LIST comma-separated) and checks the validator.
 Defaults follow Kafka 4.x (``LogConfig``/``ServerLogConfigs``): ``message.timestamp.after.max.ms``
 is one hour and ``segment.bytes`` is at least 1 MiB. Like Kafka 4.x, tests that need tiny
 segments set the internal, undescribed ``internal.segment.bytes`` (we accept >= 14 bytes, Kafka
-3.9's old minimum); :attr:`LogConfig.segment_bytes` honours it. The three topic configs Kafka
-4.0 removed (``message.downconversion.enable``, ``message.format.version``,
+3.9's old minimum); the log (``broker.log.config.LogConfig``) honours it. The three topic configs
+Kafka 4.0 removed (``message.downconversion.enable``, ``message.format.version``,
 ``message.timestamp.difference.max.ms``) are still accepted and described, as Kafka 3.9 did, so
 that older tools that set them keep working; nothing acts on them.
 """
@@ -38,7 +42,8 @@ from typing import Final
 from metadata_log.image import ClusterImage, ConfigResource, ConfigResourceType
 
 LONG_MAX: Final = 2**63 - 1
-_INT_RANGES: Final = {"INT": (-(2**31), 2**31 - 1), "SHORT": (-(2**15), 2**15 - 1)}
+INT_MAX: Final = 2**31 - 1
+_INT_RANGES: Final = {"INT": (-(2**31), INT_MAX), "SHORT": (-(2**15), 2**15 - 1)}
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _DOUBLE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 _THROTTLED_REPLICA = re.compile(r"[0-9]+:[0-9]+")
@@ -80,6 +85,11 @@ ConfigValue = bool | int | float | str | list[str]
 # --- parsing and validators -------------------------------------------------------------------
 
 
+def integer_range(config_type: ConfigType) -> tuple[int, int]:
+    """The values a SHORT, INT or LONG key can hold at all (Java's ``short``/``int``/``long``)."""
+    return _INT_RANGES.get(config_type.name, (-(2**63), LONG_MAX))
+
+
 def parse_value(config_type: ConfigType, raw: str) -> ConfigValue:
     """Parse ``raw`` as Kafka's ``ConfigDef.parseType``; ValueError names what was expected."""
     value = raw.strip()
@@ -88,7 +98,7 @@ def parse_value(config_type: ConfigType, raw: str) -> ConfigValue:
             return value.lower() == "true"
         raise ValueError("Expected value to be either true or false")
     if config_type in (ConfigType.INT, ConfigType.SHORT, ConfigType.LONG):
-        lo, hi = _INT_RANGES.get(config_type.name, (-(2**63), LONG_MAX))
+        lo, hi = integer_range(config_type)
         if not _INTEGER.fullmatch(value) or not lo <= int(value) <= hi:
             raise ValueError(f"Not a number of type {config_type.name}")
         return int(value)
@@ -101,22 +111,29 @@ def parse_value(config_type: ConfigType, raw: str) -> ConfigValue:
     return value
 
 
-def at_least(minimum: float) -> Validator:
-    def check(v: object) -> str | None:
+@dataclass(frozen=True, slots=True)
+class Range:
+    """A numeric range as data (Kafka's ``ConfigDef.Range``): the validator of a numeric key,
+    and the bounds the storage layer reads instead of stating them again."""
+
+    minimum: int | float
+    maximum: int | float | None = None
+
+    def __call__(self, v: object) -> str | None:
         assert isinstance(v, int | float)
-        return None if v >= minimum else f"Value must be at least {minimum}"
+        if v < self.minimum:
+            return f"Value must be at least {self.minimum}"
+        if self.maximum is not None and v > self.maximum:
+            return f"Value must be no more than {self.maximum}"
+        return None
 
-    return check
+
+def at_least(minimum: int | float) -> Range:
+    return Range(minimum)
 
 
-def between(minimum: float, maximum: float) -> Validator:
-    def check(v: object) -> str | None:
-        assert isinstance(v, int | float)
-        if v < minimum:
-            return f"Value must be at least {minimum}"
-        return None if v <= maximum else f"Value must be no more than {maximum}"
-
-    return check
+def between(minimum: int | float, maximum: int | float) -> Range:
+    return Range(minimum, maximum)
 
 
 def one_of(*allowed: str) -> Validator:
@@ -126,13 +143,20 @@ def one_of(*allowed: str) -> Validator:
     return check
 
 
-def each_one_of(*allowed: str) -> Validator:
-    def check(v: object) -> str | None:
-        assert isinstance(v, list)
-        bad = [item for item in v if item not in allowed]
-        return f"String must be one of: {', '.join(allowed)}" if bad else None
+@dataclass(frozen=True, slots=True)
+class EachOneOf:
+    """A LIST key whose every item is one of ``allowed`` (Kafka's ``ValidList.in``)."""
 
-    return check
+    allowed: tuple[str, ...]
+
+    def __call__(self, v: object) -> str | None:
+        assert isinstance(v, list)
+        bad = [item for item in v if item not in self.allowed]
+        return f"String must be one of: {', '.join(self.allowed)}" if bad else None
+
+
+def each_one_of(*allowed: str) -> EachOneOf:
+    return EachOneOf(allowed)
 
 
 def level(minimum: int, maximum: int, default: int) -> Validator:
@@ -170,6 +194,30 @@ class ConfigDef:
     sensitive: bool = False
     internal: bool = False  # accepted, never described (Kafka's defineInternal)
     dynamic: bool = False  # broker configs: alterable with IncrementalAlterConfigs
+
+    @property
+    def default_value(self) -> ConfigValue:
+        """The default, parsed (for code that needs the value rather than the string)."""
+        assert self.default is not None, f"{self.name} has no default"
+        return parse_value(self.type, self.default)
+
+    @property
+    def int_default(self) -> int:
+        """The default of an integer key, for a setting that mirrors it (``LogConfig``)."""
+        value = self.default_value
+        assert isinstance(value, int) and not isinstance(value, bool), f"{self.name} is no int"
+        return value
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """The valid range of an integer key: its validator's :class:`Range` within what its
+        type can hold."""
+        assert self.type in (ConfigType.SHORT, ConfigType.INT, ConfigType.LONG), self.name
+        low, high = integer_range(self.type)
+        if isinstance(self.validator, Range):
+            low = int(self.validator.minimum)
+            high = high if self.validator.maximum is None else int(self.validator.maximum)
+        return low, high
 
     def validate(self, raw: str) -> str | None:
         """The error message for ``raw``, or None when it is a valid value of this config."""
@@ -287,6 +335,9 @@ def _broker_topic_defaults() -> Iterator[ConfigDef]:
             )
 
 
+# Static keys (not ``dynamic``) are validated where the node starts, from this table
+# (``kraft.node.config.NodeConfig.get_bounded_int``); where our minimum is above Kafka's
+# (socket.request.max.bytes, the two *.retention.check.interval.ms) it is the one we enforce.
 BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("node.id", _T.INT, None, at_least(0)),
     ConfigDef("process.roles", _T.LIST, None, each_one_of("broker", "controller")),
@@ -305,21 +356,21 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("default.replication.factor", _T.INT, "1", at_least(1), dynamic=True),
     ConfigDef("auto.create.topics.enable", _T.BOOLEAN, "true"),
     ConfigDef("delete.topic.enable", _T.BOOLEAN, "true"),
-    ConfigDef("socket.request.max.bytes", _T.INT, "104857600", at_least(1)),
+    ConfigDef("socket.request.max.bytes", _T.INT, "104857600", at_least(1024)),
     ConfigDef("broker.heartbeat.interval.ms", _T.INT, "2000", at_least(1)),
     ConfigDef("broker.session.timeout.ms", _T.INT, "9000", at_least(1)),
     ConfigDef("offsets.topic.replication.factor", _T.SHORT, "3", at_least(1)),
     ConfigDef("offsets.topic.num.partitions", _T.INT, "50", at_least(1)),
     ConfigDef("offsets.topic.segment.bytes", _T.INT, "104857600", at_least(1024)),
     ConfigDef("offsets.retention.minutes", _T.INT, "10080", at_least(1)),
-    ConfigDef("offsets.retention.check.interval.ms", _T.LONG, "600000", at_least(1)),
+    ConfigDef("offsets.retention.check.interval.ms", _T.LONG, "600000", at_least(10)),
     ConfigDef("offsets.commit.timeout.ms", _T.INT, "5000", at_least(1)),
     ConfigDef("offset.metadata.max.bytes", _T.INT, "4096", at_least(0)),
     ConfigDef("group.min.session.timeout.ms", _T.INT, "6000", at_least(1)),
     ConfigDef("group.max.session.timeout.ms", _T.INT, "1800000", at_least(1)),
     ConfigDef("group.initial.rebalance.delay.ms", _T.INT, "3000", at_least(0)),
     ConfigDef("group.max.size", _T.INT, "2147483647", at_least(1)),
-    ConfigDef("log.retention.check.interval.ms", _T.LONG, "300000", at_least(1)),
+    ConfigDef("log.retention.check.interval.ms", _T.LONG, "300000", at_least(100)),
     ConfigDef("log.retention.ms", _T.LONG, None, dynamic=True),
     ConfigDef("log.retention.minutes", _T.INT, None, dynamic=True),
     ConfigDef("log.retention.hours", _T.INT, "168", dynamic=True),
@@ -395,14 +446,20 @@ def validate_topic_configs(configs: Mapping[str, str]) -> str | None:
         error = validate_topic_config(key, value)
         if error is not None:
             return error
-    min_lag = int(configs.get("min.compaction.lag.ms", "0").strip())
-    max_lag = int(configs.get("max.compaction.lag.ms", str(LONG_MAX)).strip())
+    min_lag = _given_or_default(configs, "min.compaction.lag.ms")
+    max_lag = _given_or_default(configs, "max.compaction.lag.ms")
     if min_lag > max_lag:
         return (
             "conflict topic config setting min.compaction.lag.ms "
             f"({min_lag}) > max.compaction.lag.ms ({max_lag})"
         )
     return None
+
+
+def _given_or_default(configs: Mapping[str, str], key: str) -> int:
+    raw = configs.get(key, TOPIC_CONFIGS[key].default)
+    assert raw is not None, f"{key} has a default"
+    return int(raw.strip())
 
 
 def validate_broker_config(key: str, value: str) -> str | None:
@@ -518,7 +575,7 @@ def effective_topic_value(
 ) -> ConfigValue:
     """The parsed effective value of one topic config (what :func:`effective_topic_config`
     reports for ``key``, without resolving every other key); an invalid stored value reads as
-    the default, as in :class:`LogConfig`."""
+    the default."""
     config = TOPIC_CONFIGS[key]
     raw = _topic_entry(config, overrides, sources).value
     if raw is None or config.validate(raw) is not None:
@@ -549,129 +606,3 @@ def effective_broker_config(sources: BrokerConfigSources) -> dict[str, ConfigEnt
             synonyms=tuple(synonyms),
         )
     return out
-
-
-# --- typed view for the log layer -------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LogConfig:
-    """Parsed effective topic configs, as Kafka's ``LogConfig`` exposes them to the log."""
-
-    cleanup_policy: tuple[str, ...]
-    compression_type: str
-    compression_gzip_level: int
-    compression_lz4_level: int
-    compression_zstd_level: int
-    delete_retention_ms: int
-    file_delete_delay_ms: int
-    flush_messages: int
-    flush_ms: int
-    index_interval_bytes: int
-    max_compaction_lag_ms: int
-    max_message_bytes: int
-    message_timestamp_after_max_ms: int
-    message_timestamp_before_max_ms: int
-    message_timestamp_type: str
-    min_cleanable_dirty_ratio: float
-    min_compaction_lag_ms: int
-    min_insync_replicas: int
-    preallocate: bool
-    retention_bytes: int
-    retention_ms: int
-    segment_bytes: int  # internal.segment.bytes when set, else segment.bytes
-    segment_index_bytes: int
-    segment_jitter_ms: int
-    segment_ms: int
-    unclean_leader_election_enable: bool
-
-    @property
-    def compact(self) -> bool:
-        return "compact" in self.cleanup_policy
-
-    @property
-    def delete(self) -> bool:
-        return "delete" in self.cleanup_policy
-
-    @classmethod
-    def resolve(
-        cls,
-        overrides: Mapping[str, str],
-        broker_defaults: BrokerConfigSources | Mapping[str, str] | None = None,
-    ) -> LogConfig:
-        """Effective values; an unparsable stored value falls back to the default."""
-        v = _Parsed(effective_topic_config(overrides, broker_defaults))
-        segment_bytes = v.as_int("segment.bytes")
-        internal = overrides.get("internal.segment.bytes")
-        if (
-            internal is not None
-            and TOPIC_CONFIGS["internal.segment.bytes"].validate(internal) is None
-        ):
-            segment_bytes = int(internal.strip())
-        return cls(
-            cleanup_policy=tuple(v.as_list("cleanup.policy")),
-            compression_type=v.as_str("compression.type"),
-            compression_gzip_level=v.as_int("compression.gzip.level"),
-            compression_lz4_level=v.as_int("compression.lz4.level"),
-            compression_zstd_level=v.as_int("compression.zstd.level"),
-            delete_retention_ms=v.as_int("delete.retention.ms"),
-            file_delete_delay_ms=v.as_int("file.delete.delay.ms"),
-            flush_messages=v.as_int("flush.messages"),
-            flush_ms=v.as_int("flush.ms"),
-            index_interval_bytes=v.as_int("index.interval.bytes"),
-            max_compaction_lag_ms=v.as_int("max.compaction.lag.ms"),
-            max_message_bytes=v.as_int("max.message.bytes"),
-            message_timestamp_after_max_ms=v.as_int("message.timestamp.after.max.ms"),
-            message_timestamp_before_max_ms=v.as_int("message.timestamp.before.max.ms"),
-            message_timestamp_type=v.as_str("message.timestamp.type"),
-            min_cleanable_dirty_ratio=v.as_float("min.cleanable.dirty.ratio"),
-            min_compaction_lag_ms=v.as_int("min.compaction.lag.ms"),
-            min_insync_replicas=v.as_int("min.insync.replicas"),
-            preallocate=v.as_bool("preallocate"),
-            retention_bytes=v.as_int("retention.bytes"),
-            retention_ms=v.as_int("retention.ms"),
-            segment_bytes=segment_bytes,
-            segment_index_bytes=v.as_int("segment.index.bytes"),
-            segment_jitter_ms=v.as_int("segment.jitter.ms"),
-            segment_ms=v.as_int("segment.ms"),
-            unclean_leader_election_enable=v.as_bool("unclean.leader.election.enable"),
-        )
-
-
-class _Parsed:
-    """Typed access to parsed effective values; invalid stored values read as the default."""
-
-    def __init__(self, entries: Mapping[str, ConfigEntry]) -> None:
-        self._entries = entries
-
-    def _value(self, key: str) -> ConfigValue:
-        config, raw = TOPIC_CONFIGS[key], self._entries[key].value
-        if raw is None or config.validate(raw) is not None:
-            assert config.default is not None
-            raw = config.default
-        return parse_value(config.type, raw)
-
-    def as_int(self, key: str) -> int:
-        value = self._value(key)
-        assert isinstance(value, int) and not isinstance(value, bool)
-        return value
-
-    def as_float(self, key: str) -> float:
-        value = self._value(key)
-        assert isinstance(value, float)
-        return value
-
-    def as_bool(self, key: str) -> bool:
-        value = self._value(key)
-        assert isinstance(value, bool)
-        return value
-
-    def as_str(self, key: str) -> str:
-        value = self._value(key)
-        assert isinstance(value, str)
-        return value
-
-    def as_list(self, key: str) -> list[str]:
-        value = self._value(key)
-        assert isinstance(value, list)
-        return value

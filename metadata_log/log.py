@@ -17,13 +17,14 @@ Appending is three steps, so that an asyncio owner can run only the disk I/O in 
 serializes them); ``read`` may run concurrently from another thread and sees only durable
 batches.
 
-Opening the log recovers it (Kafka's ``LogLoader``): every batch is checked (size, CRC, dense
-offsets, decodable records); at the first batch that fails, the segment is truncated there, any
-later segment is deleted, the loss is logged, and the log continues from the last good batch.
-This is what kill -9 or power loss mid-append leaves behind: an unacknowledged torn tail. The
-image is then rebuilt from the newest readable snapshot plus the batches after it. Each opening
-starts a new epoch (the last epoch seen + 1), written into ``partition_leader_epoch`` of every
-batch, as a single-node KRaft quorum elects itself at startup.
+Opening the log recovers it (:mod:`metadata_log.segments`, Kafka's ``LogLoader``): every
+batch is checked (size, CRC, dense offsets, decodable records); at the first batch that fails,
+the segment is truncated there, any later segment is deleted, the loss is logged, and the log
+continues from the last good batch. This is what kill -9 or power loss mid-append leaves
+behind: an unacknowledged torn tail. The image is then rebuilt from the newest readable
+snapshot plus the batches after it. Each opening starts a new epoch (the last epoch seen + 1),
+written into ``partition_leader_epoch`` of every batch, as a single-node KRaft quorum elects
+itself at startup.
 
 A failed write or fsync leaves the log failed (:class:`MetadataLogFailedError` on every later
 append): after a failed fsync the page cache no longer tells what reached the disk.
@@ -36,44 +37,44 @@ import contextlib
 import itertools
 import logging
 import os
-import struct
 import threading
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Final
+from typing import Final
 
-from kafka_protocol.exceptions import ProtocolError
-from kafka_protocol.record_batch import HEADER_BYTES, LOG_OVERHEAD, RecordBatch
+from kafka_protocol.clock import wall_ms
+from kafka_protocol.record_batch import RecordBatch
 from metadata_log import snapshot as snapshots
 from metadata_log.delta import MetadataDelta
 from metadata_log.exceptions import (
     CorruptSnapshotError,
-    InvalidMetadataRecordError,
     MetadataLogError,
     MetadataLogFailedError,
     OffsetOutOfRangeError,
 )
 from metadata_log.image import ClusterImage
 from metadata_log.records import MetadataRecord, build_metadata_batch, read_metadata_batch
+from metadata_log.segments import (
+    MAX_BATCH_BYTES,
+    BatchEntry,
+    RecoveryReport,
+    Segment,
+    list_segments,
+    open_for_append,
+    scan_segments,
+    segment_path,
+)
 from metadata_log.snapshot import SnapshotId
 
 logger = logging.getLogger(__name__)
 
 PARTITION_DIR: Final = "__cluster_metadata-0"
-SEGMENT_SUFFIX: Final = ".log"
 DEFAULT_SEGMENT_BYTES: Final = 1 << 30  # Kafka's metadata.log.segment.bytes
 DEFAULT_MAX_READ_RECORDS: Final = 10_000
-MAX_BATCH_BYTES: Final = 8 << 20  # one controller command never comes near this
 
-_BATCH_LENGTH = struct.Struct(">i")
 
 MetadataListener = Callable[[MetadataDelta, ClusterImage], None]
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,41 +101,6 @@ class PendingAppend:
     image: ClusterImage
 
 
-@dataclass(frozen=True, slots=True)
-class RecoveryReport:
-    """What opening the log had to repair (None fields: nothing was dropped)."""
-
-    segment: Path | None = None
-    position: int | None = None
-    dropped_bytes: int = 0
-    reason: str = ""
-    snapshot: SnapshotId | None = None
-
-
-@dataclass(slots=True)
-class _Segment:
-    base_offset: int
-    path: Path
-    size: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class _BatchEntry:
-    base_offset: int
-    last_offset: int
-    segment: _Segment
-    position: int
-    size: int
-
-
-@dataclass(slots=True)
-class _ScanState:
-    next_offset: int
-    entries: list[_BatchEntry] = field(default_factory=list)
-    last_epoch: int = -1
-    report: RecoveryReport = field(default_factory=RecoveryReport)
-
-
 class LocalMetadataLog:
     """The metadata log of a single-node quorum, durable on local disk."""
 
@@ -142,15 +108,15 @@ class LocalMetadataLog:
         self,
         directory: Path,
         *,
-        clock_ms: Callable[[], int] = wall_clock_ms,
+        clock_ms: Callable[[], int] = wall_ms,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     ) -> None:
         """Use :meth:`open`."""
         self.directory = directory
         self._clock_ms = clock_ms
         self._segment_bytes = segment_bytes
-        self._segments: list[_Segment] = []
-        self._entries: list[_BatchEntry] = []
+        self._segments: list[Segment] = []
+        self._entries: list[BatchEntry] = []
         self._entry_offsets: list[int] = []  # last offsets of _entries, for bisect
         self._next_offset = 0
         self._epoch = 0
@@ -169,7 +135,7 @@ class LocalMetadataLog:
         cls,
         metadata_log_dir: str | os.PathLike[str],
         *,
-        clock_ms: Callable[[], int] = wall_clock_ms,
+        clock_ms: Callable[[], int] = wall_ms,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     ) -> LocalMetadataLog:
         """Open (creating if needed) and recover the log, and replay it into :attr:`image`."""
@@ -184,8 +150,14 @@ class LocalMetadataLog:
             if entry.endswith(snapshots.PART_SUFFIX):
                 os.unlink(self.directory / entry)  # an interrupted snapshot write
         snapshot_ids = snapshots.list_snapshots(self.directory)
-        self._segments = self._list_segments(snapshot_ids)
-        scan = self._scan_segments()
+        self._segments = list_segments(self.directory, snapshot_ids)
+        scan = scan_segments(self.directory, self._segments)
+        if (cut := scan.report).segment is not None:
+            logger.warning(
+                "metadata log %s: dropped %d bytes from offset %d on (%s at byte %d): %s",
+                self.directory, cut.dropped_bytes, scan.next_offset, cut.segment.name,
+                cut.position, cut.reason,
+            )  # fmt: skip
         self._entries = scan.entries
         self._entry_offsets = [e.last_offset for e in scan.entries]
         self._next_offset = scan.next_offset
@@ -196,80 +168,7 @@ class LocalMetadataLog:
             scan.report.segment, scan.report.position, scan.report.dropped_bytes,
             scan.report.reason, snapshot_id,
         )  # fmt: skip
-        self._fd = _open_for_append(self._segments[-1].path)
-
-    def _list_segments(self, snapshot_ids: list[SnapshotId]) -> list[_Segment]:
-        found = sorted(
-            int(name.removesuffix(SEGMENT_SUFFIX))
-            for name in os.listdir(self.directory)
-            if name.endswith(SEGMENT_SUFFIX) and name.removesuffix(SEGMENT_SUFFIX).isdigit()
-        )
-        if not found:
-            base = snapshot_ids[-1].end_offset if snapshot_ids else 0
-            path = self._segment_path(base)
-            os.close(_open_for_append(path))
-            snapshots.fsync_directory(self.directory)
-            found = [base]
-        return [_Segment(base, self._segment_path(base)) for base in found]
-
-    def _segment_path(self, base_offset: int) -> Path:
-        return self.directory / f"{base_offset:020d}{SEGMENT_SUFFIX}"
-
-    def _scan_segments(self) -> _ScanState:
-        state = _ScanState(next_offset=self._segments[0].base_offset)
-        for i, segment in enumerate(self._segments):
-            if segment.base_offset != state.next_offset:
-                reason = f"segment starts at {segment.base_offset}, expected {state.next_offset}"
-                self._drop_from(i, 0, reason, state)
-                break
-            if not self._scan_segment(segment, state):
-                self._drop_from(i, segment.size, state.report.reason, state)
-                break
-        return state
-
-    def _scan_segment(self, segment: _Segment, state: _ScanState) -> bool:
-        """Index the good batches of one segment, one batch in memory at a time; False at the
-        first bad one."""
-        position = 0
-        with open(segment.path, "rb") as f:
-            while data := f.read(LOG_OVERHEAD):
-                checked = _next_batch(f, data, state.next_offset, state.last_epoch)
-                if isinstance(checked, str):
-                    segment.size = position
-                    state.report = RecoveryReport(reason=checked)
-                    return False
-                batch, count = checked
-                entry = _BatchEntry(
-                    batch.base_offset, batch.last_offset, segment, position, batch.size_bytes
-                )
-                state.entries.append(entry)
-                state.next_offset += count
-                state.last_epoch = batch.partition_leader_epoch
-                position += batch.size_bytes
-        segment.size = position
-        return True
-
-    def _drop_from(self, index: int, position: int, reason: str, state: _ScanState) -> None:
-        """Truncate segment ``index`` at ``position`` and delete every later segment."""
-        segment = self._segments[index]
-        dropped = os.path.getsize(segment.path) - position
-        for later in self._segments[index + 1 :]:
-            dropped += os.path.getsize(later.path)
-            os.unlink(later.path)
-        if position == 0 and index > 0:
-            os.unlink(segment.path)
-            del self._segments[index:]
-        else:
-            os.truncate(segment.path, position)
-            _fsync_file(segment.path)
-            segment.size = position
-            del self._segments[index + 1 :]
-        snapshots.fsync_directory(self.directory)
-        logger.warning(
-            "metadata log %s: dropped %d bytes from offset %d on (%s at byte %d): %s",
-            self.directory, dropped, state.next_offset, segment.path.name, position, reason,
-        )  # fmt: skip
-        state.report = RecoveryReport(segment.path, position, dropped, reason)
+        self._fd = open_for_append(self._segments[-1].path)
 
     def _load_image(self, snapshot_ids: list[SnapshotId]) -> tuple[ClusterImage, SnapshotId | None]:
         """The newest readable snapshot that the log continues, plus the batches after it."""
@@ -300,9 +199,9 @@ class LocalMetadataLog:
         )  # fmt: skip
         for segment in self._segments:
             os.unlink(segment.path)
-        segment = _Segment(offset, self._segment_path(offset))
-        os.close(_open_for_append(segment.path))
-        snapshots.fsync_directory(self.directory)
+        segment = Segment(offset, segment_path(self.directory, offset))
+        os.close(open_for_append(segment.path))
+        snapshots.fsync_path(self.directory)
         self._segments = [segment]
         self._entries, self._entry_offsets = [], []
         self._next_offset = offset
@@ -385,7 +284,7 @@ class LocalMetadataLog:
             except OSError as exc:
                 self._fail(exc, self._fd, segment)
                 raise MetadataLogFailedError(f"append to {segment.path} failed: {exc}") from exc
-            entry = _BatchEntry(
+            entry = BatchEntry(
                 pending.base_offset, pending.image.offset, segment, segment.size, len(pending.data)
             )
             with self._state_lock:
@@ -412,7 +311,7 @@ class LocalMetadataLog:
         if self._fd is None:
             raise MetadataLogError(f"{self.directory} is closed")
 
-    def _fail(self, exc: OSError, fd: int, segment: _Segment) -> None:
+    def _fail(self, exc: OSError, fd: int, segment: Segment) -> None:
         self._failed = exc
         # Best effort: do not leave a torn batch behind (recovery would drop it anyway).
         with contextlib.suppress(OSError):
@@ -426,9 +325,9 @@ class LocalMetadataLog:
             return
         os.close(self._fd)
         self._fd = None
-        segment = _Segment(self._next_offset, self._segment_path(self._next_offset))
-        self._fd = _open_for_append(segment.path)
-        snapshots.fsync_directory(self.directory)
+        segment = Segment(self._next_offset, segment_path(self.directory, self._next_offset))
+        self._fd = open_for_append(segment.path)
+        snapshots.fsync_path(self.directory)
         with self._state_lock:
             self._segments.append(segment)
 
@@ -456,9 +355,9 @@ class LocalMetadataLog:
             entries = self._entries_from(from_offset, max_records)
         return self._read_entries(entries)
 
-    def _entries_from(self, from_offset: int, max_records: int | None) -> list[_BatchEntry]:
+    def _entries_from(self, from_offset: int, max_records: int | None) -> list[BatchEntry]:
         first = bisect.bisect_left(self._entry_offsets, from_offset)
-        selected: list[_BatchEntry] = []
+        selected: list[BatchEntry] = []
         count = 0
         for entry in self._entries[first:]:
             if max_records is not None and selected and count >= max_records:
@@ -467,7 +366,7 @@ class LocalMetadataLog:
             count += entry.last_offset - max(entry.base_offset, from_offset) + 1
         return selected
 
-    def _read_entries(self, entries: list[_BatchEntry]) -> list[MetadataBatch]:
+    def _read_entries(self, entries: list[BatchEntry]) -> list[MetadataBatch]:
         out: list[MetadataBatch] = []
         for segment, group in itertools.groupby(entries, key=lambda e: e.segment):
             try:
@@ -519,7 +418,7 @@ class LocalMetadataLog:
             for old in snapshots.list_snapshots(self.directory):
                 if old < snapshot_id:
                     os.unlink(self.directory / old.filename)
-            snapshots.fsync_directory(self.directory)
+            snapshots.fsync_path(self.directory)
             return self.log_start_offset
 
     # --- closing ------------------------------------------------------------------------------
@@ -540,48 +439,6 @@ class LocalMetadataLog:
 # --- helpers ----------------------------------------------------------------------------------
 
 
-def _read_rest(f: BinaryIO, head: bytes) -> bytes | str:
-    """The whole batch whose first bytes (offset, length) are ``head``, or why it is torn."""
-    if len(head) < LOG_OVERHEAD:
-        return f"{len(head)} trailing bytes are not a batch header"
-    (length,) = _BATCH_LENGTH.unpack_from(head, 8)
-    if not HEADER_BYTES - LOG_OVERHEAD <= length <= MAX_BATCH_BYTES:
-        return f"batch length {length} is out of range"
-    rest = f.read(length)
-    if len(rest) < length:
-        return f"batch of {LOG_OVERHEAD + length} bytes is cut at {LOG_OVERHEAD + len(rest)}"
-    return head + rest
-
-
-def _next_batch(
-    f: BinaryIO, head: bytes, expected_offset: int, last_epoch: int
-) -> tuple[RecordBatch, int] | str:
-    data = _read_rest(f, head)
-    return (
-        data
-        if isinstance(data, str)
-        else _check_batch(memoryview(data), expected_offset, last_epoch)
-    )
-
-
-def _check_batch(
-    view: memoryview, expected_offset: int, last_epoch: int
-) -> tuple[RecordBatch, int] | str:
-    """The batch at the start of ``view`` and its record count, or why it is not acceptable."""
-    try:
-        batch = RecordBatch(view).validate()
-        records = read_metadata_batch(batch)
-    except (ProtocolError, InvalidMetadataRecordError) as exc:
-        return str(exc)
-    if batch.base_offset != expected_offset:
-        return f"batch base offset {batch.base_offset}, expected {expected_offset}"
-    if len(records) != batch.last_offset_delta + 1 or batch.is_control:
-        return f"batch at {batch.base_offset} is not a dense metadata batch"
-    if batch.partition_leader_epoch < last_epoch:
-        return f"batch epoch {batch.partition_leader_epoch} is below {last_epoch}"
-    return batch, len(records)
-
-
 def _decode_batch(data: bytes) -> MetadataBatch:
     # Written and checked by us: a failure here means the disk changed under us.
     batch = RecordBatch(memoryview(data)).validate()
@@ -599,11 +456,7 @@ def _make_dirs(directory: Path) -> None:
         path = path.parent
     directory.mkdir(parents=True, exist_ok=True)
     for created in reversed(missing):
-        snapshots.fsync_directory(created.parent)
-
-
-def _open_for_append(path: Path) -> int:
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        snapshots.fsync_path(created.parent)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -615,11 +468,3 @@ def _write_all(fd: int, data: bytes) -> None:
 def _fdatasync(fd: int) -> None:
     sync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
     sync(fd)
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -51,10 +51,10 @@ from kafka_protocol.metadata import (
     ZkMigrationStateRecord,
 )
 from kafka_protocol.record_batch import RecordBatch, SimpleRecord, build_batch
+from kafka_protocol.varint import encode_uvarint, read_uvarint
 from metadata_log.exceptions import InvalidMetadataRecordError
 
 FRAME_VERSION: Final = 1
-_MAX_UVARINT_BYTES = 5  # frame fields are int16/int32 values
 
 
 class MetadataRecord(Protocol):
@@ -118,36 +118,15 @@ RECORD_TYPES: Final[Mapping[int, type[MetadataRecord]]] = _registry()
 # --- framing ----------------------------------------------------------------------------------
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _read_uvarint(buf: memoryview, pos: int, what: str) -> tuple[int, int]:
-    value = 0
-    for i in range(_MAX_UVARINT_BYTES):
-        if pos + i >= len(buf):
-            raise InvalidMetadataRecordError(f"metadata record truncated in its {what}")
-        b = buf[pos + i]
-        value |= (b & 0x7F) << (7 * i)
-        if b < 0x80:
-            return value, pos + i + 1
-    raise InvalidMetadataRecordError(f"metadata record {what} is longer than 5 bytes")
-
-
 def encode_record(record: MetadataRecord) -> bytes:
     """Frame ``record`` at the version :data:`RECORD_VERSIONS` fixes for its type."""
     version = RECORD_VERSIONS.get(type(record))
     assert version is not None, f"{type(record).__name__} is not a metadata record"
     assert record.API_KEY is not None
     return (
-        _uvarint(FRAME_VERSION)
-        + _uvarint(record.API_KEY)
-        + _uvarint(version)
+        encode_uvarint(FRAME_VERSION)
+        + encode_uvarint(record.API_KEY)
+        + encode_uvarint(version)
         + record.encode(version)
     )
 
@@ -157,11 +136,13 @@ def decode_record(data: bytes | bytearray | memoryview) -> MetadataRecord:
     buf = memoryview(data)
     if buf.format != "B" or buf.ndim != 1:
         buf = buf.cast("B")
-    frame_version, pos = _read_uvarint(buf, 0, "frame version")
+    frame_version, pos = read_uvarint(
+        buf, 0, InvalidMetadataRecordError, "metadata record frame version"
+    )
     if frame_version != FRAME_VERSION:
         raise InvalidMetadataRecordError(f"unknown metadata frame version {frame_version}")
-    api_key, pos = _read_uvarint(buf, pos, "record type")
-    version, pos = _read_uvarint(buf, pos, "version")
+    api_key, pos = read_uvarint(buf, pos, InvalidMetadataRecordError, "metadata record type")
+    version, pos = read_uvarint(buf, pos, InvalidMetadataRecordError, "metadata record version")
     cls = RECORD_TYPES.get(api_key)
     if cls is None:
         raise InvalidMetadataRecordError(f"unknown metadata record type {api_key}")

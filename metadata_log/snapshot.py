@@ -66,8 +66,10 @@ def list_snapshots(directory: Path) -> list[SnapshotId]:
     return sorted(found)
 
 
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+def fsync_path(path: Path) -> None:
+    """fsync a file or a directory by name: a truncated segment, or the directory entries of a
+    created, renamed or deleted file."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -114,7 +116,7 @@ def write_snapshot(directory: Path, image: ClusterImage, *, timestamp_ms: int) -
     finally:
         os.close(fd)
     os.replace(part, final)
-    fsync_directory(directory)
+    fsync_path(directory)
     return snapshot_id
 
 

@@ -15,8 +15,9 @@ Fetch of one partition) is decoded into Arrow again and again, on one core:
 Record shapes: ``fixed`` (null keys, 1,024-byte values: every batch one record size),
 ``keyed`` (keys ``k0``, ``k1``, ...: sizes change where the key gains a digit), ``varied``
 (value sizes spread over 900-1,150 bytes: every record its own size).
-Values are JSON-ish text (lz4 ~2:1, zstd ~3:1).  The machine is shared: figures are the best
-of several loops, in CPU time of this process; compare ratios, not rows/s, across runs.
+Values are JSON-ish text (lz4 ~2:1, zstd ~3:1).  The machine is shared: figures are the
+median of 7 loops, in CPU time of this process (to_arrow's range of loops beside it), and the
+ratios are those of the medians; compare ratios, not rows/s, across runs.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pyarrow as pa
+from bench_stats import Spread, seconds_per_call
 
 from kafka_protocol.compression import Compression
 from kafka_protocol.record_batch import SimpleRecord, build_batch, iter_batches
@@ -44,26 +46,10 @@ SHAPES = ("fixed", "keyed", "varied")
 CODECS = (Compression.NONE, Compression.LZ4, Compression.ZSTD)
 
 
-def seconds_per_call(
-    fn: Callable[[], object], *, repeat: int = 7, min_time_s: float = 0.2
-) -> float:
-    """CPU seconds per call (this process's, so other load on a shared machine counts less):
-    the best of ``repeat`` loops of at least ``min_time_s`` each."""
-    calls = 1
-    while True:
-        start = time.process_time()
-        for _ in range(calls):
-            fn()
-        if time.process_time() - start >= min_time_s:
-            break
-        calls *= 2
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.process_time()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.process_time() - start) / calls)
-    return best
+def cpu_seconds_per_call(fn: Callable[[], object]) -> Spread:
+    """CPU seconds per call (this process's, so other load on a shared machine counts less)
+    in each of 7 loops of at least 0.2 s."""
+    return seconds_per_call(fn, repeat=7, min_time_s=0.2, clock=time.process_time)
 
 
 def records(shape: str, count: int) -> list[SimpleRecord]:
@@ -108,13 +94,17 @@ def bench(shape: str, codec: Compression, rows: int, per_batch: int) -> dict[str
     assert got.equals(pa.Table.from_batches([want])), "to_arrow disagrees with the reference"
     table = reference_rows(data, TOPIC, 0, 0, rows, False)
     columns = {name: [row[name] for row in table] for name in kafka_schema(False).names}
-    timings = {
-        "to_arrow": seconds_per_call(lambda: list(to_arrow(data, TOPIC, 0, 0, rows, False))),
-        "reference": seconds_per_call(lambda: reference_batch(data, TOPIC, 0, 0, rows, False)),
-        "floor": seconds_per_call(lambda: floor_batch(columns)),
-        "crc+inflate": seconds_per_call(lambda: crc_and_inflate(data)),
+    spreads = {
+        "to_arrow": cpu_seconds_per_call(lambda: list(to_arrow(data, TOPIC, 0, 0, rows, False))),
+        "reference": cpu_seconds_per_call(lambda: reference_batch(data, TOPIC, 0, 0, rows, False)),
+        "floor": cpu_seconds_per_call(lambda: floor_batch(columns)),
+        "crc+inflate": cpu_seconds_per_call(lambda: crc_and_inflate(data)),
     }
+    timings = {name: t.median for name, t in spreads.items()}
     result = {f"{name} rows/s": rows / s for name, s in timings.items()}
+    # the slowest and the fastest loop of to_arrow, as rows/s
+    result["to_arrow rows/s min"] = rows / spreads["to_arrow"].high
+    result["to_arrow rows/s max"] = rows / spreads["to_arrow"].low
     result["x reference"] = timings["reference"] / timings["to_arrow"]
     result["x floor"] = timings["floor"] / timings["to_arrow"]
     result["MiB"] = len(data) / 2**20
@@ -137,13 +127,15 @@ def main() -> int:
         return 0
     print(
         f"to_arrow vs baselines: {args.chunk_records} records a chunk,"
-        f" {args.batch_records} a batch, one core (rows/s in millions)"
+        f" {args.batch_records} a batch, one core (rows/s in millions, median of 7 loops)"
     )
-    head = f"{'':14}{'to_arrow':>10}{'reference':>11}{'floor':>8}{'crc+inflate':>13}"
+    head = f"{'':14}{'to_arrow':>10}{'(range)':>12}{'reference':>11}{'floor':>8}{'crc+inflate':>13}"
     print(head + f"{'x reference':>13}{'x floor':>9}{'chunk MiB':>11}")
     for name, r in results.items():
         print(
-            f"{name:14}{r['to_arrow rows/s'] / 1e6:10.2f}{r['reference rows/s'] / 1e6:11.2f}"
+            f"{name:14}{r['to_arrow rows/s'] / 1e6:10.2f}"
+            f"{r['to_arrow rows/s min'] / 1e6:7.2f}-{r['to_arrow rows/s max'] / 1e6:4.2f}"
+            f"{r['reference rows/s'] / 1e6:11.2f}"
             f"{r['floor rows/s'] / 1e6:8.2f}{r['crc+inflate rows/s'] / 1e6:13.2f}"
             f"{r['x reference']:13.1f}{r['x floor']:9.1f}{r['MiB']:11.1f}"
         )

@@ -1,6 +1,7 @@
-"""What the cluster benchmarks (``bench_controller.py``, ``bench_replication.py``) share: a
-local cluster of ``python -m kraft.cli server --config FILE`` processes planned by
-``kraft.node.dev_cluster``, latency statistics, the command line every benchmark takes
+"""What the cluster benchmarks (``bench_controller.py``, ``bench_replication.py``,
+``bench_groups.py``, ``bench_spark.py``) share: a local cluster of ``python -m kraft.cli
+server --config FILE`` processes planned by ``kraft.node.dev_cluster``, latency statistics
+(percentiles from ``bench_stats``), the command line every benchmark takes
 (``--quick``, ``--json``, ``--data-dir``, ``--log-level``), step failures with the nodes'
 stderr tails, and the run itself (a new data directory, the report, its table and its JSON).
 
@@ -12,9 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
-import platform
 import select
 import shutil
 import signal
@@ -33,6 +32,8 @@ from typing import Any, BinaryIO
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from bench_machine import machine_info
+from bench_stats import Target, fmt, percentile
 from integration.node_process import free_ports  # the tests' ports: no race with port-0 binds
 
 from kraft.node.dev_cluster import (
@@ -50,7 +51,7 @@ STOP_GRACE_S = 10.0
 TAIL_LINES = 25
 
 Report = dict[str, Any]
-Target = tuple[str, str, str]  # (target, measured, PASS/MISS/n/a/skipped)
+__all__ = ["Target", "fmt", "machine_info", "percentile"]  # the benchmarks import them from here
 
 
 def log(message: str) -> None:
@@ -97,11 +98,6 @@ def wait_formed(cluster: Cluster) -> None:
 
 
 # --- statistics ---------------------------------------------------------------------------------
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest rank."""
-    return sorted_values[max(0, math.ceil(q * len(sorted_values)) - 1)]
 
 
 def latency_summary(samples_s: list[float]) -> dict[str, float]:
@@ -328,6 +324,26 @@ def step_failed(report: Report, cluster: Cluster, key: str, exc: BaseException) 
     return not any(n.died() for n in cluster.nodes)
 
 
+def run_step(
+    report: Report,
+    cluster: Cluster,
+    key: str,
+    step: Callable[[], Any],
+    failures: tuple[type[BaseException], ...] = (StepError,),
+) -> bool:
+    """Run one step into ``report['results'][key]``; a failure in ``failures`` is reported
+    with stderr tails.  False when a node died on its own (the rest would measure a broken
+    cluster)."""
+    log(f"step {key} ...")
+    start = time.monotonic()
+    try:
+        report["results"][key] = step()
+    except failures as exc:
+        return step_failed(report, cluster, key, exc)
+    log(f"step {key} done in {time.monotonic() - start:.1f} s")
+    return True
+
+
 def bench_on(
     cluster: Cluster,
     report: Report,
@@ -357,26 +373,6 @@ def bench_on(
 
 
 # --- the report ---------------------------------------------------------------------------------
-
-
-def machine_info() -> dict[str, Any]:
-    model = ""
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-    with open("/proc/loadavg") as f:
-        load = f.read().split()[:3]
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "loadavg_at_start": load,
-    }
-
-
-def fmt(value: float) -> str:
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
 
 
 def latency_text(r: dict[str, Any], digits: int = 2) -> str:

@@ -8,6 +8,9 @@
 2. Batch validation (header parse + CRC32C) against the raw ``crc32c`` call on the same bytes
    (target ratio >= 0.8).
 3. Compression and decompression throughput per codec, at our default levels.
+
+Each figure is the median of several timed loops (7; 3 for compression), with the range
+(min-max) beside it: never the fastest loop alone.
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ import argparse
 import json
 import random
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_stats import Spread, seconds_per_call
 from crc32c import crc32c
 
 from kafka_protocol.compression import Compression, compress, decompress
@@ -29,23 +33,19 @@ from kafka_protocol.messages import FetchResponse, ProduceRequest
 from kafka_protocol.record_batch import RecordBatch, SimpleRecord, build_batch
 
 
-def best_of(fn: Callable[[], object], *, repeat: int = 7, min_time_s: float = 0.05) -> float:
-    """Seconds per call: the best of ``repeat`` timed loops of at least ``min_time_s``."""
-    n = 1
-    while True:
-        start = time.perf_counter()
-        for _ in range(n):
-            fn()
-        if time.perf_counter() - start >= min_time_s:
-            break
-        n *= 2
-    results = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(n):
-            fn()
-        results.append((time.perf_counter() - start) / n)
-    return min(results)
+def timed(fn: Callable[[], object], *, repeat: int = 7) -> Spread:
+    """Seconds per call in each of ``repeat`` timed loops of at least 50 ms."""
+    return seconds_per_call(fn, repeat=repeat, min_time_s=0.05)
+
+
+def us_range(t: Spread) -> str:
+    """The range of a timing in microseconds per call: ``min-max``."""
+    return f"{t.low * 1e6:.2f}-{t.high * 1e6:.2f}"
+
+
+def mb_s_range(nbytes: int, t: Spread) -> str:
+    """The range of a throughput: the slowest loop's MB/s to the fastest's."""
+    return f"{nbytes / t.high / 1e6:.0f}-{nbytes / t.low / 1e6:.0f}"
 
 
 def payload(n: int, size: int = 1024) -> list[SimpleRecord]:
@@ -93,15 +93,17 @@ def bench_codecs() -> list[dict[str, object]]:
         ):
             encoded = msg.encode(version)
             cls = type(msg)
-            t_dec = best_of(lambda cls=cls, e=encoded, v=version: cls.decode(e, v))
-            t_enc = best_of(lambda m=msg, v=version: m.encode_chunks(v))
+            t_dec = timed(lambda cls=cls, e=encoded, v=version: cls.decode(e, v))
+            t_enc = timed(lambda m=msg, v=version: m.encode_chunks(v))
             rows.append(
                 {
                     "message": name,
                     "records": n,
                     "bytes": len(encoded),
-                    "decode_us": round(t_dec * 1e6, 2),
-                    "encode_chunks_us": round(t_enc * 1e6, 2),
+                    "decode_us": round(t_dec.median * 1e6, 2),
+                    "decode_range_us": us_range(t_dec),
+                    "encode_chunks_us": round(t_enc.median * 1e6, 2),
+                    "encode_range_us": us_range(t_enc),
                 }
             )
     return rows
@@ -114,14 +116,15 @@ def bench_validation() -> list[dict[str, object]]:
     for n, size in ((1000, 1024), (250, 1024), (64, 1024), (16, 1024)):
         batch = build_batch(payload(n, size))
         view = memoryview(batch)
-        t_crc = best_of(lambda v=view: crc32c(v[21:]))
-        t_val = best_of(lambda v=view: RecordBatch(v).validate())
+        t_crc = timed(lambda v=view: crc32c(v[21:]))
+        t_val = timed(lambda v=view: RecordBatch(v).validate())
         rows.append(
             {
                 "batch_bytes": len(batch),
-                "crc32c_MBps": round(len(batch) / t_crc / 1e6),
-                "validate_MBps": round(len(batch) / t_val / 1e6),
-                "ratio": round(t_crc / t_val, 3),
+                "crc32c_MBps": round(len(batch) / t_crc.median / 1e6),
+                "validate_MBps": round(len(batch) / t_val.median / 1e6),
+                "validate_range_MBps": mb_s_range(len(batch), t_val),
+                "ratio": round(t_crc.median / t_val.median, 3),
             }
         )
     return rows
@@ -134,14 +137,16 @@ def bench_compression() -> list[dict[str, object]]:
         if codec is Compression.NONE:
             continue
         packed = compress(codec, raw)
-        t_c = best_of(lambda c=codec: compress(c, raw), repeat=3)
-        t_d = best_of(lambda c=codec, p=packed: decompress(c, p), repeat=3)
+        t_c = timed(lambda c=codec: compress(c, raw), repeat=3)
+        t_d = timed(lambda c=codec, p=packed: decompress(c, p), repeat=3)
         rows.append(
             {
                 "codec": codec.name.lower(),
                 "ratio": round(len(raw) / len(packed), 2),
-                "compress_MBps": round(len(raw) / t_c / 1e6),
-                "decompress_MBps": round(len(raw) / t_d / 1e6),
+                "compress_MBps": round(len(raw) / t_c.median / 1e6),
+                "compress_range_MBps": mb_s_range(len(raw), t_c),
+                "decompress_MBps": round(len(raw) / t_d.median / 1e6),
+                "decompress_range_MBps": mb_s_range(len(raw), t_d),
             }
         )
     return rows

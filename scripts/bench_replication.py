@@ -18,7 +18,7 @@ Steps (progress on stderr, a results table on stdout, everything in ``--json PAT
 1. Throughput: N records of ``--size`` bytes, as fast as the producer can, to a topic of
    ``--partitions`` partitions RF 1 all on one broker with acks=1, and to one of RF 3
    (``min.insync.replicas=2``, leaders spread over the three brokers) with acks=all; the two
-   alternate ``--repeat`` times and the best of each counts.  Figure: MB/s of RF 3 / RF 1.
+   alternate ``--repeat`` times.  Figure: the median MB/s of RF 3 / the median of RF 1.
 2. Latency: records paced at ``--rate-mb-s`` (10 MB/s) for ``--latency-s`` seconds, acks=all
    RF 3, then acks=1 RF 1 for reference; the latency of each record from ``produce()`` to its
    delivery report (librdkafka's ``Message.latency()``), after a 1 s warm-up: p50/p99/max.
@@ -29,7 +29,9 @@ Steps (progress on stderr, a results table on stdout, everything in ``--json PAT
    and the time until Metadata shows a new leader.  The victim is restarted and the ISRs are
    full again before the next run.
 
-Each figure with an acceptance target is printed with PASS/MISS.  A step whose records fail
+Figures over several runs are their median with the range (min-max); each figure with an
+acceptance target is printed with PASS/MISS, decided from that median (the failover target,
+a worst case, from the slowest run), never from the best run.  A step whose records fail
 (e.g. NOT_ENOUGH_REPLICAS while followers do not fetch) is reported as an error with the
 first delivery errors; every wait has a deadline, and every node is stopped on exit or Ctrl-C.
 ``--quick`` (about 30 s): 50,000 records, one repeat, 5 s of latency, one failover; the full
@@ -42,7 +44,6 @@ import argparse
 import collections
 import functools
 import os
-import statistics
 import sys
 import threading
 import time
@@ -59,12 +60,11 @@ from bench_cluster import (
     Report,
     StepError,
     Target,
-    fmt,
     latency_summary,
     latency_text,
     log,
-    step_failed,
 )
+from bench_stats import Spread, ratio_of_medians, spread, target_row
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -87,6 +87,9 @@ DEFAULTS = {"size": 1024, "partitions": 3, "rate_mb_s": 10.0}
 TARGET_RATIO = 0.4
 TARGET_P99_MS = 25.0
 FAILOVER_SLACK_S = 1.0
+
+
+STEP_FAILURES = (StepError, KafkaException, OSError, AssertionError)  # a step's, reported
 
 
 # --- the cluster --------------------------------------------------------------------------------
@@ -386,19 +389,6 @@ def wait_new_leader(
 # --- the run ------------------------------------------------------------------------------------
 
 
-def run_step(report: dict[str, Any], cluster: Cluster, key: str, step: Callable[[], Any]) -> bool:
-    """Run one step into ``report['results'][key]``; on failure say which, with stderr tails.
-    False when a node died on its own (the rest would measure a broken cluster)."""
-    log(f"step {key} ...")
-    start = time.monotonic()
-    try:
-        report["results"][key] = step()
-    except (StepError, KafkaException, OSError, AssertionError) as exc:
-        return step_failed(report, cluster, key, exc)
-    log(f"step {key} done in {time.monotonic() - start:.1f} s")
-    return True
-
-
 def step_throughput(cluster: Cluster, cfg: dict[str, Any]) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {"rf1": [], "rf3": []}
     settings = [("rf1", RF1_TOPIC, "1"), ("rf3", RF3_TOPIC, "all")]
@@ -407,8 +397,13 @@ def step_throughput(cluster: Cluster, cfg: dict[str, Any]) -> dict[str, Any]:
             r = throughput(cluster.bootstrap, topic, acks, cfg["count"], cfg["size"])
             log(f"  {name} acks={acks}: {r['mb_s']:.1f} MB/s ({r['msg_s']:,.0f} msg/s)")
             runs[name].append(r)
-    best = {name: max(rs, key=lambda r: r["mb_s"]) for name, rs in runs.items()}
-    return {**best, "runs": runs, "ratio": best["rf3"]["mb_s"] / best["rf1"]["mb_s"]}
+    out: dict[str, Any] = {"runs": runs}
+    for name, rs in runs.items():
+        out[name] = {key: spread(r[key] for r in rs).as_dict() for key in ("mb_s", "msg_s")}
+    out["ratio"] = ratio_of_medians(
+        (r["mb_s"] for r in runs["rf3"]), (r["mb_s"] for r in runs["rf1"])
+    )
+    return out
 
 
 def step_latency(cluster: Cluster, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -427,9 +422,8 @@ def step_failover(cluster: Cluster, admin: AdminClient, cfg: dict[str, Any]) -> 
     runs = [failover_run(cluster, admin, run, session_s) for run in range(cfg["failovers"])]
     out: dict[str, Any] = {"runs": runs, "session_timeout_s": session_s}
     for name in runs[0]["producing_again_s"]:
-        back = [r["producing_again_s"][name] for r in runs]
-        out[name] = {"median_s": statistics.median(back), "max_s": max(back), "runs_s": back}
-    out["new_leader_median_s"] = statistics.median(r["new_leader_s"] for r in runs)
+        out[name] = spread(r["producing_again_s"][name] for r in runs).as_dict()
+    out["new_leader_s"] = spread(r["new_leader_s"] for r in runs).as_dict()
     return out
 
 
@@ -446,7 +440,7 @@ def run_all(cluster: Cluster, cfg: dict[str, Any], report: dict[str, Any]) -> No
         ("failover", lambda: step_failover(cluster, admin, cfg)),
     ]
     for key, step in steps:
-        if not run_step(report, cluster, key, step):
+        if not bench_cluster.run_step(report, cluster, key, step, STEP_FAILURES):
             log("a node died: stopping")
             return
 
@@ -475,27 +469,28 @@ def targets(report: Report) -> list[Target]:
     """(target, measured, PASS/MISS/n/a)."""
     results = report["results"]
     session_s = report["config"]["session_timeout_ms"] / 1000
-    rows: list[tuple[str, float | None, Callable[[float], bool]]] = [
-        (
-            f"throughput acks=all RF 3 / acks=1 RF 1 >= {TARGET_RATIO:g}",
+    failover = results.get("failover", {}).get("refresh_500ms")
+    return [
+        target_row(
+            f"throughput acks=all RF 3 / acks=1 RF 1 (ratio of medians) >= {TARGET_RATIO:g}",
             results.get("throughput", {}).get("ratio"),
-            lambda v: v >= TARGET_RATIO,
+            TARGET_RATIO,
+            higher_is_better=True,
         ),
-        (
+        target_row(
             f"p99 ms acks=all RF 3 at {report['config']['rate_mb_s']:g} MB/s <= {TARGET_P99_MS:g}",
             results.get("latency", {}).get("rf3", {}).get("p99_ms"),
-            lambda v: v <= TARGET_P99_MS,
+            TARGET_P99_MS,
+            higher_is_better=False,
         ),
-        (
+        target_row(  # a worst case: judged on the slowest run, stricter than the median
             f"failover: producing again (refresh 500 ms), max s"
             f" <= {session_s + FAILOVER_SLACK_S:g}",
-            results.get("failover", {}).get("refresh_500ms", {}).get("max_s"),
-            lambda v: v <= session_s + FAILOVER_SLACK_S,
+            None if failover is None else Spread(tuple(failover["runs"])),
+            session_s + FAILOVER_SLACK_S,
+            higher_is_better=False,
+            statistic="max",
         ),
-    ]
-    return [
-        (name, "-", "n/a") if value is None else (name, fmt(value), "PASS" if ok(value) else "MISS")
-        for name, value, ok in rows
     ]
 
 
@@ -507,15 +502,15 @@ def result_rows(results: dict[str, Any], cfg: dict[str, Any]) -> list[tuple[str,
             ("rf1", "acks=1 RF 1 (1 broker)"),
             ("rf3", "acks=all RF 3 (3 brokers)"),
         ):
-            x = r[name]
+            mb_s, msg_s = Spread(tuple(r[name]["mb_s"]["runs"])), r[name]["msg_s"]["median"]
             rows.append(
                 (
-                    f"throughput {label}",
-                    f"{x['mb_s']:.1f} MB/s  {x['msg_s']:,.0f} msg/s  ({x['n']:,} x {size:,} B in"
-                    f" {x['wall_s']:.2f} s; best of {len(r['runs'][name])})",
+                    f"throughput {label}, median",
+                    f"{mb_s.text('.1f', 'MB/s')}  {msg_s:,.0f} msg/s"
+                    f"  ({cfg['count']:,} x {size:,} B a run)",
                 )
             )
-        rows.append(("  ratio RF 3 / RF 1", f"{r['ratio']:.2f}"))
+        rows.append(("  ratio RF 3 / RF 1 of the medians", f"{r['ratio']:.2f}"))
     if r := results.get("latency"):
         for name, label in (("rf3", "acks=all RF 3"), ("rf1", "acks=1 RF 1")):
             x = r[name]
@@ -529,17 +524,17 @@ def result_rows(results: dict[str, Any], cfg: dict[str, Any]) -> list[tuple[str,
         rows.append(
             (
                 f"failover: kill -9 of the leader ({len(r['runs'])} runs)",
-                f"new leader in Metadata: median {r['new_leader_median_s']:.3f} s"
+                f"new leader in Metadata: median {r['new_leader_s']['median']:.3f} s"
                 f"  (broker.session.timeout.ms {r['session_timeout_s'] * 1000:.0f})",
             )
         )
         for name, label in (("refresh_500ms", "metadata refresh 500 ms"), ("defaults", "defaults")):
-            x = r[name]
-            times = "  ".join(f"{t:.2f}" for t in x["runs_s"])
+            x = Spread(tuple(r[name]["runs"]))
+            times = "  ".join(f"{t:.2f}" for t in x.runs)
             rows.append(
                 (
                     f"  producing again, librdkafka {label}",
-                    f"median {x['median_s']:.3f}  max {x['max_s']:.3f} s  ({times})",
+                    f"median {x.median:.3f}  max {x.high:.3f} s  ({times})",
                 )
             )
     return rows
@@ -547,7 +542,7 @@ def result_rows(results: dict[str, Any], cfg: dict[str, Any]) -> list[tuple[str,
 
 def render(report: Report) -> str:
     rows = result_rows(report["results"], report["config"])
-    return bench_cluster.render(report, rows, target_width=62)
+    return bench_cluster.render(report, rows, target_width=72)
 
 
 def parse_args() -> argparse.Namespace:

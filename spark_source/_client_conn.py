@@ -1,39 +1,41 @@
-"""One blocking connection to one broker, and the retry clock of an operation.
+"""One blocking connection to one broker, and the retry clock of an operation: the blocking
+shell over the sans-I/O client core (:mod:`kafka_protocol.client`).
 
 Theory of operation
 -------------------
 A :class:`BrokerConnection` is created without a socket; the first request opens it (TCP,
 ``TCP_NODELAY``, within ``socket.connection.setup.timeout.ms``) and negotiates versions with
-ApiVersions v3 (if the broker answers UNSUPPORTED_VERSION, as a v0 body per KIP-511, once more
-at the highest version it offers).  :meth:`BrokerConnection.version_for` is then the highest
-version of an api that both sides support, or :class:`UnsupportedBroker`.
+the core's KIP-35/KIP-511 steps (ApiVersions v3, once more lower if the broker answers
+UNSUPPORTED_VERSION).  :meth:`BrokerConnection.version_for` is then the highest version of an
+api that both sides support, or :class:`UnsupportedBroker`.
 
-Requests may be pipelined: :meth:`~BrokerConnection.send` writes a frame and returns an
-:class:`InFlight` ticket; :meth:`~BrokerConnection.receive` reads frames in order (a broker
-answers in request order) until the ticket's, dropping the answers of tickets abandoned before
-it.  A response frame is read with ``recv_into`` straight into one buffer of its exact size
-(after its size prefix is checked against the client's frame limit), so a 50 MB fetch costs
-one allocation and no copies; the records of a decoded Fetch response are views into it.
-Frames of ``LARGE_FRAME_BYTES`` or more come from Arrow's memory pool, which keeps its pages
-between allocations: a fresh ``bytearray`` of 8 MiB is zeroed and faults in 2,000 pages on
-every fetch, which measured as two thirds of the time to fill it and decode it into Arrow.
+Requests may be pipelined: :meth:`~BrokerConnection.send` has the core encode a request (and
+pick its correlation id), writes the bytes and returns an :class:`InFlight` ticket;
+:meth:`~BrokerConnection.receive` reads frames and has the core match them, in order (a broker
+answers in request order), until the ticket's: the answers ahead of it are abandoned, matched
+and dropped undecoded.  A response frame is read with ``recv_into`` straight into one buffer of
+its exact size (after the core checks its size prefix against the client's frame limit), so a
+50 MB fetch costs one allocation and no copies; the records of a decoded Fetch response are
+views into it.  Frames of ``LARGE_FRAME_BYTES`` or more come from Arrow's memory pool, which
+keeps its pages between allocations: a fresh ``bytearray`` of 8 MiB is zeroed and faults in
+2,000 pages on every fetch, which measured as two thirds of the time to fill it and decode it
+into Arrow.
 
 Every read and write is bounded by the deadline the caller passes (``time.monotonic()``
 seconds).  Any failure (refused, reset, EOF, a deadline passed mid-frame, a frame above the
 limit or that does not decode) closes the connection, so a late answer can never be taken
 for the next request's, and raises :class:`ConnectionFailed` (or :class:`InvalidResponse`);
 the next request opens a new socket.  Nothing here retries: :class:`Attempts` is the clock the
-client's operations retry with (``retry.backoff.ms`` doubling to ``retry.backoff.max.ms``,
-with Kafka's 20 % jitter, until ``default.api.timeout.ms``).
+client's operations retry with (the core's :class:`~kafka_protocol.client.backoff.Backoff`:
+``retry.backoff.ms`` doubling to ``retry.backoff.max.ms``, with Kafka's 20 % jitter, until
+``default.api.timeout.ms``).
 """
 
 from __future__ import annotations
 
 import collections
 import logging
-import random
 import socket
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,18 +43,15 @@ from typing import Final, TypeAlias
 
 import pyarrow as pa
 
-from kafka_protocol._codec import FileRegion, Request, Response
-from kafka_protocol.api_versions import (
-    API_VERSIONS_VERSION,
-    common_version,
-    decode_response_or_v0,
-    peer_versions,
-    retry_version,
-)
+from kafka_protocol._codec import Chunk, FileRegion, Request, Response
+from kafka_protocol.api_versions import API_VERSIONS_VERSION
+from kafka_protocol.client.backoff import Backoff
+from kafka_protocol.client.connection import SIZE_BYTES, ClientConnection, InFlight
+from kafka_protocol.client.metadata import parse_address
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import ProtocolError
-from kafka_protocol.framing import API_VERSIONS_KEY, encode_request
-from kafka_protocol.messages import ApiVersionsRequest, ApiVersionsResponse, RequestHeader
+from kafka_protocol.framing import API_VERSIONS_KEY
+from kafka_protocol.messages import ApiVersionsResponse
 from spark_source._client_config import ClientConfig
 from spark_source._client_types import (
     ConnectionFailed,
@@ -67,9 +66,8 @@ CLIENT_SOFTWARE_NAME: Final = "kraft-spark-client"
 CLIENT_SOFTWARE_VERSION: Final = "0.1.0"
 MAX_IN_FLIGHT: Final = 5  # requests pipelined on one connection
 LARGE_FRAME_BYTES: Final = 256 * 1024
-_SIZE = struct.Struct(">i")
-_MAX_CORRELATION_ID = 0x7FFFFFFF
-_JITTER = 0.2  # Kafka's CommonClientConfigs.RETRY_BACKOFF_JITTER
+
+__all__ = ["Attempts", "BrokerConnection", "InFlight", "InvalidResponse", "parse_address"]
 
 
 # A request, or how to build it at the version chosen (fields a version lacks must keep their
@@ -82,29 +80,12 @@ class InvalidResponse(KafkaClientError):
 
 
 @dataclass(frozen=True, slots=True)
-class InFlight:
-    """A request sent and not yet answered."""
-
-    correlation_id: int
-    api_key: int
-    version: int
-
-
-@dataclass(frozen=True, slots=True)
 class Versions:
     """The versions of one api this client can send: ``[low, high]``."""
 
     api_key: int
     low: int
     high: int
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6]:port``."""
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"{text!r} is not host:port")
-    return host.strip("[]"), int(port)
 
 
 class BrokerConnection:
@@ -115,10 +96,13 @@ class BrokerConnection:
         self.port = port
         self.config = config
         self._sock: socket.socket | None = None
-        self._api_versions: dict[int, tuple[int, int]] = {}
-        self._pending: collections.deque[InFlight] = collections.deque()
-        self._correlation_id = 0
-        self._size_buf = bytearray(_SIZE.size)
+        self._protocol = ClientConnection(
+            config.client_id,
+            software_name=CLIENT_SOFTWARE_NAME,
+            software_version=CLIENT_SOFTWARE_VERSION,
+            max_frame_bytes=config.max_frame_bytes,
+        )
+        self._size_buf = bytearray(SIZE_BYTES)
 
     @property
     def peer(self) -> str:
@@ -130,7 +114,7 @@ class BrokerConnection:
 
     @property
     def in_flight(self) -> int:
-        return len(self._pending)
+        return self._protocol.in_flight
 
     def open(self, deadline: float) -> None:
         """Connect and negotiate versions (nothing if already open)."""
@@ -159,10 +143,10 @@ class BrokerConnection:
 
     def version_for(self, versions: Versions) -> int:
         """The highest version of the api that both sides support."""
-        theirs = self._api_versions.get(versions.api_key)
-        version = common_version(theirs, versions.low, versions.high)
+        version = self._protocol.version_for(versions.api_key, versions.low, versions.high)
         if version is not None:
             return version
+        theirs = self._protocol.peer_range(versions.api_key)
         offered = "none" if theirs is None else f"v{theirs[0]}-v{theirs[1]}"
         raise UnsupportedBroker(
             f"broker {self.peer} supports api {versions.api_key} at {offered}; this client needs"
@@ -183,83 +167,67 @@ class BrokerConnection:
 
     def send(self, request: Request, version: int, deadline: float) -> InFlight:
         """Write one request (the connection must be open)."""
-        assert request.API_KEY is not None and self._sock is not None
-        assert len(self._pending) < MAX_IN_FLIGHT, "too many requests in flight"
-        self._correlation_id = (self._correlation_id + 1) & _MAX_CORRELATION_ID
-        header = RequestHeader(
-            request_api_key=request.API_KEY,
-            request_api_version=version,
-            correlation_id=self._correlation_id,
-            client_id=self.config.client_id,
-        )
-        ticket = InFlight(self._correlation_id, request.API_KEY, version)
+        assert self._sock is not None
+        assert self._protocol.in_flight < MAX_IN_FLIGHT, "too many requests in flight"
         try:
-            chunks = encode_request(header, request)
+            ticket = self._protocol.send_request(request, version)
         except ProtocolError as exc:  # our bug, not the broker's: the connection is intact
             raise KafkaClientError(f"cannot encode {request.NAME} v{version}: {exc}") from exc
-        self._pending.append(ticket)
-        self._send_chunks(chunks, deadline)
+        self._send_chunks(self._protocol.data_to_send(), deadline)
         return ticket
 
     def receive(self, ticket: InFlight, deadline: float) -> Response:
         """The answer to ``ticket``; answers to earlier, abandoned tickets are dropped."""
-        if ticket not in self._pending:
+        if not self._protocol.is_in_flight(ticket):
             raise ConnectionFailed(f"the connection to {self.peer} was closed before its answer")
+        self._protocol.abandon_before(ticket)
         while True:
             frame = self._read_frame(deadline)
-            expected = self._pending.popleft()
-            (correlation_id,) = _SIZE.unpack_from(frame, 0)
-            if correlation_id != expected.correlation_id:
+            try:
+                received = self._protocol.receive_frame(frame)
+            except ProtocolError as exc:  # out of order: the stream cannot be trusted
+                self.close()
+                raise InvalidResponse(f"{self.peer} {exc}") from exc
+            if received is None:
+                continue
+            assert received.correlation_id == ticket.correlation_id
+            if isinstance(received.response, ProtocolError):
                 self.close()
                 raise InvalidResponse(
-                    f"{self.peer} answered correlation id {correlation_id}, expected"
-                    f" {expected.correlation_id}"
-                )
-            if expected == ticket:
-                return self._decode(ticket, frame)
+                    f"{self.peer} sent an undecodable answer: {received.response}"
+                ) from received.response
+            return received.response
 
     def abandon(self, ticket: InFlight) -> None:
         """Its answer is no longer wanted.  Closing is cheaper than reading a large answer,
         but only if no other request is in flight on this connection; else the answer is
         dropped when a later one is received."""
-        if list(self._pending) == [ticket]:
+        if self._protocol.in_flight == 1 and self._protocol.is_in_flight(ticket):
             self.close()
+        else:
+            self._protocol.abandon(ticket.correlation_id)
 
     def close(self) -> None:
         """Close the socket; requests in flight are lost (their tickets fail)."""
         sock, self._sock = self._sock, None
-        self._pending.clear()
-        self._api_versions = {}
+        self._protocol.reset()
         if sock is not None:
             sock.close()
 
     # --- internals ------------------------------------------------------------------------------
 
     def _negotiate(self, deadline: float) -> None:
-        request = ApiVersionsRequest(
-            client_software_name=CLIENT_SOFTWARE_NAME,
-            client_software_version=CLIENT_SOFTWARE_VERSION,
-        )
-        response = self.receive(self.send(request, API_VERSIONS_VERSION, deadline), deadline)
-        assert isinstance(response, ApiVersionsResponse)
-        if (retry := retry_version(response, API_VERSIONS_VERSION)) is not None:
-            response = self.receive(self.send(request, retry, deadline), deadline)
+        request = self._protocol.api_versions_request()
+        version: int | None = API_VERSIONS_VERSION
+        while version is not None:
+            response = self.receive(self.send(request, version, deadline), deadline)
             assert isinstance(response, ApiVersionsResponse)
-        try:
-            self._api_versions = peer_versions(response)
-        except ProtocolError as exc:
-            raise UnsupportedBroker(f"{self.peer} {exc}", API_VERSIONS_KEY) from None
+            try:
+                version = self._protocol.on_api_versions(response, version)
+            except ProtocolError as exc:
+                raise UnsupportedBroker(f"{self.peer} {exc}", API_VERSIONS_KEY) from None
 
-    def _decode(self, ticket: InFlight, frame: bytearray | memoryview) -> Response:
-        try:
-            return decode_response_or_v0(ticket.api_key, ticket.version, frame)
-        except ProtocolError as exc:
-            self.close()
-            raise InvalidResponse(f"{self.peer} sent an undecodable answer: {exc}") from exc
-
-    def _send_chunks(
-        self, chunks: list[bytes | bytearray | memoryview | FileRegion], deadline: float
-    ) -> None:
+    def _send_chunks(self, chunks: list[Chunk], deadline: float) -> None:
         views = collections.deque(
             memoryview(c).cast("B") for c in chunks if not isinstance(c, FileRegion) and len(c)
         )
@@ -284,14 +252,15 @@ class BrokerConnection:
     def _read_frame(self, deadline: float) -> bytearray | memoryview:
         size_view = memoryview(self._size_buf)
         self._recv_into(size_view, deadline)
-        (size,) = _SIZE.unpack(self._size_buf)
-        limit = self.config.max_frame_bytes
-        if not _SIZE.size <= size <= limit:
+        try:
+            size = self._protocol.frame_size(self._size_buf)
+        except ProtocolError:
             self.close()
+            announced = int.from_bytes(self._size_buf, "big", signed=True)
             raise InvalidResponse(
-                f"{self.peer} sent a frame of {size} bytes (the limit is {limit}; raise"
-                " fetch.max.bytes to allow larger ones)"
-            )
+                f"{self.peer} sent a frame of {announced} bytes (the limit is"
+                f" {self.config.max_frame_bytes}; raise fetch.max.bytes to allow larger ones)"
+            ) from None
         frame = frame_buffer(size)
         self._recv_into(memoryview(frame), deadline)
         return frame
@@ -337,7 +306,7 @@ class Attempts:
         self.what = what
         self.timeout_ms = config.default_api_timeout_ms if timeout_ms is None else timeout_ms
         self.deadline = time.monotonic() + self.timeout_ms / 1000
-        self._delay_s = config.retry_backoff_ms / 1000
+        self._backoff = Backoff(config.retry_backoff_ms / 1000, config.retry_backoff_max_ms / 1000)
         self._last: str = "no attempt finished"
         self._last_error: ErrorCode | None = None
         self._last_connection: ConnectionFailed | None = None
@@ -359,7 +328,7 @@ class Attempts:
     def progressed(self) -> None:
         """Something succeeded: restart the deadline and the backoff."""
         self.deadline = time.monotonic() + self.timeout_ms / 1000
-        self._delay_s = self.config.retry_backoff_ms / 1000
+        self._backoff.reset()
 
     def expired(self) -> bool:
         return time.monotonic() >= self.deadline
@@ -374,8 +343,7 @@ class Attempts:
 
     def pause(self) -> None:
         """Sleep the next backoff (never past the deadline)."""
-        delay = self._delay_s * random.uniform(1 - _JITTER, 1 + _JITTER)
-        self._delay_s = min(self._delay_s * 2, self.config.retry_backoff_max_ms / 1000)
+        delay = self._backoff.next_delay()
         time.sleep(max(0.0, min(delay, _remaining(self.deadline))))
 
     def timed_out(self) -> KafkaClientError:

@@ -1,14 +1,16 @@
-"""Reading one partition's offset range with Fetch: the cursor behind ``KafkaClient.read``.
+"""Reading one partition's offset range with Fetch: the blocking shell behind
+``KafkaClient.read`` over the core's :class:`~kafka_protocol.client.cursor.FetchCursor`.
 
 Theory of operation
 -------------------
-The cursor holds a position (the next offset wanted) and at most one fetch in flight, sent to
-the partition's leader at the leader epoch the metadata cache knows.  An answer with records
-is cut to the whole batches that overlap ``[position, end)`` (:func:`cover`: batch headers
-only, never a record), the position moves past the last of them, the next fetch is sent, and
-only then is the chunk handed to the caller: the broker works on the next answer while the
-caller decodes this one.  The cursor's deadline (``default.api.timeout.ms``) restarts whenever
-it makes progress, and while the caller holds a chunk.
+The core's cursor holds the position (the next offset wanted) and decides what each answer
+does to it; this shell keeps at most one fetch in flight, sent to the partition's leader at
+the leader epoch the metadata cache knows.  An answer with records is cut to the whole batches
+that overlap ``[position, end)`` (batch headers only, never a record), the position moves past
+the last of them, the next fetch is sent, and only then is the chunk handed to the caller: the
+broker works on the next answer while the caller decodes this one.  The cursor's deadline
+(``default.api.timeout.ms``) restarts whenever it makes progress, and while the caller holds a
+chunk.
 
 Everything else is a failure to retry or a final outcome::
 
@@ -28,16 +30,17 @@ Everything else is a failure to retry or a final outcome::
 from __future__ import annotations
 
 import logging
-import struct
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Iterator, Mapping
+from typing import Final
 
+from kafka_protocol.client import cursor as core
+from kafka_protocol.client.error_policy import Action, action_for
+from kafka_protocol.client.requests import fetch_request
 from kafka_protocol.errors import ErrorCode
+from kafka_protocol.exceptions import CorruptRecordError
 from kafka_protocol.messages import FetchRequest, FetchResponse
-from kafka_protocol.record_batch import LOG_OVERHEAD, MAGIC
-from kafka_protocol.types import BrokerId, TopicName
+from spark_source._client_cluster import Cluster
 from spark_source._client_config import FRAME_OVERHEAD_BYTES
 from spark_source._client_conn import (
     Attempts,
@@ -49,7 +52,6 @@ from spark_source._client_conn import (
 from spark_source._client_types import (
     EARLIEST,
     LATEST,
-    STALE_LEADER_ERRORS,
     BrokerError,
     ConnectionFailed,
     DataLossError,
@@ -57,89 +59,56 @@ from spark_source._client_types import (
     TopicPartition,
 )
 
-if TYPE_CHECKING:
-    from spark_source.client import KafkaClient
-
 log = logging.getLogger(__name__)
 
 FETCH: Final = Versions(1, 4, 12)  # v4: RecordBatch v2; v12: the last that names topics
-SESSIONLESS: Final = (0, -1)  # session id, FINAL_EPOCH: a full fetch outside any session
-READ_UNCOMMITTED: Final = 0
-CONSUMER_REPLICA_ID: Final = BrokerId(-1)
 MIN_LONG_POLL_MS: Final = 100  # below this wait the cursor backs off between empty fetches
-_OFFSET_AND_LENGTH = struct.Struct(">qi")
-_LAST_OFFSET_DELTA = struct.Struct(">i")
-_LAST_OFFSET_DELTA_AT: Final = 23
-_MAGIC_AT: Final = 16
-_MIN_BATCH_BYTES: Final = 61  # a RecordBatch v2 header
+
+ListOffsets = Callable[[Mapping[TopicPartition, int]], dict[TopicPartition, int]]
 
 
-@dataclass(frozen=True, slots=True)
-class Cover:
-    """What one fetch's records give: ``chunk`` (whole batches overlapping the range, or
-    None), the position after it, and the size of a truncated first batch (0 if none)."""
-
-    chunk: memoryview | None
-    next_position: int
-    truncated_bytes: int = 0
-
-
-def cover(records: memoryview, position: int, end: int) -> Cover:
-    """The whole batches of ``records`` that overlap ``[position, end)``.
-
-    Batches wholly below ``position`` are skipped; the first batch starting at or after
-    ``end`` stops the walk (if it is the first batch, the range has no records left, as after
-    compaction: the position becomes ``end``).  A truncated tail is left out.
-    """
-    first = last = -1
-    next_position = position
-    pos, size = 0, len(records)
-    while size - pos >= LOG_OVERHEAD:
-        base_offset, length = _OFFSET_AND_LENGTH.unpack_from(records, pos)
-        batch_end = pos + LOG_OVERHEAD + length
-        if length < _MIN_BATCH_BYTES - LOG_OVERHEAD:
-            raise InvalidResponse(f"batch at offset {base_offset} claims {length} bytes")
-        if batch_end > size:
-            if first < 0:
-                return Cover(None, position, batch_end - pos)
-            break
-        if records[pos + _MAGIC_AT] != MAGIC:
-            raise InvalidResponse(f"batch at offset {base_offset} has magic {records[pos + 16]}")
-        if base_offset >= end:
-            if first < 0:
-                next_position = end
-            break
-        (delta,) = _LAST_OFFSET_DELTA.unpack_from(records, pos + _LAST_OFFSET_DELTA_AT)
-        if base_offset + delta >= position:
-            if first < 0:
-                first = pos
-            last = batch_end
-            next_position = base_offset + delta + 1
-        pos = batch_end
-    if first < 0:
-        return Cover(None, next_position)
-    return Cover(records[first:last], next_position)
+def cover(records: memoryview, position: int, end: int) -> core.Cover:
+    """The core's :func:`~kafka_protocol.client.cursor.cover`, a bad batch header raised as
+    this client's :class:`InvalidResponse`."""
+    try:
+        return core.cover(records, position, end)
+    except CorruptRecordError as exc:
+        raise InvalidResponse(str(exc)) from exc
 
 
 class FetchCursor:
     """Fetches ``[start, end)`` of one partition (see the module docstring)."""
 
-    def __init__(self, client: KafkaClient, tp: TopicPartition, start: int, end: int) -> None:
-        self.client = client
-        self.config = client.config
+    def __init__(
+        self,
+        cluster: Cluster,
+        list_offsets: ListOffsets,
+        tp: TopicPartition,
+        start: int,
+        end: int,
+    ) -> None:
+        self.cluster = cluster
+        self.config = cluster.config
+        self.list_offsets = list_offsets
         self.tp = tp
-        self.position = start
-        self.end = end
-        self.partition_max_bytes = self.config.max_partition_fetch_bytes
+        self.cursor = core.FetchCursor(
+            start,
+            end,
+            self.config.max_partition_fetch_bytes,
+            self.config.max_frame_bytes - FRAME_OVERHEAD_BYTES,
+        )
         self.attempts = Attempts(self.config, f"reading {tp} from offset {start}")
         self._in_flight: tuple[BrokerConnection, InFlight] | None = None
         self._conn: BrokerConnection | None = None  # the leader last fetched from
         self._epoch = -1  # and its leader epoch
-        self._out_of_range = 0
+
+    @property
+    def position(self) -> int:
+        return self.cursor.position
 
     def chunks(self) -> Iterator[memoryview]:
         try:
-            while self.position < self.end:
+            while not self.cursor.done:
                 chunk = self._next_chunk()
                 if chunk is not None:
                     yield chunk
@@ -164,7 +133,7 @@ class FetchCursor:
             response = conn.receive(ticket, self._request_deadline())
         except ConnectionFailed as exc:
             log.debug("%s: retrying the fetch from %d after %s", self.tp, self.position, exc)
-            self.client.invalidate(self.tp)
+            self.cluster.invalidate(self.tp)
             self.attempts.retry(exc)
             return None
         assert isinstance(response, FetchResponse)
@@ -184,14 +153,14 @@ class FetchCursor:
     def _send(self) -> bool:
         """Send a fetch from the position; False (after backing off) if it could not be."""
         try:
-            found = self.client.leader(self.tp, self.attempts)
+            found = self.cluster.leader(self.tp, self.attempts)
         except TopicNotFound as exc:
             raise DataLossError(self.tp, requested=self.position, reason=str(exc)) from exc
         if found is None:
             self.attempts.retry()
             return False
         address, self._epoch = found
-        self._conn = self.client.connection(address)
+        self._conn = self.cluster.connection(address)
         if self._submit():
             return True
         self.attempts.retry()
@@ -204,31 +173,19 @@ class FetchCursor:
         try:
             ticket = self._conn.submit(self._request(self._epoch), FETCH, self._request_deadline())
         except ConnectionFailed as exc:
-            self.client.invalidate(self.tp)
+            self.cluster.invalidate(self.tp)
             self.attempts.note(exc)
             return False
         self._in_flight = self._conn, ticket
         return True
 
     def _request(self, epoch: int) -> FetchRequest:
-        session_id, session_epoch = SESSIONLESS
-        partition = FetchRequest.FetchPartition(
-            partition=self.tp.partition,
-            current_leader_epoch=epoch,
-            fetch_offset=self.position,
-            partition_max_bytes=self.partition_max_bytes,
-        )
-        return FetchRequest(
-            replica_id=CONSUMER_REPLICA_ID,
+        return fetch_request(
+            {self.tp: (self.position, epoch)},
             max_wait_ms=self.config.fetch_max_wait_ms,
             min_bytes=self.config.fetch_min_bytes,
-            max_bytes=max(self.config.fetch_max_bytes, self.partition_max_bytes),
-            isolation_level=READ_UNCOMMITTED,
-            session_id=session_id,
-            session_epoch=session_epoch,
-            topics=[
-                FetchRequest.FetchTopic(topic=TopicName(self.tp.topic), partitions=[partition])
-            ],
+            max_bytes=max(self.config.fetch_max_bytes, self.cursor.partition_max_bytes),
+            partition_max_bytes=self.cursor.partition_max_bytes,
         )
 
     def _partition_data(self, response: FetchResponse) -> FetchResponse.PartitionData:
@@ -245,32 +202,20 @@ class FetchCursor:
     def _advance(self, data: FetchResponse.PartitionData) -> memoryview | None:
         records = data.records
         view = memoryview(records) if isinstance(records, bytes | bytearray | memoryview) else None
-        if view is None or not len(view):
+        try:
+            step, chunk = self.cursor.on_records(view)
+        except CorruptRecordError as exc:
+            raise InvalidResponse(str(exc)) from exc
+        except core.BatchTooLarge as exc:
+            raise InvalidResponse(f"{self.tp}: {exc}") from exc
+        if step is core.Step.NO_RECORDS:
             self._no_records(data)
+        if step is not core.Step.RECORDS:
             return None
-        found = cover(view, self.position, self.end)
-        if found.chunk is None and found.truncated_bytes:
-            self._grow(found.truncated_bytes)
-            return None
-        if found.next_position == self.position:  # nothing in range: treat as no records
-            self._no_records(data)
-            return None
-        self.position = found.next_position
-        self._out_of_range = 0
         self.attempts.progressed()
-        if self.position < self.end:
+        if not self.cursor.done:
             self._submit()  # the next fetch runs while the caller reads this one
-        return found.chunk
-
-    def _grow(self, needed: int) -> None:
-        """A fetch that returned only part of its first batch: ask for more next time."""
-        limit = self.config.max_frame_bytes - FRAME_OVERHEAD_BYTES
-        if needed > limit:
-            raise InvalidResponse(
-                f"{self.tp}: the batch at offset {self.position} is {needed} bytes,"
-                f" above the fetch limit of {limit} bytes (raise fetch.max.bytes)"
-            )
-        self.partition_max_bytes = min(limit, max(needed, 2 * self.partition_max_bytes))
+        return chunk
 
     def _no_records(self, data: FetchResponse.PartitionData) -> None:
         """No records at the position: wait for the high watermark to pass it."""
@@ -282,21 +227,21 @@ class FetchCursor:
                 available_from=data.log_start_offset if data.log_start_offset >= 0 else None,
                 available_until=high_watermark,
                 reason=(
-                    f"the high watermark stayed below the end of the range ({self.end}) for"
-                    f" {self.attempts.timeout_ms} ms: records were lost (an unclean leader"
+                    f"the high watermark stayed below the end of the range ({self.cursor.end})"
+                    f" for {self.attempts.timeout_ms} ms: records were lost (an unclean leader"
                     " election?) or are not committed"
                 ),
             )
-        self.attempts.note(f"the high watermark {high_watermark} is below {self.end}")
+        self.attempts.note(f"the high watermark {high_watermark} is below {self.cursor.end}")
         if self.position < high_watermark or self.config.fetch_max_wait_ms < MIN_LONG_POLL_MS:
             self.attempts.pause()  # no long poll paces the next fetch
 
     def _failed(self, error: ErrorCode, data: FetchResponse.PartitionData) -> None:
         if error is ErrorCode.OFFSET_OUT_OF_RANGE:
             self._out_of_log(data)
-        elif error.retriable or error in STALE_LEADER_ERRORS:
+        elif action_for(error) is not Action.FAIL:
             log.debug("%s: retrying the fetch from %d after %s", self.tp, self.position, error.name)
-            self.client.invalidate(self.tp)
+            self.cluster.invalidate(self.tp)
             self.attempts.retry(error)
         else:
             raise BrokerError(error, "Fetch", self.tp)
@@ -305,24 +250,21 @@ class FetchCursor:
         log_start = data.log_start_offset
         if log_start < 0:
             log_start = self._offset(EARLIEST)
-        if self.position < log_start:
+        outcome = self.cursor.on_out_of_range(log_start)
+        if outcome is core.OutOfRange.BELOW_LOG_START:
             raise DataLossError(
-                self.tp,
-                requested=self.position,
-                available_from=log_start,
-                reason="deleted by retention (or DeleteRecords)",
+                self.tp, requested=self.position, available_from=log_start, reason=outcome.value
             )
-        self._out_of_range += 1
-        if self._out_of_range >= 2:
+        if outcome is core.OutOfRange.LOG_ENDS_BEFORE:
             raise DataLossError(
                 self.tp,
                 requested=self.position,
                 available_from=log_start,
                 available_until=self._offset(LATEST),
-                reason="the leader's log ends before this offset (an unclean leader election?)",
+                reason=outcome.value,
             )
-        self.client.invalidate(self.tp)
+        self.cluster.invalidate(self.tp)
         self.attempts.retry(ErrorCode.OFFSET_OUT_OF_RANGE)
 
     def _offset(self, spec: int) -> int:
-        return self.client.list_offsets({self.tp: spec})[self.tp]
+        return self.list_offsets({self.tp: spec})[self.tp]

@@ -3,38 +3,37 @@
 
 The coordinator is found with FindCoordinator (v0-v3 name one key, v4 a list) at any broker
 and cached per group; NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE and
-COORDINATOR_LOAD_IN_PROGRESS (the offsets partition moving or loading) forget it and retry,
-as does a lost connection, until ``default.api.timeout.ms``.  OffsetFetch v0-v7 names one
-group and its topics, v8 a list of groups.
+COORDINATOR_LOAD_IN_PROGRESS (the offsets partition moving or loading: the core's
+``STALE_COORDINATOR_ERRORS``) forget it and retry, as does a lost connection, until
+``default.api.timeout.ms``.  OffsetFetch v0-v7 names one group and its topics, v8 a list of
+groups.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from kafka_protocol._codec import Response
+from kafka_protocol.client.error_policy import STALE_COORDINATOR_ERRORS, TOPIC_GONE_ERRORS
+from kafka_protocol.client.metadata import Address
+from kafka_protocol.client.requests import offset_commit_errors, offset_commit_request
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
-    OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
 from kafka_protocol.types import GroupId, TopicName
+from spark_source._client_cluster import Cluster
 from spark_source._client_conn import Attempts, RequestFor, Versions
 from spark_source._client_types import (
-    STALE_COORDINATOR_ERRORS,
-    TOPIC_GONE_ERRORS,
     ConnectionFailed,
     TopicPartition,
     raise_unless_retriable,
 )
-
-if TYPE_CHECKING:
-    from spark_source.client import Address, KafkaClient
 
 FIND_COORDINATOR: Final = Versions(10, 0, 4)
 OFFSET_COMMIT: Final = Versions(8, 2, 8)
@@ -47,8 +46,8 @@ GROUP_KEY_TYPE: Final = 0
 class GroupOffsets:
     """A client's offset commits and fetches, and its cache of group coordinators."""
 
-    def __init__(self, client: KafkaClient) -> None:
-        self.client = client
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
         self.coordinators: dict[str, Address] = {}
 
     def commit(
@@ -57,38 +56,18 @@ class GroupOffsets:
         """Commit ``offsets`` (the next offset to read, per partition) for ``group_id`` as a
         standalone commit (generation -1, no member id: a group with active members refuses
         it with UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION, raised as :class:`BrokerError`)."""
-        attempts = Attempts(self.client.config, f"OffsetCommit of group {group_id!r}")
+        attempts = Attempts(self.cluster.config, f"OffsetCommit of group {group_id!r}")
         pending = {TopicPartition(*tp): offset for tp, offset in offsets.items()}
         while pending:
-            by_topic: dict[str, list[OffsetCommitRequest.OffsetCommitRequestPartition]] = {}
-            for tp, offset in sorted(pending.items()):
-                by_topic.setdefault(tp.topic, []).append(
-                    OffsetCommitRequest.OffsetCommitRequestPartition(
-                        partition_index=tp.partition,
-                        committed_offset=offset,
-                        committed_metadata=metadata,
-                    )
-                )
-            request = OffsetCommitRequest(
-                group_id=GroupId(group_id),
-                generation_id_or_member_epoch=-1,
-                member_id="",
-                topics=[
-                    OffsetCommitRequest.OffsetCommitRequestTopic(name=TopicName(t), partitions=ps)
-                    for t, ps in by_topic.items()
-                ],
-            )
+            request = offset_commit_request(group_id, pending, metadata=metadata)
             response = self._to_coordinator(group_id, request, OFFSET_COMMIT, attempts)
             if isinstance(response, OffsetCommitResponse):
-                for topic in response.topics:
-                    for p in topic.partitions:
-                        tp = TopicPartition(topic.name, p.partition_index)
-                        error = ErrorCode.from_code(p.error_code)
-                        if error is ErrorCode.NONE:
-                            pending.pop(tp, None)
-                        else:
-                            self._coordinator_error(group_id, error, "OffsetCommit", tp)
-                            attempts.note(error)
+                for tp, error in offset_commit_errors(response).items():
+                    if error is ErrorCode.NONE:
+                        pending.pop(tp, None)
+                    else:
+                        self._coordinator_error(group_id, error, "OffsetCommit", tp)
+                        attempts.note(error)
             if pending:
                 attempts.retry()
 
@@ -99,7 +78,7 @@ class GroupOffsets:
         wanted = sorted({TopicPartition(*tp) for tp in tps})
         if not wanted:
             return {}
-        attempts = Attempts(self.client.config, f"OffsetFetch of group {group_id!r}")
+        attempts = Attempts(self.cluster.config, f"OffsetFetch of group {group_id!r}")
         while True:
             response = self._to_coordinator(
                 group_id, _offset_fetch_request(group_id, wanted), OFFSET_FETCH, attempts
@@ -157,7 +136,7 @@ class GroupOffsets:
         if address is None:
             return None
         try:
-            return self.client.connection(address).request(
+            return self.cluster.connection(address).request(
                 request, versions, attempts.request_deadline()
             )
         except ConnectionFailed as exc:
@@ -171,9 +150,9 @@ class GroupOffsets:
                 return FindCoordinatorRequest(key_type=GROUP_KEY_TYPE, coordinator_keys=[group_id])
             return FindCoordinatorRequest(key=group_id, key_type=GROUP_KEY_TYPE)
 
-        for address in self.client.candidates():
+        for address in self.cluster.candidates():
             try:
-                response = self.client.connection(address).request(
+                response = self.cluster.connection(address).request(
                     request, FIND_COORDINATOR, attempts.request_deadline()
                 )
             except ConnectionFailed as exc:

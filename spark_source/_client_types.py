@@ -1,53 +1,18 @@
 """The names :mod:`spark_source.client` and :mod:`spark_source.producer` share: topic
-partitions, the ListOffsets specs, and the exceptions (their tree is drawn in ``client``'s
-docstring).  Kept apart so that the connection module can raise them without importing the
-client."""
+partitions (the core's, :mod:`kafka_protocol.client`), the ListOffsets specs, and the
+exceptions (their tree is drawn in ``client``'s docstring).  Kept apart so that the connection
+module can raise them without importing the client."""
 
 from __future__ import annotations
 
-from typing import Final, NamedTuple
+from typing import Final
 
+from kafka_protocol.client.error_policy import is_retriable
 from kafka_protocol.errors import ErrorCode
+from kafka_protocol.types import TopicPartition as TopicPartition  # re-exported
 
 EARLIEST: Final = -2  # ListOffsets: the log start offset
 LATEST: Final = -1  # ListOffsets: the high watermark (also: no offset at a timestamp)
-
-
-# Answers after which a partition's cached leader is no longer trusted: refresh and retry.
-STALE_LEADER_ERRORS: Final = frozenset(
-    {
-        ErrorCode.NOT_LEADER_OR_FOLLOWER,
-        ErrorCode.LEADER_NOT_AVAILABLE,
-        ErrorCode.FENCED_LEADER_EPOCH,
-        ErrorCode.UNKNOWN_LEADER_EPOCH,
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.REPLICA_NOT_AVAILABLE,
-        ErrorCode.KAFKA_STORAGE_ERROR,
-        ErrorCode.OFFSET_NOT_AVAILABLE,
-    }
-)
-
-
-# Answers that say a topic (or partition) does not exist.
-TOPIC_GONE_ERRORS: Final = frozenset(
-    {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.INVALID_TOPIC_EXCEPTION}
-)
-# Answers after which a group's cached coordinator is no longer trusted.
-STALE_COORDINATOR_ERRORS: Final = frozenset(
-    {
-        ErrorCode.NOT_COORDINATOR,
-        ErrorCode.COORDINATOR_NOT_AVAILABLE,
-        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    }
-)
-
-
-class TopicPartition(NamedTuple):
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 class KafkaClientError(Exception):
@@ -137,7 +102,7 @@ class DataLossError(KafkaClientError):
 
 
 def raise_unless_retriable(error: ErrorCode, what: str, tp: TopicPartition | None = None) -> None:
-    """Raise :class:`BrokerError` for an answer that retrying cannot cure."""
-    retriable = error.retriable or error in STALE_LEADER_ERRORS or error in STALE_COORDINATOR_ERRORS
-    if not retriable:
+    """Raise :class:`BrokerError` for an answer that retrying cannot cure (the core's
+    :mod:`~kafka_protocol.client.error_policy` table)."""
+    if not is_retriable(error):
         raise BrokerError(error, what, tp)

@@ -21,10 +21,14 @@ records up to the high watermark) and yields what the broker sent, complete Reco
 batches only, never decoding a record.  It pipelines: the next fetch is sent before a chunk is
 yielded, so the broker reads the log while the caller decodes.
 
-The pieces: ``_client_conn`` (one connection: framing, ApiVersions, deadlines; the retry
-clock), ``_client_fetch`` (the read cursor), ``_client_groups`` (offset commits and fetches at
-the group coordinator), ``_client_config`` (the keys below), ``_client_types`` (the names
-shared with :mod:`spark_source.producer`, the exceptions among them).
+This is the blocking shell over the sans-I/O client core, :mod:`kafka_protocol.client`
+(correlation ids and response matching, version negotiation, backoff, the error table, the
+metadata cache, the fetch cursor).  The pieces: ``_client_conn`` (one socket and the retry
+clock), ``_client_cluster`` (connections per broker, metadata and leader lookup),
+``_client_fetch`` (reading a partition), ``_client_groups`` (offset commits and fetches at the
+group coordinator), ``_client_config`` (the keys below), ``_client_types`` (the names shared
+with :mod:`spark_source.producer`, the exceptions among them).  None of them imports this
+module, nor each other in a cycle.
 
 Honoured config keys (Kafka's names, without Spark's ``kafka.`` prefix; others are ignored):
 ``client.id``, ``request.timeout.ms`` (30000), ``default.api.timeout.ms`` (60000: an
@@ -54,38 +58,23 @@ Local failures (remote outcomes are Kafka error codes until they are final)::
 from __future__ import annotations
 
 import os
-import random
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType, TracebackType
 from typing import Any, Final, Self
 
-from kafka_protocol._codec import Response
+from kafka_protocol.client.error_policy import TOPIC_GONE_ERRORS
+from kafka_protocol.client.metadata import Address, parse_address
+from kafka_protocol.client.requests import list_offsets_answers, list_offsets_request
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.messages import (
-    ListOffsetsRequest,
-    ListOffsetsResponse,
-    MetadataRequest,
-    MetadataResponse,
-)
-from kafka_protocol.types import BrokerId, TopicName
+from kafka_protocol.messages import ListOffsetsResponse
+from spark_source._client_cluster import Cluster
 from spark_source._client_config import ClientConfig
-from spark_source._client_conn import (
-    MAX_IN_FLIGHT,
-    Attempts,
-    BrokerConnection,
-    InFlight,
-    InvalidResponse,
-    RequestFor,
-    Versions,
-    parse_address,
-)
+from spark_source._client_conn import Attempts, InvalidResponse, Versions
 from spark_source._client_fetch import FetchCursor
 from spark_source._client_groups import GroupOffsets
 from spark_source._client_types import (
     EARLIEST,
     LATEST,
-    TOPIC_GONE_ERRORS,
     BrokerError,
     ConfigError,
     ConnectionFailed,
@@ -103,6 +92,7 @@ __all__ = [
     "EARLIEST",
     "LATEST",
     "NO_OFFSET",
+    "Address",
     "BrokerError",
     "ConfigError",
     "ConnectionFailed",
@@ -120,20 +110,7 @@ __all__ = [
 NO_OFFSET: Final = -1  # ListOffsets by timestamp: no record at or after it
 NO_CONFIG: Final[Mapping[str, str]] = MappingProxyType({})
 # The versions this client sends (the broker's range decides within these).
-METADATA: Final = Versions(3, 1, 12)
 LIST_OFFSETS: Final = Versions(2, 1, 7)
-AUTO_CREATE_FLAG: Final = 4  # Metadata v4 lets the client forbid topic auto-creation
-CONSUMER_REPLICA_ID: Final = BrokerId(-1)
-
-Address = tuple[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class Leader:
-    """A partition's leader as the cached metadata has it (``node`` -1: none known)."""
-
-    node: int
-    epoch: int
 
 
 def parse_bootstrap(text: str) -> list[Address]:
@@ -159,11 +136,8 @@ class KafkaClient:
     def _init_state(self) -> None:
         self._pid = os.getpid()
         self._closed = False
-        self._conns: dict[Address, BrokerConnection] = {}
-        self._brokers: dict[int, Address] = {}
-        self._leaders: dict[TopicPartition, Leader] = {}
-        self._partition_counts: dict[str, int] = {}
-        self._groups = GroupOffsets(self)
+        self.cluster = Cluster(self._bootstrap, self.config)
+        self._groups = GroupOffsets(self.cluster)
 
     # --- pickling, fork, lifetime -------------------------------------------------------------
 
@@ -176,9 +150,7 @@ class KafkaClient:
     def close(self) -> None:
         """Close every connection; the client cannot be used afterwards."""
         if self._pid == os.getpid():
-            for conn in self._conns.values():
-                conn.close()
-        self._conns.clear()
+            self.cluster.close()
         self._closed = True
 
     def __enter__(self) -> Self:
@@ -196,15 +168,8 @@ class KafkaClient:
         if self._closed:
             raise KafkaClientError("the client is closed")
         if self._pid != os.getpid():  # forked: the sockets belong to the parent
-            for conn in self._conns.values():
-                conn.close()  # closes this process's descriptors only; no FIN is sent
+            self.cluster.close()  # closes this process's descriptors only; no FIN is sent
             self._init_state()
-
-    def connection(self, address: Address) -> BrokerConnection:
-        conn = self._conns.get(address)
-        if conn is None:
-            conn = self._conns[address] = BrokerConnection(*address, self.config)
-        return conn
 
     # --- metadata -------------------------------------------------------------------------------
 
@@ -216,166 +181,27 @@ class KafkaClient:
             return {}
         attempts = Attempts(self.config, "Metadata")
         while True:
-            response = self.metadata(names, attempts)
+            response = self.cluster.metadata(names, attempts)
             waiting = [
                 t
                 for t in response.topics
                 if t.error_code != ErrorCode.NONE and t.error_code not in TOPIC_GONE_ERRORS
             ]
             if not waiting:
-                return {n: self._partition_counts[n] for n in names if n in self._partition_counts}
+                counts = self.cluster.cache.partition_counts
+                return {n: counts[n] for n in names if n in counts}
             raise_unless_retriable(ErrorCode.from_code(waiting[0].error_code), "Metadata")
             attempts.retry(ErrorCode.from_code(waiting[0].error_code))
 
     def topic_names(self) -> list[str]:
         """Every topic that is not internal (``__consumer_offsets``), sorted."""
         self._check_usable()
-        response = self.metadata(None, Attempts(self.config, "Metadata"))
+        response = self.cluster.metadata(None, Attempts(self.config, "Metadata"))
         return sorted(
             t.name
             for t in response.topics
             if t.name is not None and not t.is_internal and t.error_code == ErrorCode.NONE
         )
-
-    def metadata(
-        self, topics: list[str] | None, attempts: Attempts, *, auto_create: bool = False
-    ) -> MetadataResponse:
-        """Metadata of ``topics`` (None: every topic) from any reachable broker; the cache is
-        updated with it."""
-        wanted = (
-            None
-            if topics is None
-            else [MetadataRequest.MetadataRequestTopic(name=TopicName(t)) for t in topics]
-        )
-
-        def request(version: int) -> MetadataRequest:
-            if version < AUTO_CREATE_FLAG:  # v1-v3 always allow it
-                return MetadataRequest(topics=wanted)
-            return MetadataRequest(topics=wanted, allow_auto_topic_creation=auto_create)
-
-        response = self.request_any(request, METADATA, attempts)
-        assert isinstance(response, MetadataResponse)
-        self._update_metadata(response)
-        return response
-
-    def request_any(self, request: RequestFor, versions: Versions, attempts: Attempts) -> Response:
-        """``request`` to any reachable broker, trying each in turn, backing off between
-        rounds until the deadline."""
-        while True:
-            for address in self.candidates():
-                try:
-                    return self.connection(address).request(
-                        request, versions, attempts.request_deadline()
-                    )
-                except ConnectionFailed as exc:
-                    attempts.note(exc)
-            attempts.retry()
-
-    def candidates(self) -> list[Address]:
-        """Open connections first, then the known brokers (shuffled), then the bootstrap list."""
-        known = list(self._brokers.values())
-        random.shuffle(known)
-        ordered = [a for a, c in self._conns.items() if c.is_open] + known + self._bootstrap
-        return list(dict.fromkeys(ordered))
-
-    def _update_metadata(self, response: MetadataResponse) -> None:
-        if response.brokers:
-            self._brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
-        for topic in response.topics:
-            if topic.name is None:
-                continue
-            if topic.error_code in TOPIC_GONE_ERRORS:
-                self._forget_topic(topic.name)
-                continue
-            if topic.error_code != ErrorCode.NONE and not topic.partitions:
-                continue
-            self._forget_topic(topic.name)
-            self._partition_counts[topic.name] = len(topic.partitions)
-            for p in topic.partitions:
-                node = p.leader_id if p.error_code != ErrorCode.LEADER_NOT_AVAILABLE else -1
-                tp = TopicPartition(topic.name, p.partition_index)
-                self._leaders[tp] = Leader(node, p.leader_epoch)
-
-    def _forget_topic(self, topic: str) -> None:
-        self._partition_counts.pop(topic, None)
-        for tp in [tp for tp in self._leaders if tp.topic == topic]:
-            del self._leaders[tp]
-
-    def invalidate(self, tp: TopicPartition) -> None:
-        """Forget ``tp``'s leader: the next request for it refreshes metadata first."""
-        self._leaders.pop(tp, None)
-
-    def leader(self, tp: TopicPartition, attempts: Attempts) -> tuple[Address, int] | None:
-        """(address, leader epoch) of ``tp``'s leader, refreshing metadata if it is not
-        known; None (the reason noted in ``attempts``) while no leader is known.  Raises
-        :class:`TopicNotFound` if the topic or partition does not exist."""
-        cached = self._leaders.get(tp)
-        if cached is None or cached.node < 0 or cached.node not in self._brokers:
-            response = self.metadata([tp.topic], attempts)
-            error = next(
-                (ErrorCode.from_code(t.error_code) for t in response.topics if t.name == tp.topic),
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-            )
-            if error in TOPIC_GONE_ERRORS:
-                raise TopicNotFound(tp.topic)
-            cached = self._leaders.get(tp)
-            if cached is None and tp.topic in self._partition_counts:
-                raise TopicNotFound(tp.topic, tp.partition)
-            if cached is None:
-                raise_unless_retriable(error, "Metadata", tp)
-                attempts.note(error)
-                return None
-        address = self._brokers.get(cached.node)
-        if cached.node < 0 or address is None:
-            attempts.note(f"{tp} has no leader")
-            return None
-        return address, cached.epoch
-
-    def leaders_of(
-        self, tps: Iterable[TopicPartition], attempts: Attempts
-    ) -> dict[Address, dict[TopicPartition, int]]:
-        """The partitions with a known leader, by leader address, with their leader epochs."""
-        out: dict[Address, dict[TopicPartition, int]] = {}
-        for tp in tps:
-            found = self.leader(tp, attempts)
-            if found is not None:
-                out.setdefault(found[0], {})[tp] = found[1]
-        return out
-
-    def exchange(
-        self,
-        requests: Mapping[Address, Sequence[RequestFor]],
-        versions: Versions,
-        deadline: float,
-    ) -> dict[Address, list[Response | ConnectionFailed]]:
-        """Requests to several brokers, all sent (pipelined on each connection) before any
-        answer is awaited; each answer, or the failure that lost it, in request order."""
-        sent: dict[Address, list[InFlight | ConnectionFailed]] = {}
-        for address, batch in requests.items():
-            assert len(batch) <= MAX_IN_FLIGHT, len(batch)
-            conn = self.connection(address)
-            tickets: list[InFlight | ConnectionFailed] = []
-            sent[address] = tickets
-            for request in batch:
-                try:
-                    tickets.append(conn.submit(request, versions, deadline))
-                except ConnectionFailed as exc:
-                    tickets += [exc] * (len(batch) - len(tickets))
-                    break
-        out: dict[Address, list[Response | ConnectionFailed]] = {}
-        for address, tickets in sent.items():
-            conn = self.connection(address)
-            answers: list[Response | ConnectionFailed] = []
-            out[address] = answers
-            for ticket in tickets:
-                if isinstance(ticket, ConnectionFailed):
-                    answers.append(ticket)
-                    continue
-                try:
-                    answers.append(conn.receive(ticket, deadline))
-                except ConnectionFailed as exc:
-                    answers.append(exc)
-        return out
 
     # --- offsets --------------------------------------------------------------------------------
 
@@ -390,14 +216,17 @@ class KafkaClient:
         pending = {TopicPartition(*tp): spec for tp, spec in specs.items()}
         found: dict[TopicPartition, int] = {}
         while pending:
-            by_leader = self.leaders_of(pending, attempts)
-            requests = {a: [_list_offsets_request(tps, pending)] for a, tps in by_leader.items()}
-            answers = self.exchange(requests, LIST_OFFSETS, attempts.request_deadline())
+            by_leader = self.cluster.leaders_of(pending, attempts)
+            requests = {
+                a: [list_offsets_request({tp: pending[tp] for tp in epochs}, epochs)]
+                for a, epochs in by_leader.items()
+            }
+            answers = self.cluster.exchange(requests, LIST_OFFSETS, attempts.request_deadline())
             for address, (answer,) in answers.items():
                 if isinstance(answer, ConnectionFailed):
                     attempts.note(answer)
                     for tp in by_leader[address]:
-                        self.invalidate(tp)
+                        self.cluster.invalidate(tp)
                     continue
                 assert isinstance(answer, ListOffsetsResponse)
                 for tp, offset in self._list_offsets_answers(answer, attempts).items():
@@ -411,16 +240,13 @@ class KafkaClient:
         self, response: ListOffsetsResponse, attempts: Attempts
     ) -> dict[TopicPartition, int]:
         out = {}
-        for topic in response.topics:
-            for p in topic.partitions:
-                tp = TopicPartition(topic.name, p.partition_index)
-                error = ErrorCode.from_code(p.error_code)
-                if error is ErrorCode.NONE:
-                    out[tp] = p.offset
-                    continue
-                raise_unless_retriable(error, "ListOffsets", tp)
-                attempts.note(error)
-                self.invalidate(tp)
+        for tp, answer in list_offsets_answers(response).items():
+            if not isinstance(answer, ErrorCode):
+                out[tp] = answer
+                continue
+            raise_unless_retriable(answer, "ListOffsets", tp)
+            attempts.note(answer)
+            self.cluster.invalidate(tp)
         return out
 
     # --- reading --------------------------------------------------------------------------------
@@ -449,7 +275,8 @@ class KafkaClient:
         self._check_usable()
         if start >= end:
             return iter(())
-        return FetchCursor(self, TopicPartition(*tp), start, end).chunks()
+        cursor = FetchCursor(self.cluster, self.list_offsets, TopicPartition(*tp), start, end)
+        return cursor.chunks()
 
     # --- consumer group offsets -----------------------------------------------------------------
 
@@ -471,23 +298,3 @@ class KafkaClient:
         return self._groups.committed(group_id, tps)
 
     # --- internals ------------------------------------------------------------------------------
-
-
-def _list_offsets_request(
-    epochs: Mapping[TopicPartition, int], specs: Mapping[TopicPartition, int]
-) -> ListOffsetsRequest:
-    by_topic: dict[str, list[ListOffsetsRequest.ListOffsetsPartition]] = {}
-    for tp, epoch in sorted(epochs.items()):
-        by_topic.setdefault(tp.topic, []).append(
-            ListOffsetsRequest.ListOffsetsPartition(
-                partition_index=tp.partition, current_leader_epoch=epoch, timestamp=specs[tp]
-            )
-        )
-    return ListOffsetsRequest(
-        replica_id=CONSUMER_REPLICA_ID,
-        isolation_level=0,
-        topics=[
-            ListOffsetsRequest.ListOffsetsTopic(name=TopicName(t), partitions=ps)
-            for t, ps in by_topic.items()
-        ],
-    )

@@ -307,7 +307,7 @@ class Producer:
     def _init_producer_id(self) -> None:
         attempts = Attempts(self.client.config, "InitProducerId")
         while True:
-            response = self.client.request_any(
+            response = self.client.cluster.request_any(
                 InitProducerIdRequest(transactional_id=None), INIT_PRODUCER_ID, attempts
             )
             assert isinstance(response, InitProducerIdResponse)
@@ -329,7 +329,7 @@ class Producer:
             plan = self._plan(attempts)
             planned = {tp for rounds in plan.values() for batches in rounds for tp in batches}
             leaderless = set(self._ready) - planned
-            answers = self.client.exchange(
+            answers = self.client.cluster.exchange(
                 {a: [self._request(r) for r in rounds] for a, rounds in plan.items()},
                 PRODUCE,
                 attempts.request_deadline(ANSWER_MARGIN_MS),
@@ -346,7 +346,7 @@ class Producer:
         fit, so its batches stay in order)."""
         plan: dict[Address, list[dict[TopicPartition, _Batch]]] = {}
         sizes: dict[tuple[Address, int], int] = {}
-        for address, tps in self.client.leaders_of(self._ready, attempts).items():
+        for address, tps in self.client.cluster.leaders_of(self._ready, attempts).items():
             rounds = plan.setdefault(address, [])
             for tp in tps:
                 for k, batch in enumerate(list(self._ready[tp])[:MAX_IN_FLIGHT]):
@@ -410,7 +410,7 @@ class Producer:
         """The first batch of ``tp`` not written this round: retry it, or raise.  (An
         OUT_OF_ORDER_SEQUENCE_NUMBER answer to a later batch in flight behind a failed one is
         never looked at: the first failure decides.)"""
-        self.client.invalidate(tp)
+        self.client.cluster.invalidate(tp)
         if isinstance(result, ConnectionFailed) or result.retriable:
             log.debug("retrying the batches of %s: %s", tp, result)
             attempts.note(result)

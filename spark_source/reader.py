@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -43,6 +42,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from kafka_protocol.clock import monotonic_s
 from spark_source import client as kafka
 from spark_source.arrow_records import to_arrow
 from spark_source.options import EARLIEST, LATEST, OffsetSpec, ReadOptions, Subscription
@@ -215,7 +215,7 @@ class KraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
         self._target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow's end
-        self._last_batch_ms = time.monotonic() * 1000  # for minOffsetsPerTrigger's delay
+        self._last_batch_ms = monotonic_s() * 1000  # for minOffsetsPerTrigger's delay
         self._committed: dict[TopicPartition, int] = {}  # what this reader last committed
         self._latest: dict[TopicPartition, int] | None = None  # seen by the last latestOffset
 
@@ -282,14 +282,14 @@ class KraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             latest = rate_limit(base, latest, limit.max_rows)
         if not isinstance(limit, ReadAllAvailable) and opts.min_offsets_per_trigger is not None:
-            waited_ms = time.monotonic() * 1000 - self._last_batch_ms
+            waited_ms = monotonic_s() * 1000 - self._last_batch_ms
             if (
                 backlog(base, latest) < opts.min_offsets_per_trigger
                 and waited_ms < opts.max_trigger_delay_ms
             ):
                 return encode_offsets(begin)
         if backlog(base, latest) > 0:
-            self._last_batch_ms = time.monotonic() * 1000
+            self._last_batch_ms = monotonic_s() * 1000
         return encode_offsets(latest)
 
     def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:

@@ -1,10 +1,16 @@
-"""Shared test configuration: hypothesis profiles (``HYPOTHESIS_PROFILE=ci`` runs more examples)."""
+"""Shared test configuration: hypothesis profiles (``HYPOTHESIS_PROFILE=ci`` runs more examples),
+and crash-stops observed instead of exiting (``crash_stops``)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
+import pytest
+from crash_stops import CrashStops
 from hypothesis import HealthCheck, settings
+
+from broker.fatal import stop_handler
 
 settings.register_profile(
     "dev", max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -13,3 +19,38 @@ settings.register_profile(
     "ci", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+# In-process, a broken invariant must not end the test run: it raises instead. Installed for
+# the whole session (threads of module-scoped fixtures run between tests too); each test gets
+# its own record.
+_outside_tests = CrashStops()
+_current = [_outside_tests]
+_session_handler = stop_handler(lambda violation: _current[0].record(violation))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _session_handler.__enter__()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    unclaimed = _outside_tests.take()
+    if unclaimed:
+        print(f"\ncrash-stop(s) outside any test: {[v.line() for v in unclaimed]}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(autouse=True)
+def crash_stops() -> Iterator[CrashStops]:
+    """This test's crash-stops. One the test did not :meth:`~CrashStops.take` fails it at
+    teardown, also one raised on a thread that swallowed it (pysyncobj's tick loop logs and
+    retries)."""
+    stops = CrashStops()
+    _current[0] = stops
+    try:
+        yield stops
+    finally:
+        _current[0] = _outside_tests
+    unclaimed = stops.take()
+    if unclaimed:
+        pytest.fail(f"crash-stop(s) not expected by the test: {[v.line() for v in unclaimed]}")

@@ -28,18 +28,15 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from broker.coordinator.offsets import ExpiryCondition
+from broker.coordinator.owned import OwnedPartition, OwnedPartitions
 from broker.coordinator.records import encode_group
 from broker.group.classic import ClassicGroup, Outcome, Response, StoreRequest
 from broker.group.classic_member import GroupConfig, GroupState
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import ProtocolError
 from kafka_protocol.messages import ConsumerProtocolSubscription
-
-if TYPE_CHECKING:
-    from broker.coordinator.runtime import GroupCoordinator, OwnedPartition
 
 log = logging.getLogger("broker.coordinator")
 GroupCall = Callable[[ClassicGroup, int, int], Outcome]  # (group, token, now_ms)
@@ -100,7 +97,7 @@ def offset_expiry_condition(group: ClassicGroup | None) -> ExpiryCondition | Non
 
 
 class ClassicGroups:
-    def __init__(self, coordinator: GroupCoordinator, config: GroupConfig) -> None:
+    def __init__(self, coordinator: OwnedPartitions, config: GroupConfig) -> None:
         self.coordinator = coordinator
         self.config = config
         self.rng = random.Random()

@@ -32,11 +32,11 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from broker.controller_channel import NewTopic, created_topics, topic_creation
+from broker.controller_channel import ControllerChannel, NewTopic, created_topics, topic_creation
 from broker.coordinator.classic_groups import ClassicGroups
 from broker.coordinator.offsets import CommittedOffset, OffsetStore, TopicPartition
+from broker.coordinator.owned import OwnedPartition
 from broker.coordinator.records import (
     OFFSETS_TOPIC,
     GroupRecord,
@@ -49,14 +49,13 @@ from broker.coordinator.records import (
 from broker.deferred import Deferred
 from broker.group.classic_member import GroupConfig
 from broker.log.errors import LogError
-from broker.replica_manager import AppendOutcome, Partition
-from kafka_protocol.coordinator import GroupMetadataValue, OffsetCommitValue
+from broker.partition import AppendOutcome, Partition
+from broker.replica_manager import ReplicaManager
+from kafka_protocol.coordinator import OffsetCommitValue
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import ProtocolError
 from kafka_protocol.record_batch import RecordBatch, SimpleRecord, build_batch, iter_batches
-
-if TYPE_CHECKING:
-    from broker.broker import Broker
+from metadata_log.image import ClusterImage
 
 log = logging.getLogger("broker.coordinator")
 LOAD_CHUNK_BYTES = 1 << 20
@@ -88,20 +87,6 @@ _APPEND_ERRORS = {
 }
 
 
-@dataclass(slots=True)
-class OwnedPartition:
-    """A ``__consumer_offsets`` partition this broker leads."""
-
-    part: Partition
-    leader_epoch: int
-    offsets: OffsetStore = field(default_factory=OffsetStore)
-    groups: dict[str, GroupMetadataValue] = field(default_factory=dict)  # as persisted
-    # (group, partition) -> commits appended but not yet committed: they do not expire
-    pending_commits: Counter[tuple[str, TopicPartition]] = field(default_factory=Counter)
-    loaded: bool = False
-    load_task: asyncio.Task[None] | None = None
-
-
 @dataclass(frozen=True, slots=True)
 class OffsetCommit:
     topic: str
@@ -112,13 +97,21 @@ class OffsetCommit:
 
 
 class GroupCoordinator:
+    """Kafka's ``GroupCoordinator`` and ``GroupMetadataManager``: it appends through the replica
+    manager, reads where the topic's partitions live from the current metadata image, and asks
+    the controller to create the topic."""
+
     def __init__(
         self,
-        broker: Broker,
+        replicas: ReplicaManager,
+        controller: ControllerChannel,
+        image: Callable[[], ClusterImage],
         config: CoordinatorConfig,
         clock_ms: Callable[[], int],
     ) -> None:
-        self.broker = broker
+        self.replicas = replicas
+        self.controller = controller
+        self.image = image
         self.config = config
         self.clock_ms = clock_ms
         self.owned: dict[int, OwnedPartition] = {}
@@ -129,7 +122,7 @@ class GroupCoordinator:
     # --- where groups live --------------------------------------------------------------------
 
     def partition_of(self, group_id: str) -> int | None:
-        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
+        topic = self.image().topics.get(OFFSETS_TOPIC)
         if topic is None or not topic.partitions:
             return None
         return partition_for(group_id, len(topic.partitions))
@@ -137,7 +130,7 @@ class GroupCoordinator:
     def coordinator_of(self, group_id: str) -> int | ErrorCode:
         """The broker id coordinating ``group_id`` (FindCoordinator), creating the topic on
         first use."""
-        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
+        topic = self.image().topics.get(OFFSETS_TOPIC)
         if topic is None or not topic.partitions:
             self._create_topic()
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -166,7 +159,7 @@ class GroupCoordinator:
         self._creating = asyncio.get_running_loop().create_task(self._create())
 
     async def _create(self) -> None:
-        live = sum(1 for b in self.broker.image.brokers.values() if b.is_active)
+        live = sum(1 for b in self.image().brokers.values() if b.is_active)
         rf = max(1, min(self.config.replication_factor, live))
         offsets_topic = NewTopic(
             OFFSETS_TOPIC,
@@ -180,7 +173,7 @@ class GroupCoordinator:
         )
         request = topic_creation([offsets_topic], timeout_ms=30_000)
         try:
-            response = await self.broker.controller.forward(request, 7)
+            response = await self.controller.forward(request, 7)
         except Exception as exc:  # the client retries FindCoordinator; say why it waits
             log.warning("cannot create %s yet: %s", OFFSETS_TOPIC, exc)
             return
@@ -292,7 +285,7 @@ class GroupCoordinator:
         batch = build_batch(
             [SimpleRecord(value, key) for key, value in records], now_ms=self.clock_ms()
         )
-        outcome = self.broker.replicas.append_nowait(owned.part, RecordBatch(memoryview(batch)), -1)
+        outcome = self.replicas.append_nowait(owned.part, RecordBatch(memoryview(batch)), -1)
         if isinstance(outcome, Deferred):
             outcome = await self._within_timeout(outcome)
         if outcome.error is not ErrorCode.NONE:
@@ -334,7 +327,7 @@ class GroupCoordinator:
         results: dict[TopicPartition, ErrorCode] = {}
         records = []
         for c in commits:
-            topic = self.broker.image.topics.get(c.topic)
+            topic = self.image().topics.get(c.topic)
             if topic is None or c.partition not in topic.partitions:
                 results[(c.topic, c.partition)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif (

@@ -1,6 +1,9 @@
 """The classic consumer group protocol for one group (the classic half of Kafka's
 ``GroupMetadataManager``; the group's state, Kafka's ``ClassicGroup``, is ``classic_state``),
 sans-IO: no sockets, no tasks, no clock (time is ``now_ms``), no randomness of its own.
+It stays one module (about 700 lines, its state, members, outcomes and records already in the
+``classic_*`` modules beside it): what is left are the transitions of the one state machine
+drawn below, and splitting them would scatter that diagram's edges across files.
 
 Theory of operation
 -------------------

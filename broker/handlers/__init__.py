@@ -1,41 +1,72 @@
-"""One module per Kafka API family; each declares its version range next to its code."""
+"""One module per Kafka API family; each declares its version range next to its code.
+
+Each handler receives only what it uses (the replica manager, the group coordinator, the
+controller channel, the metadata image, this broker's identity); ``build_handlers`` hands the
+parts out.  Nothing here imports :mod:`broker.broker`: the broker assembles the handlers.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from broker.broker_config import BrokerConfig
+from broker.controller_channel import ControllerChannel
+from broker.coordinator.runtime import GroupCoordinator
 from broker.dispatcher import ApiHandler
+from broker.handlers.admin import AdminHandlers
+from broker.handlers.basics import ApiVersionsHandler, InitProducerIdHandler
+from broker.handlers.fetch import FetchHandler
+from broker.handlers.groups import GroupHandlers
+from broker.handlers.list_offsets import ListOffsetsHandler
+from broker.handlers.metadata import AutoCreate, MetadataHandler
+from broker.handlers.offset_for_leader_epoch import OffsetForLeaderEpochHandler
+from broker.handlers.produce import ProduceHandler
+from broker.identity import BrokerIdentity
+from broker.metrics import BrokerMetrics
+from broker.replica_manager import ReplicaManager
+from kafka_protocol.messages import ApiVersionsResponse
+from metadata_log.image import ClusterImage
 
-if TYPE_CHECKING:
-    from broker.broker import Broker
+
+class BrokerParts(Protocol):
+    """The parts of a broker its handlers are built from (:class:`broker.broker.Broker`)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+    @property
+    def node(self) -> BrokerIdentity: ...
+    @property
+    def image(self) -> ClusterImage: ...
+    @property
+    def replicas(self) -> ReplicaManager: ...
+    @property
+    def coordinator(self) -> GroupCoordinator: ...
+    @property
+    def controller(self) -> ControllerChannel: ...
+    @property
+    def metrics(self) -> BrokerMetrics: ...
+
+    def broker_epoch_of(self, broker_id: int) -> int: ...
+    def endpoint_of(self, broker_id: int) -> tuple[str, int] | None: ...
+    def api_versions(self) -> list[ApiVersionsResponse.ApiVersion]: ...
 
 
-def build_handlers(broker: Broker) -> list[ApiHandler]:
-    from broker.handlers.admin import AdminHandlers
-    from broker.handlers.basics import ApiVersionsHandler, InitProducerIdHandler
-    from broker.handlers.fetch import FetchHandler
-    from broker.handlers.groups import GroupHandlers
-    from broker.handlers.list_offsets import ListOffsetsHandler
-    from broker.handlers.metadata import MetadataHandler
-    from broker.handlers.offset_for_leader_epoch import OffsetForLeaderEpochHandler
-    from broker.handlers.produce import ProduceHandler
-
+def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
+    cfg = parts.config
+    auto_create = AutoCreate(
+        cfg.auto_topic_creation, cfg.num_partitions, cfg.default_replication_factor
+    )
+    replicas = parts.replicas
     return [
-        ProduceHandler(broker).spec(),
-        FetchHandler(broker).spec(),
-        ListOffsetsHandler(broker).spec(),
-        OffsetForLeaderEpochHandler(broker).spec(),
-        MetadataHandler(broker).spec(),
-        *GroupHandlers(broker).specs(),
-        ApiVersionsHandler(broker).spec(),
-        InitProducerIdHandler(broker).spec(),
+        ProduceHandler(replicas, parts.metrics).spec(),
+        FetchHandler(replicas, parts.metrics, parts.broker_epoch_of).spec(),
+        ListOffsetsHandler(replicas).spec(),
+        OffsetForLeaderEpochHandler(replicas).spec(),
+        MetadataHandler(parts.node, lambda: parts.image, parts.controller, auto_create).spec(),
+        *GroupHandlers(parts.coordinator, parts.endpoint_of).specs(),
+        ApiVersionsHandler(parts.api_versions).spec(),
+        InitProducerIdHandler(parts.controller, parts.node.node_id).spec(),
         *AdminHandlers(
-            controller=broker.controller,
-            image=lambda: broker.image,
-            node_id=broker.node_id,
-            cluster_id=broker.cluster_id,
-            advertised=lambda: broker.advertised,
-            rack=broker.config.rack,
-            static_config=broker.config.broker_defaults,
+            parts.controller, parts.node, lambda: parts.image, cfg.broker_defaults
         ).specs(),
     ]

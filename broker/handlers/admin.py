@@ -9,10 +9,11 @@ synonyms and documentation.  DescribeCluster 0-1 lists the brokers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from broker.controller_channel import Forwarder, forwarded_handlers
 from broker.dispatcher import ApiHandler, RequestContext
+from broker.identity import BrokerIdentity, ImageSource
 from kafka_protocol._codec import Request, Response
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
@@ -28,7 +29,7 @@ from metadata_log.configs import (
     effective_broker_config,
     effective_topic_config,
 )
-from metadata_log.image import ClusterImage, ConfigResource, ConfigResourceType
+from metadata_log.image import ConfigResource, ConfigResourceType
 
 Result = DescribeConfigsResponse.DescribeConfigsResult
 Described = DescribeConfigsResponse.DescribeConfigsResourceResult
@@ -37,24 +38,15 @@ Described = DescribeConfigsResponse.DescribeConfigsResourceResult
 class AdminHandlers:
     def __init__(
         self,
-        *,
         controller: Forwarder,
-        image: Callable[[], ClusterImage],
-        node_id: int,
-        cluster_id: str,
-        advertised: Callable[[], tuple[str, int]],
-        rack: str | None,
+        node: BrokerIdentity,
+        image: ImageSource,
         static_config: Mapping[str, str],
     ) -> None:
-        """``image`` and ``advertised`` are read per request: the image moves on, and the
-        advertised port is known once the listener is bound."""
         self.controller = controller
+        self.node = node
         self.image = image
-        self.node_id = node_id
-        self.cluster_id = cluster_id
-        self.advertised = advertised
-        self.rack = rack
-        self.static_config = static_config
+        self.static_config = static_config  # the broker's own configs (server.properties, env)
 
     def specs(self) -> list[ApiHandler]:
         return [
@@ -103,7 +95,7 @@ class AdminHandlers:
                 return _error(resource_type, name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             return effective_topic_config(image.topic_configs(name), self._broker_sources())
         if resource_type == ConfigResourceType.BROKER:
-            if name not in ("", str(self.node_id)):
+            if name not in ("", str(self.node.node_id)):
                 return _error(resource_type, name, ErrorCode.INVALID_REQUEST, "not this broker")
             return effective_broker_config(self._broker_sources())
         return _error(resource_type, name, ErrorCode.INVALID_REQUEST, "unsupported resource type")
@@ -112,7 +104,7 @@ class AdminHandlers:
         image = self.image()
         broker = int(ConfigResourceType.BROKER)
         return BrokerConfigSources(
-            dynamic_broker=image.configs.get(ConfigResource(broker, str(self.node_id)), {}),
+            dynamic_broker=image.configs.get(ConfigResource(broker, str(self.node.node_id)), {}),
             dynamic_default=image.configs.get(ConfigResource(broker, ""), {}),
             static=self.static_config,
         )
@@ -120,16 +112,16 @@ class AdminHandlers:
     def describe_cluster(
         self, ctx: RequestContext, req: DescribeClusterRequest
     ) -> DescribeClusterResponse:
-        host, port = self.advertised()
+        host, port = self.node.advertised()
         return DescribeClusterResponse(
-            cluster_id=self.cluster_id,
-            controller_id=BrokerId(self.node_id),
+            cluster_id=self.node.cluster_id,
+            controller_id=BrokerId(self.node.node_id),
             brokers=[
                 DescribeClusterResponse.DescribeClusterBroker(
-                    broker_id=BrokerId(self.node_id),
+                    broker_id=BrokerId(self.node.node_id),
                     host=host,
                     port=port,
-                    rack=self.rack,
+                    rack=self.node.rack,
                 )
             ],
         )

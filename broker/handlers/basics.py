@@ -12,9 +12,9 @@ producer's current id and epoch (KIP-360's epoch bump is for transactional produ
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-from broker.controller_channel import ControllerRequestError
+from broker.controller_channel import ControllerChannel, ControllerRequestError
 from broker.dispatcher import ApiHandler, RequestContext
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
@@ -25,28 +25,26 @@ from kafka_protocol.messages import (
 )
 from kafka_protocol.types import ProducerId
 
-if TYPE_CHECKING:
-    from broker.broker import Broker
-
 log = logging.getLogger("broker.handlers")
 
 PRODUCER_ID_BLOCK = 1000
 
 
 class ApiVersionsHandler:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, api_versions: Callable[[], list[ApiVersionsResponse.ApiVersion]]) -> None:
+        self.api_versions = api_versions  # the dispatcher's table, built after its handlers
 
     def spec(self) -> ApiHandler:
         return ApiHandler(18, 0, 4, self.handle, "ApiVersions")
 
     def handle(self, ctx: RequestContext, req: ApiVersionsRequest) -> ApiVersionsResponse:
-        return ApiVersionsResponse(api_keys=self.broker.dispatcher.api_versions())
+        return ApiVersionsResponse(api_keys=self.api_versions())
 
 
 class InitProducerIdHandler:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, controller: ControllerChannel, node_id: int) -> None:
+        self.controller = controller
+        self.node_id = node_id
         self._next = 0
         self._end = 0
 
@@ -70,8 +68,8 @@ class InitProducerIdHandler:
 
     async def _allocate(self) -> ProducerId:
         if self._next >= self._end:
-            first, count = await self.broker.controller.allocate_producer_ids(
-                self.broker.node_id, PRODUCER_ID_BLOCK
+            first, count = await self.controller.allocate_producer_ids(
+                self.node_id, PRODUCER_ID_BLOCK
             )
             self._next, self._end = first, first + count
         pid = self._next

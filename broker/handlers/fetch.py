@@ -25,20 +25,19 @@ import asyncio
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from broker.dispatcher import ApiHandler, RequestContext
 from broker.log.errors import LogError, OffsetOutOfRangeError
-from broker.log.log import FetchSlice
-from broker.replica_manager import Partition
+from broker.log.reader import FetchSlice
+from broker.metrics import BrokerMetrics
+from broker.partition import Partition
+from broker.replica_manager import ReplicaManager
 from kafka_protocol._codec import Chunk, FileRegion
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import FetchRequest, FetchResponse
 from kafka_protocol.types import TopicName
-
-if TYPE_CHECKING:
-    from broker.broker import Broker
 
 
 @dataclass(slots=True)
@@ -68,8 +67,15 @@ def check_leader(part: Partition, requested: int) -> ErrorCode:
 
 
 class FetchHandler:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        metrics: BrokerMetrics,
+        broker_epoch_of: Callable[[int], int],
+    ) -> None:
+        self.replicas = replicas
+        self.metrics = metrics
+        self.broker_epoch_of = broker_epoch_of  # a follower's registration, from the image
 
     def spec(self) -> ApiHandler:
         return ApiHandler(1, 4, 12, self.handle, "Fetch")
@@ -144,7 +150,7 @@ class FetchHandler:
         first: bool,
         replica_id: int,
     ) -> _Planned:
-        part = self.broker.replicas.get(topic, fp.partition)
+        part = self.replicas.get(topic, fp.partition)
         if part is None:
             return _Planned(topic, fp.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         error = check_leader(part, fp.current_leader_epoch)
@@ -154,12 +160,12 @@ class FetchHandler:
             return _Planned(topic, fp.partition, ErrorCode.OFFSET_OUT_OF_RANGE, part)
         limit = part.high_watermark
         if replica_id >= 0:  # a follower: it reads to the log end, and says what it holds
-            decision = self.broker.replicas.on_follower_fetch(
+            decision = self.replicas.on_follower_fetch(
                 part,
                 replica_id,
                 fp.fetch_offset,
                 fp.current_leader_epoch,
-                self.broker.broker_epoch_of(replica_id),
+                self.broker_epoch_of(replica_id),
             )
             if decision.error is not None:
                 return _Planned(topic, fp.partition, decision.error, part)
@@ -183,7 +189,7 @@ class FetchHandler:
         return FileRegion(os.dup(fd), p.slice.position, p.slice.size_bytes)
 
     def _respond(self, ctx: RequestContext, plan: list[_Planned]) -> FetchResponse:
-        metrics = self.broker.metrics
+        metrics = self.metrics
         by_topic: dict[str, list[FetchResponse.PartitionData]] = {}
         for p in plan:
             part = p.part

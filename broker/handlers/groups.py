@@ -21,11 +21,11 @@ committed in ``__consumer_offsets``.  OffsetFetch v8 asks for several groups at 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from broker.coordinator.classic_groups import GroupCall
 from broker.coordinator.offsets import explicit_expiry
-from broker.coordinator.runtime import OffsetCommit
+from broker.coordinator.runtime import GroupCoordinator, OffsetCommit
 from broker.dispatcher import ApiHandler, RequestContext
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
@@ -54,9 +54,6 @@ from kafka_protocol.messages import (
 )
 from kafka_protocol.types import BrokerId, GroupId, TopicName
 
-if TYPE_CHECKING:
-    from broker.broker import Broker
-
 GROUP_KEY = 0
 _R = TypeVar("_R", JoinGroupResponse, SyncGroupResponse, HeartbeatResponse, LeaveGroupResponse)
 MULTI_GROUP_FETCH_VERSION = 8
@@ -64,8 +61,13 @@ PER_PARTITION_ERROR_VERSION = 2  # OffsetFetch v2+ has a top-level error code to
 
 
 class GroupHandlers:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        coordinator: GroupCoordinator,
+        endpoint_of: Callable[[int], tuple[str, int] | None],
+    ) -> None:
+        self.coordinator = coordinator
+        self.endpoint_of = endpoint_of  # a coordinator's address, for FindCoordinator
 
     def specs(self) -> list[ApiHandler]:
         return [
@@ -132,7 +134,7 @@ class GroupHandlers:
     ) -> _R:
         """One request to its group's state machine: its answer, or ``failed(error)`` when the
         group cannot be asked (not the coordinator, loading, unknown)."""
-        answer = await self.broker.coordinator.classic.call(group_id, create, call)
+        answer = await self.coordinator.classic.call(group_id, create, call)
         if isinstance(answer, ErrorCode):
             return failed(answer)
         assert isinstance(answer, kind), answer
@@ -143,7 +145,7 @@ class GroupHandlers:
     def list_groups(self, ctx: RequestContext, req: ListGroupsRequest) -> ListGroupsResponse:
         states = {s.lower() for s in req.states_filter}
         types = {t.lower() for t in req.types_filter}
-        coordinator = self.broker.coordinator
+        coordinator = self.coordinator
         found = {
             g: (grp.state.value, grp.protocol_type or "")
             for g, grp in coordinator.classic.loaded_groups()
@@ -167,12 +169,12 @@ class GroupHandlers:
     ) -> DescribeGroupsResponse:
         described = []
         for group_id in req.groups:
-            found = self.broker.coordinator.classic.get(group_id)
+            found = self.coordinator.classic.get(group_id)
             if isinstance(found, ErrorCode):
                 error = ErrorCode.NONE if found is ErrorCode.GROUP_ID_NOT_FOUND else found
                 # Kafka describes an unknown group as Dead with no members, and one with only
                 # committed offsets as Empty
-                offsets_only = group_id in self.broker.coordinator.groups_with_offsets()
+                offsets_only = group_id in self.coordinator.groups_with_offsets()
                 described.append(
                     DescribeGroupsResponse.DescribedGroup(
                         error_code=error,
@@ -191,7 +193,7 @@ class GroupHandlers:
     ) -> DeleteGroupsResponse:
         results = []
         for group_id in req.groups_names:
-            error = await self.broker.coordinator.delete_group(group_id)
+            error = await self.coordinator.delete_group(group_id)
             results.append(
                 DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=error)
             )
@@ -201,7 +203,7 @@ class GroupHandlers:
         self, ctx: RequestContext, req: OffsetDeleteRequest
     ) -> OffsetDeleteResponse:
         asked = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
-        error, per_partition = await self.broker.coordinator.delete_offsets(req.group_id, asked)
+        error, per_partition = await self.coordinator.delete_offsets(req.group_id, asked)
         return OffsetDeleteResponse(
             error_code=error,
             topics=[
@@ -229,8 +231,8 @@ class GroupHandlers:
                 error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                 error_message="transactions are not supported yet",
             )
-        found = self.broker.coordinator.coordinator_of(key)
-        address = self.broker.endpoint_of(found) if isinstance(found, int) else None
+        found = self.coordinator.coordinator_of(key)
+        address = self.endpoint_of(found) if isinstance(found, int) else None
         if address is None:
             error = found if isinstance(found, ErrorCode) else ErrorCode.COORDINATOR_NOT_AVAILABLE
             return FindCoordinatorResponse.Coordinator(
@@ -277,8 +279,8 @@ class GroupHandlers:
         # v2-4 carry a retention time: an explicit expiry for these offsets (-1: the default)
         expire = -1
         if 2 <= ctx.api_version <= 4:
-            expire = explicit_expiry(req.retention_time_ms, self.broker.coordinator.clock_ms())
-        results = await self.broker.coordinator.commit_offsets(
+            expire = explicit_expiry(req.retention_time_ms, self.coordinator.clock_ms())
+        results = await self.coordinator.commit_offsets(
             req.group_id,
             req.member_id,
             req.generation_id_or_member_epoch,
@@ -340,7 +342,7 @@ class GroupHandlers:
         self, group_id: str, asked: list[tuple[str, list[int]]] | None
     ) -> OffsetFetchResponse.OffsetFetchResponseGroup:
         wanted = None if asked is None else [(t, p) for t, ps in asked for p in ps]
-        found = self.broker.coordinator.fetch_offsets(group_id, wanted)
+        found = self.coordinator.fetch_offsets(group_id, wanted)
         by_topic: dict[str, list[OffsetFetchResponse.OffsetFetchResponsePartitions]] = {}
         if isinstance(found, ErrorCode):
             for t, p in wanted or []:

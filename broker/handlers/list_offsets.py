@@ -7,19 +7,15 @@ answers offset -1 and timestamp -1, as Kafka does.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from broker.dispatcher import ApiHandler, RequestContext
 from broker.handlers.fetch import check_leader
 from broker.log.errors import LogError
-from broker.replica_manager import Partition
+from broker.partition import Partition
+from broker.replica_manager import ReplicaManager
 from broker.replication.partition_state import PartitionState
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import ProtocolError
 from kafka_protocol.messages import ListOffsetsRequest, ListOffsetsResponse
-
-if TYPE_CHECKING:
-    from broker.broker import Broker
 
 LATEST = -1
 EARLIEST = -2
@@ -40,8 +36,8 @@ def _lookup(part: Partition, timestamp: int) -> tuple[int, int] | ErrorCode | No
 
 
 class ListOffsetsHandler:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, replicas: ReplicaManager) -> None:
+        self.replicas = replicas
 
     def spec(self) -> ApiHandler:
         return ApiHandler(2, 1, 7, self.handle, "ListOffsets")
@@ -60,7 +56,7 @@ class ListOffsetsHandler:
         )
 
     def _one(self, topic: str, p: ListOffsetsRequest.ListOffsetsPartition, version: int) -> Answer:
-        part = self.broker.replicas.get(topic, p.partition_index)
+        part = self.replicas.get(topic, p.partition_index)
         if part is None:
             return Answer(
                 partition_index=p.partition_index, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -12,25 +12,41 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-from broker.controller_channel import NewTopic, created_topics, topic_creation
+from broker.controller_channel import ControllerChannel, NewTopic, created_topics, topic_creation
 from broker.dispatcher import ApiHandler, RequestContext
+from broker.identity import BrokerIdentity, ImageSource
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import MetadataRequest, MetadataResponse
 from kafka_protocol.types import BrokerId, TopicName
 from metadata_log.image import TopicImage
 
-if TYPE_CHECKING:
-    from broker.broker import Broker
-
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 Topic = MetadataResponse.MetadataResponseTopic
 
 
+@dataclass(frozen=True, slots=True)
+class AutoCreate:
+    """``auto.create.topics.enable`` and the shape of the topics it creates."""
+
+    enabled: bool
+    num_partitions: int  # num.partitions
+    replication_factor: int  # default.replication.factor
+
+
 class MetadataHandler:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        node: BrokerIdentity,
+        image: ImageSource,
+        controller: ControllerChannel,
+        auto_create: AutoCreate,
+    ) -> None:
+        self.node = node
+        self.image = image
+        self.controller = controller
+        self.auto_create = auto_create
 
     def spec(self) -> ApiHandler:
         return ApiHandler(3, 0, 12, self.handle, "Metadata")
@@ -39,9 +55,9 @@ class MetadataHandler:
         self, ctx: RequestContext, req: MetadataRequest
     ) -> MetadataResponse | asyncio.Future[MetadataResponse | None]:
         names = self._requested(ctx, req)
-        missing = [n for n in names or () if self.broker.image.topics.get(n) is None]
+        missing = [n for n in names or () if self.image().topics.get(n) is None]
         allow = ctx.api_version < 4 or req.allow_auto_topic_creation
-        if missing and allow and self.broker.config.auto_topic_creation:
+        if missing and allow and self.auto_create.enabled:
             return asyncio.ensure_future(self._create_then_answer(ctx, req, names, missing))
         return self._answer(ctx, names, {})
 
@@ -53,19 +69,19 @@ class MetadataHandler:
         for t in req.topics:
             if t.name is not None:
                 names.append(t.name)
-            elif (topic := self.broker.image.topics.by_id.get(t.topic_id)) is not None:
+            elif (topic := self.image().topics.by_id.get(t.topic_id)) is not None:
                 names.append(topic.name)
         return names
 
     async def _create_then_answer(
         self, ctx: RequestContext, req: MetadataRequest, names: list[str] | None, missing: list[str]
     ) -> MetadataResponse:
-        cfg = self.broker.config
+        cfg = self.auto_create
         create = topic_creation(
-            [NewTopic(n, cfg.num_partitions, cfg.default_replication_factor) for n in missing],
+            [NewTopic(n, cfg.num_partitions, cfg.replication_factor) for n in missing],
             timeout_ms=30_000,
         )
-        result = created_topics(await self.broker.controller.forward(create, 7))
+        result = created_topics(await self.controller.forward(create, 7))
         errors: dict[str, ErrorCode] = {
             t.name: ErrorCode(t.error_code)
             for t in result
@@ -76,8 +92,8 @@ class MetadataHandler:
     def _answer(
         self, ctx: RequestContext, names: list[str] | None, errors: dict[str, ErrorCode]
     ) -> MetadataResponse:
-        image = self.broker.image
-        host, port = self.broker.advertised
+        image = self.image()
+        host, port = self.node.advertised()
         topics: list[Topic] = []
         if names is None:
             topics = [self._topic(t) for t in image.topics.by_name.values()]
@@ -90,24 +106,24 @@ class MetadataHandler:
                     error = errors.get(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     topics.append(Topic(error_code=error, name=TopicName(name)))
         brokers = {
-            self.broker.node_id: MetadataResponse.MetadataResponseBroker(
-                node_id=BrokerId(self.broker.node_id),
+            self.node.node_id: MetadataResponse.MetadataResponseBroker(
+                node_id=BrokerId(self.node.node_id),
                 host=host,
                 port=port,
-                rack=self.broker.config.rack,
+                rack=self.node.rack,
             )
         }
         for reg in image.brokers.values():
             endpoint = reg.listener("PLAINTEXT")
-            if reg.fenced or endpoint is None or reg.id == self.broker.node_id:
+            if reg.fenced or endpoint is None or reg.id == self.node.node_id:
                 continue
             brokers[reg.id] = MetadataResponse.MetadataResponseBroker(
                 node_id=BrokerId(reg.id), host=endpoint.host, port=endpoint.port, rack=reg.rack
             )
         return MetadataResponse(
             brokers=[brokers[b] for b in sorted(brokers)],
-            cluster_id=self.broker.cluster_id,
-            controller_id=BrokerId(self.broker.node_id),
+            cluster_id=self.node.cluster_id,
+            controller_id=BrokerId(self.node.node_id),
             topics=topics,
         )
 

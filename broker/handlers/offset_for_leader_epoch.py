@@ -9,22 +9,18 @@ Only the leader answers; a stale or future ``current_leader_epoch`` is fenced as
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from broker.dispatcher import ApiHandler, RequestContext
 from broker.handlers.fetch import check_leader
+from broker.replica_manager import ReplicaManager
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
-
-if TYPE_CHECKING:
-    from broker.broker import Broker
 
 Answer = OffsetForLeaderEpochResponse.EpochEndOffset
 
 
 class OffsetForLeaderEpochHandler:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, replicas: ReplicaManager) -> None:
+        self.replicas = replicas
 
     def spec(self) -> ApiHandler:
         return ApiHandler(23, 2, 4, self.handle, "OffsetForLeaderEpoch")
@@ -43,7 +39,7 @@ class OffsetForLeaderEpochHandler:
         )
 
     def _one(self, topic: str, p: OffsetForLeaderEpochRequest.OffsetForLeaderPartition) -> Answer:
-        part = self.broker.replicas.get(topic, p.partition)
+        part = self.replicas.get(topic, p.partition)
         if part is None:
             return Answer(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, partition=p.partition)
         error = check_leader(part, p.current_leader_epoch)

@@ -24,20 +24,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from broker.deferred import Deferred
 from broker.dispatcher import ApiHandler, RequestContext
-from broker.replica_manager import AppendOutcome, Partition
+from broker.metrics import BrokerMetrics
+from broker.partition import AppendOutcome, Partition
+from broker.replica_manager import ReplicaManager
 from broker.server import CloseConnection
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import CorruptRecordError, ProtocolError
 from kafka_protocol.messages import ProduceRequest, ProduceResponse
 from kafka_protocol.record_batch import HEADER_BYTES, MAGIC, RecordBatch
 from kafka_protocol.types import TopicName
-
-if TYPE_CHECKING:
-    from broker.broker import Broker
 
 log = logging.getLogger("broker.produce")
 
@@ -93,8 +91,9 @@ def _all_keyed(batch: RecordBatch) -> bool:
 
 
 class ProduceHandler:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, replicas: ReplicaManager, metrics: BrokerMetrics) -> None:
+        self.replicas = replicas
+        self.metrics = metrics
 
     def spec(self) -> ApiHandler:
         return ApiHandler(0, 0, 9, self.handle, "Produce")
@@ -162,24 +161,24 @@ class ProduceHandler:
                 ErrorCode.UNSUPPORTED_VERSION,
                 "Produce v0-2 (message format v0/v1) is not supported; use Produce v3 or later",
             )
-        part = self.broker.replicas.get(topic, pd.index)
+        part = self.replicas.get(topic, pd.index)
         if part is None:
             return _refuse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{pd.index} is unknown")
         batch = validate_batch(part, pd.records)
         if isinstance(batch, AppendOutcome):
             return batch
-        return self.broker.replicas.append_nowait(part, batch, acks)
+        return self.replicas.append_nowait(part, batch, acks)
 
     def _respond(
         self, ctx: RequestContext, slots: list[tuple[str, int, Outcome]]
     ) -> ProduceResponse:
         by_topic: dict[str, list[ProduceResponse.PartitionProduceResponse]] = {}
-        metrics = self.broker.metrics
+        metrics = self.metrics
         for topic, index, o in slots:
             out = o.result() if isinstance(o, Deferred) else o
             if out.error is not ErrorCode.NONE:
                 metrics.partition_error_counter("Produce", out.error).inc()
-            part = self.broker.replicas.get(topic, index)
+            part = self.replicas.get(topic, index)
             by_topic.setdefault(topic, []).append(
                 ProduceResponse.PartitionProduceResponse(
                     index=index,

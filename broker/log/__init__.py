@@ -1,10 +1,12 @@
 """Partition logs: Kafka's on-disk layout (segments, sparse indexes, recovery, retention).
 
-Modules, one noun each: ``log`` (``PartitionLog``), ``segment`` (``LogSegment``),
+Modules, one noun each: ``log`` (``PartitionLog``), ``reader`` (its read path: ``FetchSlice``,
+lookups by timestamp), ``epochs`` (the leader-epoch rules), ``segment`` (``LogSegment``),
 ``file_records`` (``FileRecords``), ``index`` (``OffsetIndex``, ``TimeIndex``), ``loader``
 (``LogLoader``), ``validator`` (offset assignment), ``checkpoint``, ``config`` (``LogConfig``),
-``retention``, ``errors``, ``leader_epoch_cache`` (``LeaderEpochCache``), ``fetched_batches``
-(the checks on a follower's append).  All I/O goes through ``broker.storage``.
+``retention``, ``cleaning_plan`` and ``cleaner`` (compaction: when, and the pass), ``errors``,
+``leader_epoch_cache`` (``LeaderEpochCache``), ``fetched_batches`` (the checks on a follower's
+append).  All I/O goes through ``broker.storage``.
 """
 
 from broker.log.config import LogConfig
@@ -21,15 +23,13 @@ from broker.log.errors import (
 )
 from broker.log.fetched_batches import AppendedBatch
 from broker.log.loader import DroppedRange, RecoveryReport
-from broker.log.log import (
+from broker.log.log import AppendResult, FollowerAppend, PartitionLog
+from broker.log.reader import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
-    AppendResult,
     FetchSlice,
-    FollowerAppend,
-    PartitionLog,
 )
 
 __all__ = [

@@ -4,6 +4,10 @@
 ``cleanup.policy``, ...) from a topic's string configs; keys it does not own
 (``min.insync.replicas``, ...) are left to others.  Values outside Kafka's valid ranges raise
 ``ValueError`` naming the key.
+
+Defaults and ranges come from the one table of topic configs,
+:data:`metadata_log.configs.TOPIC_CONFIGS`; this module states only where the storage layer's
+minimum differs (:data:`STORAGE_MINIMUMS`).
 """
 
 from __future__ import annotations
@@ -11,57 +15,102 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, TypeVar
 
 from kafka_protocol.record_batch import HEADER_BYTES
+from metadata_log.configs import (
+    INT_MAX,
+    LONG_MAX,
+    TOPIC_CONFIGS,
+    EachOneOf,
+    Range,
+)
 
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
-SEVEN_DAYS_MS = 7 * 24 * 60 * 60 * 1000
+INT32_MAX: Final = INT_MAX
+INT64_MAX: Final = LONG_MAX
 OFFSET_INDEX_ENTRY_BYTES = 8
 TIME_INDEX_ENTRY_BYTES = 12
 
-# Kafka topic config name -> (LogConfig field, minimum value, maximum value)
-TOPIC_CONFIG_KEYS: dict[str, tuple[str, int, int]] = {
-    "segment.bytes": ("segment_bytes", HEADER_BYTES, INT32_MAX),
-    "segment.ms": ("segment_ms", 1, INT64_MAX),
-    "retention.ms": ("retention_ms", -1, INT64_MAX),
-    "retention.bytes": ("retention_bytes", -1, INT64_MAX),
-    "index.interval.bytes": ("index_interval_bytes", 0, INT32_MAX),
-    "flush.messages": ("flush_interval_messages", 1, INT64_MAX),
-    "flush.ms": ("flush_interval_ms", 0, INT64_MAX),
-    "segment.index.bytes": ("segment_index_bytes", TIME_INDEX_ENTRY_BYTES, INT32_MAX),
-    "file.delete.delay.ms": ("file_delete_delay_ms", 0, INT64_MAX),
-    "delete.retention.ms": ("delete_retention_ms", 0, INT64_MAX),
-    "min.compaction.lag.ms": ("min_compaction_lag_ms", 0, INT64_MAX),
-    "max.compaction.lag.ms": ("max_compaction_lag_ms", 1, INT64_MAX),
+# Kafka topic config name -> LogConfig field, for the integer keys the log reads.
+_FIELDS: Final = {
+    "segment.bytes": "segment_bytes",
+    "segment.ms": "segment_ms",
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "index.interval.bytes": "index_interval_bytes",
+    "flush.messages": "flush_interval_messages",
+    "flush.ms": "flush_interval_ms",
+    "segment.index.bytes": "segment_index_bytes",
+    "file.delete.delay.ms": "file_delete_delay_ms",
+    "delete.retention.ms": "delete_retention_ms",
+    "min.compaction.lag.ms": "min_compaction_lag_ms",
+    "max.compaction.lag.ms": "max_compaction_lag_ms",
 }
-CLEANUP_POLICIES = ("compact", "delete")
-ONE_DAY_MS = 24 * 60 * 60 * 1000
+# Where the log's minimum is not the topic config's: it takes segments as small as one batch
+# header (``internal.segment.bytes``, for tests) and an index of one time-index entry, and it
+# refuses a retention.bytes below -1 (no size limit), which Kafka leaves unvalidated.
+STORAGE_MINIMUMS: Final = {
+    "segment.bytes": HEADER_BYTES,
+    "segment.index.bytes": TIME_INDEX_ENTRY_BYTES,
+    "retention.bytes": -1,
+}
+# Kafka topic config name -> (LogConfig field, minimum value, maximum value)
+TOPIC_CONFIG_KEYS: Final[dict[str, tuple[str, int, int]]] = {
+    key: (name, STORAGE_MINIMUMS.get(key, low), high)
+    for key, name in _FIELDS.items()
+    for low, high in [TOPIC_CONFIGS[key].bounds]
+}
+_V = TypeVar("_V")
+
+
+def _validator(key: str, kind: type[_V]) -> _V:
+    validator = TOPIC_CONFIGS[key].validator
+    assert isinstance(validator, kind), f"{key}'s validator is a {kind.__name__}"
+    return validator
+
+
+CLEANUP_POLICIES: Final = _validator("cleanup.policy", EachOneOf).allowed
+_DIRTY_RATIO: Final = _validator("min.cleanable.dirty.ratio", Range)
+
+
+def _default(key: str) -> int:
+    return TOPIC_CONFIGS[key].int_default
+
+
+def _default_policy() -> tuple[str, ...]:
+    value = TOPIC_CONFIGS["cleanup.policy"].default_value
+    assert isinstance(value, list)
+    return tuple(value)
+
+
+def _default_ratio() -> float:
+    value = TOPIC_CONFIGS["min.cleanable.dirty.ratio"].default_value
+    assert isinstance(value, float)
+    return value
 
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:
-    segment_bytes: int = 1 << 30
-    segment_ms: int = SEVEN_DAYS_MS
-    retention_ms: int = SEVEN_DAYS_MS  # -1: keep forever
-    retention_bytes: int = -1  # -1: no size limit
-    index_interval_bytes: int = 4096
-    flush_interval_messages: int = INT64_MAX  # 1: fsync every append
-    flush_interval_ms: int = INT64_MAX
-    segment_index_bytes: int = 10 * 1024 * 1024
+    segment_bytes: int = _default("segment.bytes")
+    segment_ms: int = _default("segment.ms")
+    retention_ms: int = _default("retention.ms")  # -1: keep forever
+    retention_bytes: int = _default("retention.bytes")  # -1: no size limit
+    index_interval_bytes: int = _default("index.interval.bytes")
+    flush_interval_messages: int = _default("flush.messages")  # 1: fsync every append
+    flush_interval_ms: int = _default("flush.ms")
+    segment_index_bytes: int = _default("segment.index.bytes")
     # How long a deleted segment's open file stays open, so a sendfile already under way
     # finishes; the name is already gone from the directory.
-    file_delete_delay_ms: int = 60_000
+    file_delete_delay_ms: int = _default("file.delete.delay.ms")
     # Broker-level in Kafka (log.flush.offset.checkpoint.interval.ms): how often the
     # recovery point is checkpointed; a stale one only means more to re-validate after a crash.
     recovery_point_checkpoint_interval_ms: int = 60_000
     # Compaction (cleaner.py).  ``cleanup_policy``: any of "compact", "delete" (retention).
-    cleanup_policy: tuple[str, ...] = ("delete",)
-    delete_retention_ms: int = ONE_DAY_MS  # how long a cleaned tombstone stays readable
-    min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = INT64_MAX
-    min_cleanable_dirty_ratio: float = 0.5
+    cleanup_policy: tuple[str, ...] = _default_policy()
+    delete_retention_ms: int = _default("delete.retention.ms")  # how long a tombstone stays
+    min_compaction_lag_ms: int = _default("min.compaction.lag.ms")
+    max_compaction_lag_ms: int = _default("max.compaction.lag.ms")
+    min_cleanable_dirty_ratio: float = _default_ratio()
 
     def __post_init__(self) -> None:
         for key, (name, low, high) in TOPIC_CONFIG_KEYS.items():
@@ -70,9 +119,10 @@ class LogConfig:
                 raise ValueError(f"{key}={value} is outside [{low}, {high}]")
         if unknown := set(self.cleanup_policy) - set(CLEANUP_POLICIES):
             raise ValueError(f"cleanup.policy={','.join(self.cleanup_policy)}: unknown {unknown}")
-        if not 0 <= self.min_cleanable_dirty_ratio <= 1:
+        if _DIRTY_RATIO(self.min_cleanable_dirty_ratio) is not None:
             raise ValueError(
-                f"min.cleanable.dirty.ratio={self.min_cleanable_dirty_ratio} is outside [0, 1]"
+                f"min.cleanable.dirty.ratio={self.min_cleanable_dirty_ratio}"
+                f" is outside [{_DIRTY_RATIO.minimum}, {_DIRTY_RATIO.maximum}]"
             )
 
     @property

@@ -53,7 +53,7 @@ import logging
 from collections.abc import Iterable, Sequence
 
 from broker.log.checkpoint import write_atomically
-from broker.replication.partition_state import (
+from broker.log.epochs import (
     EpochEndOffset,
     EpochEntry,
     assign_epoch,

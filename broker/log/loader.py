@@ -52,6 +52,7 @@ from broker.log.checkpoint import (
 )
 from broker.log.cleaner import CLEANER_OFFSET_FILE
 from broker.log.config import LogConfig
+from broker.log.epochs import EpochEntry
 from broker.log.errors import CorruptIndexError
 from broker.log.leader_epoch_cache import (
     LeaderEpochCheckpointFile,
@@ -68,7 +69,6 @@ from broker.log.segment import (
     parse_segment_file_name,
 )
 from broker.log.segment_swap import recover_swaps
-from broker.replication.partition_state import EpochEntry
 from broker.storage import Storage, join
 from kafka_protocol.exceptions import CorruptRecordError
 

@@ -29,10 +29,11 @@ Theory of operation.
   epochs (a leader append with an older epoch than the log's is refused), truncation drops
   epochs from the end, moving the log start truncates it from the start.  It answers
   OffsetForLeaderEpoch (``end_offset_for_epoch``).
-* ``read`` finds the segment by bisecting base offsets, the batch holding the fetch offset by the
-  offset index and a short walk of batch headers, the end by the high watermark (``max_offset``)
-  and ``max_bytes`` the same way, and returns a ``FetchSlice``: a file region of whole batches
-  for ``sendfile``.  Nothing on the append or read path parses records.
+* ``read`` (reader.py) finds the segment by bisecting base offsets, the batch holding the
+  fetch offset by the offset index and a short walk of batch headers, the end by the high
+  watermark (``max_offset``) and ``max_bytes`` the same way, and returns a ``FetchSlice``: a
+  file region of whole batches for ``sendfile``.  Nothing on the append or read path parses
+  records.
 * Retention (retention.py) deletes whole segments from the front, never the active one, and moves
   ``log_start_offset`` (checkpointed at once, so it survives a restart).  A deleted segment's
   files are unlinked at once but stay open for ``file.delete.delay.ms``, so a ``sendfile``
@@ -44,6 +45,10 @@ Theory of operation.
   Retention by time and size applies only with ``cleanup.policy`` including ``delete``.
 * Any ``OSError`` takes the log offline (``KafkaStorageError`` from then on); reopening it runs
   recovery (loader.py), which is also what ``open`` does after a crash.
+
+The read path lives in reader.py; the rest stays one class (about 800 lines) because append,
+truncation, retention and the compaction swap all change the same segment list, offsets and
+checkpoints, under one ``_check_invariants``.
 """
 
 from __future__ import annotations
@@ -66,9 +71,10 @@ from broker.log.cleaner import (
     DEFAULT_MAX_MAP_ENTRIES,
     CleanResult,
     LogCleaning,
-    plan_cleaning,
 )
+from broker.log.cleaning_plan import plan_cleaning
 from broker.log.config import LogConfig
+from broker.log.epochs import EpochEndOffset, EpochEntry
 from broker.log.errors import (
     KafkaStorageError,
     OffsetOutOfRangeError,
@@ -85,20 +91,21 @@ from broker.log.loader import (
     drop_gone_log_start_epoch,
     epoch_entry_at,
 )
+from broker.log.reader import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    FetchSlice,
+    offset_for_timestamp,
+    read_slice,
+)
 from broker.log.retention import segments_to_delete
-from broker.log.segment import LOG_SUFFIX, LogSegment
+from broker.log.segment import LogSegment
 from broker.log.validator import PreparedAppend, assign_offsets
-from broker.replication.partition_state import EpochEndOffset, EpochEntry
-from broker.storage import Buffer, Storage, StorageHandle, join
+from broker.storage import Buffer, Storage, join
 from kafka_protocol.record_batch import NO_TIMESTAMP
 
 logger = logging.getLogger("broker.log")
-
-# ListOffsets sentinels (Kafka's ListOffsetsRequest)
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL_TIMESTAMP = -4
 
 
 class AppendResult(NamedTuple):
@@ -118,22 +125,6 @@ class FollowerAppend(NamedTuple):
     log_end_offset: int
     size_bytes: int  # written; the rest of the input was a partial batch
     batches: list[AppendedBatch]
-
-
-class FetchSlice(NamedTuple):
-    """Whole batches ``[position, position + size_bytes)`` of one segment file."""
-
-    handle: StorageHandle
-    file_path: str
-    position: int
-    size_bytes: int
-    first_offset: int  # base offset of the first batch (the fetch offset when empty)
-    segment_base_offset: int
-
-    @property
-    def fileno(self) -> int | None:
-        """For ``sendfile``; None for in-memory storage (use ``PartitionLog.read_bytes``)."""
-        return self.handle.fileno()
 
 
 class _IoGuard:
@@ -491,43 +482,7 @@ class PartitionLog:
         assert limit <= end, f"high watermark {limit} above the log end {end}"
         assert max_bytes >= 0
         with self._io("read"):
-            if offset < limit:
-                first = bisect_right(self._bases, offset) - 1
-                for segment in self._segments[first:]:
-                    found = self._slice(segment, offset, max_bytes, limit, min_one_batch)
-                    if found is not None:
-                        return found
-            return self._empty_slice(offset)
-
-    def _slice(
-        self, segment: LogSegment, offset: int, max_bytes: int, limit: int, min_one: bool
-    ) -> FetchSlice | None:
-        """The slice from ``segment``; None if no batch of it holds ``offset`` or later."""
-        found = segment.find_batch(offset)
-        if found is None:
-            return None
-        start, header = found
-        end = start
-        if header.last_offset < limit:
-            end = segment.position_of(limit) if limit < segment.next_offset else segment.size_bytes
-            if end - start > max_bytes:
-                end = segment.last_boundary_at_or_before(start + max_bytes, start)
-                if end == start and min_one:
-                    end = start + header.size_bytes
-        path = segment.path(LOG_SUFFIX)
-        handle = segment.records.handle
-        return FetchSlice(handle, path, start, end - start, header.base_offset, segment.base_offset)
-
-    def _empty_slice(self, offset: int) -> FetchSlice:
-        active = self._active
-        return FetchSlice(
-            active.records.handle,
-            active.path(LOG_SUFFIX),
-            active.size_bytes,
-            0,
-            offset,
-            active.base_offset,
-        )
+            return read_slice(self._segments, self._bases, offset, max_bytes, limit, min_one_batch)
 
     def read_bytes(self, fetched: FetchSlice) -> bytes:
         """The bytes of a slice (for in-memory storage and tests; servers use ``sendfile``)."""
@@ -539,61 +494,15 @@ class PartitionLog:
     # --- timestamps ---------------------------------------------------------------------------
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
-        """``(offset, timestamp)`` for ListOffsets: the first record (at or after the log start)
-        whose timestamp is at least ``timestamp_ms``, exact to the record; or a sentinel:
-        ``LATEST_TIMESTAMP`` (log end, -1), ``EARLIEST_TIMESTAMP`` and
-        ``EARLIEST_LOCAL_TIMESTAMP`` (log start, -1), ``MAX_TIMESTAMP`` (the first record with
-        the largest timestamp).  None when no record qualifies.  The caller caps offsets at
-        the high watermark."""
+        """``(offset, timestamp)`` for ListOffsets (reader.py's ``offset_for_timestamp``): the
+        first record at or after ``timestamp_ms``, or a sentinel's answer; None when no record
+        qualifies.  The caller caps offsets at the high watermark."""
         if timestamp_ms == LATEST_TIMESTAMP:
             return self.log_end_offset, NO_TIMESTAMP
         if timestamp_ms in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return self._log_start_offset, NO_TIMESTAMP
         with self._io("timestamp lookup"):
-            if timestamp_ms == MAX_TIMESTAMP:
-                return self._offset_of_max_timestamp()
-            if timestamp_ms < 0:
-                raise ValueError(f"unknown ListOffsets timestamp {timestamp_ms}")
-            for segment in self._segments:
-                if segment.next_offset <= self._log_start_offset:
-                    continue
-                if segment.max_timestamp >= timestamp_ms:
-                    found = segment.find_offset_by_timestamp(timestamp_ms, self._log_start_offset)
-                    if found is not None:
-                        return found
-        return None
-
-    def _offset_of_max_timestamp(self) -> tuple[int, int] | None:
-        """The first record (at or after the log start) with the largest timestamp."""
-        start = self._log_start_offset
-        best: tuple[int, int, LogSegment] | None = None  # (timestamp, batch offset, segment)
-        for segment in self._segments:
-            if segment.next_offset <= start:
-                continue
-            found = segment.max_timestamp_from(start)
-            if found is not None and (best is None or found[0] > best[0]):
-                best = (*found, segment)
-        if best is None:
-            return None
-        _, batch_offset, segment = best
-        batch = segment.find_batch(max(batch_offset, start))
-        assert batch is not None, f"{segment}: batch of the max timestamp not found"
-        records = [r for r in segment.read_batch(*batch).iter_records() if r.offset >= start]
-        if not records:  # a batch emptied by compaction keeps its max timestamp
-            return self._offset_of_max_timestamp_by_records(start)
-        top = max(r.timestamp for r in records)
-        return next((r.offset, r.timestamp) for r in records if r.timestamp == top)
-
-    def _offset_of_max_timestamp_by_records(self, start: int) -> tuple[int, int] | None:
-        """The same, record by record."""
-        best: tuple[int, int] | None = None
-        for segment in self._segments:
-            found = segment.find_batch(start) if segment.next_offset > start else None
-            for position, header in segment.records.iter_headers(found[0]) if found else ():
-                for r in segment.read_batch(position, header).iter_records():
-                    if r.offset >= start and (best is None or r.timestamp > best[1]):
-                        best = (r.offset, r.timestamp)
-        return best
+            return offset_for_timestamp(self._segments, self._log_start_offset, timestamp_ms)
 
     # --- retention and truncation -------------------------------------------------------------
 

@@ -40,7 +40,6 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from kafka_protocol._codec import varint_bytes
 from kafka_protocol.compression import Compression, compress
 from kafka_protocol.exceptions import CorruptRecordError
 from kafka_protocol.record_batch import (
@@ -54,6 +53,7 @@ from kafka_protocol.record_batch import (
     MAGIC,
     RecordBatch,
 )
+from kafka_protocol.varint import encode_varint, read_raw_varlong, read_varlong
 
 # base_offset, batch_length, partition_leader_epoch, magic, crc, attributes, last_offset_delta,
 # base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, records_count
@@ -81,27 +81,6 @@ def record_timestamp(batch: RecordBatch, record: ScannedRecord) -> int:
     return batch.base_timestamp + record.timestamp_delta
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag varint/varlong at ``pos``: ``(value, next position)``."""
-    raw = shift = 0
-    while True:
-        try:
-            b = data[pos]
-        except IndexError:
-            raise CorruptRecordError("record varint runs past the batch") from None
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift >= 70:
-            raise CorruptRecordError("record varint longer than 10 bytes")
-
-
-def _zigzag(value: int) -> bytes:
-    return varint_bytes((value << 1) ^ (value >> 63))
-
-
 def scan_records(batch: RecordBatch, section: bytes) -> list[ScannedRecord]:
     """The records of ``batch`` (``section``: its records, decompressed), in order.
 
@@ -118,7 +97,7 @@ def scan_records(batch: RecordBatch, section: bytes) -> list[ScannedRecord]:
             if raw >= 0x80:
                 raw, p = (raw & 0x7F) | (section[p] << 7), p + 1
                 if raw >= 0x4000:
-                    raw, p = _uvarint(section, pos)
+                    raw, p = read_raw_varlong(section, pos)
             length, end = raw >> 1, p + (raw >> 1)
             if raw & 1 or length < 1 or end > size:
                 raise CorruptRecordError(f"record of {length} bytes overruns the batch")
@@ -126,19 +105,19 @@ def scan_records(batch: RecordBatch, section: bytes) -> list[ScannedRecord]:
             if raw >= 0x80:
                 raw, p = (raw & 0x7F) | (section[p] << 7), p + 1
                 if raw >= 0x4000:
-                    raw, p = _uvarint(section, p - 2)
+                    raw, p = read_raw_varlong(section, p - 2)
             ts_delta = (raw >> 1) ^ -(raw & 1)
             raw, p = section[p], p + 1
             if raw >= 0x80:
                 raw, p = (raw & 0x7F) | (section[p] << 7), p + 1
                 if raw >= 0x4000:
-                    raw, p = _uvarint(section, p - 2)
+                    raw, p = read_raw_varlong(section, p - 2)
             offset_delta = (raw >> 1) ^ -(raw & 1)
             raw, p = section[p], p + 1
             if raw >= 0x80:
                 raw, p = (raw & 0x7F) | (section[p] << 7), p + 1
                 if raw >= 0x4000:
-                    raw, p = _uvarint(section, p - 2)
+                    raw, p = read_raw_varlong(section, p - 2)
             key = None
             if not raw & 1:  # a key (zigzag: -1 is null)
                 key, p = section[p : p + (raw >> 1)], p + (raw >> 1)
@@ -153,26 +132,14 @@ def scan_records(batch: RecordBatch, section: bytes) -> list[ScannedRecord]:
     return out
 
 
-def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
-    """The raw (not zigzag-decoded) varint at ``pos``: ``(value, next position)``."""
-    raw = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if b < 0x80:
-            return raw, pos
-        shift += 7
-        if shift >= 70:
-            raise CorruptRecordError("record varint longer than 10 bytes")
-
-
 def _rebased(section: bytes, record: ScannedRecord, shift_ms: int) -> bytes:
     """The record's bytes with its timestamp delta lowered by ``shift_ms``."""
-    _, body = _varint(section, record.start)
-    ts_delta, rest = _varint(section, body + 1)
-    new_body = section[body : body + 1] + _zigzag(ts_delta - shift_ms) + section[rest : record.end]
-    return _zigzag(len(new_body)) + new_body
+    _, body = read_varlong(section, record.start)
+    ts_delta, rest = read_varlong(section, body + 1)
+    new_body = (
+        section[body : body + 1] + encode_varint(ts_delta - shift_ms) + section[rest : record.end]
+    )
+    return encode_varint(len(new_body)) + new_body
 
 
 def rebuild_batch(

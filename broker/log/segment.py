@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from broker.log.config import INT32_MAX, LogConfig
+from broker.log.epochs import EpochEntry
 from broker.log.errors import CorruptIndexError
 from broker.log.file_records import (
     HEADER_WALK_CHUNK_BYTES,
@@ -47,7 +48,6 @@ from broker.log.file_records import (
     parse_header,
 )
 from broker.log.index import OffsetIndex, TimeIndex
-from broker.replication.partition_state import EpochEntry
 from broker.storage import Buffer, Storage, join
 from kafka_protocol.exceptions import CorruptRecordError
 from kafka_protocol.record_batch import NO_TIMESTAMP, RecordBatch

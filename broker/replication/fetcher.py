@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker.kafka_client import Backoff, KafkaClientError, KafkaConnection
+from broker.log.epochs import EpochEndOffset
 from broker.log.errors import LogError
-from broker.replication.partition_state import EpochEndOffset, FollowerState
+from broker.replication.partition_state import FollowerState
 from kafka_protocol._codec import FileRegion
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (

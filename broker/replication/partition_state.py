@@ -42,71 +42,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from broker.fatal import fatal
+from broker.log.epochs import (
+    UNDEFINED_EPOCH_OFFSET,
+    EpochEndOffset,
+    EpochEntry,
+    epoch_end_offset,
+)
 from kafka_protocol.errors import ErrorCode
 
 UNKNOWN_OFFSET = -1  # a follower's log end offset before its first fetch to this leader
-UNDEFINED_EPOCH = -1
-UNDEFINED_EPOCH_OFFSET = -1
 NO_BROKER_EPOCH = -1  # AlterPartition v3: the controller does not check this member's epoch
 PENDING: Literal["pending"] = "pending"
 AcksAllResult = ErrorCode | None | Literal["pending"]
-EpochEntry = tuple[int, int]  # (leader_epoch, start_offset): one line of leader-epoch-checkpoint
-
-
-# --- leader epoch cache (Kafka's LeaderEpochFileCache) ---------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class EpochEndOffset:
-    """OffsetForLeaderEpoch's answer: the largest epoch <= the requested one, and its end."""
-
-    leader_epoch: int
-    end_offset: int
-
-
-UNDEFINED = EpochEndOffset(UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
-
-
-def epoch_end_offset(
-    epochs: Sequence[EpochEntry], requested_epoch: int, log_end_offset: int
-) -> EpochEndOffset:
-    """``LeaderEpochFileCache.endOffsetFor``: the end of an epoch is the start of the next
-    larger one, or the log end offset for the latest.  An epoch older than every cached one
-    ends where the first cached one starts (its records, if any, are gone), so a follower
-    holding only newer epochs truncates to there (Kafka answers ``(requested, start)``)."""
-    if not epochs:
-        return UNDEFINED
-    if requested_epoch < epochs[0][0]:
-        return EpochEndOffset(requested_epoch, epochs[0][1])
-    floor: int | None = None
-    end = log_end_offset
-    for epoch, start_offset in epochs:
-        if epoch <= requested_epoch:
-            floor = epoch
-        else:
-            end = start_offset
-            break
-    assert floor is not None, (epochs, requested_epoch)
-    assert end <= log_end_offset, (end, log_end_offset)
-    return EpochEndOffset(floor, end)
-
-
-def assign_epoch(epochs: list[EpochEntry], leader_epoch: int, start_offset: int) -> None:
-    """Record that ``leader_epoch`` starts at ``start_offset`` (a batch of a new epoch)."""
-    if epochs and epochs[-1][0] == leader_epoch:
-        return
-    assert not epochs or (epochs[-1][0] < leader_epoch and epochs[-1][1] <= start_offset), (
-        epochs[-1],
-        leader_epoch,
-        start_offset,
-    )
-    epochs.append((leader_epoch, start_offset))
-
-
-def truncate_epochs(epochs: list[EpochEntry], end_offset: int) -> None:
-    """``truncateFromEnd``: forget epochs that start at or after the truncation point."""
-    while epochs and epochs[-1][1] >= end_offset:
-        epochs.pop()
 
 
 def _check_epochs(
@@ -224,15 +172,25 @@ class PartitionState:
         return self.isr if self.pending_isr is None else self.isr | self.pending_isr
 
     def check_invariants(self) -> None:
-        assert self.replica_id in self.isr, (self.replica_id, self.isr)
-        assert self.isr <= set(self.replicas), (self.isr, self.replicas)
-        if self.pending_isr is not None:
-            assert self.replica_id in self.pending_isr, self.pending_isr
-            assert self.pending_isr <= set(self.replicas), (self.pending_isr, self.replicas)
-        assert 0 <= self.high_watermark <= self.log_end_offset, (
-            self.high_watermark,
-            self.log_end_offset,
-        )
+        """Broken, they stop the broker (``broker.fatal``): it would serve a wrong partition."""
+        isr, pending, replicas = self.isr, self.pending_isr, set(self.replicas)
+        if self.replica_id not in isr or not isr <= replicas:
+            fatal(
+                "partition.leader-in-isr-within-replicas",
+                "the leader must be in the ISR, and the ISR among the replicas",
+                leader=self.replica_id,
+                isr=sorted(isr),
+                replicas=self.replicas,
+            )
+        if pending is not None and (self.replica_id not in pending or not pending <= replicas):
+            fatal(
+                "partition.leader-in-pending-isr-within-replicas",
+                "the leader must be in the pending ISR, and it among the replicas",
+                leader=self.replica_id,
+                pending_isr=sorted(pending),
+                replicas=self.replicas,
+            )
+        _check_high_watermark(self.high_watermark, self.log_end_offset)
 
     def maybe_increment_high_watermark(self) -> bool:
         """``Partition.maybeIncrementLeaderHW``: the smallest log end offset over the maximal
@@ -423,10 +381,7 @@ class FollowerState:
     high_watermark: int
 
     def check_invariants(self) -> None:
-        assert 0 <= self.high_watermark <= self.log_end_offset, (
-            self.high_watermark,
-            self.log_end_offset,
-        )
+        _check_high_watermark(self.high_watermark, self.log_end_offset)
 
     def truncation_offset(
         self, leader_answer: EpochEndOffset, epochs: Sequence[EpochEntry]
@@ -512,3 +467,14 @@ def _promote(
         role.high_watermark,
         now_ms,
     )
+
+
+def _check_high_watermark(high_watermark: int, log_end_offset: int) -> None:
+    """A replica never exposes (leader) or holds as committed (follower) what its log lacks."""
+    if not 0 <= high_watermark <= log_end_offset:
+        fatal(
+            "partition.high-watermark-within-log",
+            "0 <= high_watermark <= log_end_offset",
+            high_watermark=high_watermark,
+            log_end_offset=log_end_offset,
+        )

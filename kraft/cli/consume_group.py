@@ -41,7 +41,8 @@ from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import MetadataRequest, MetadataResponse
 from kafka_protocol.record_batch import Record
 from kafka_protocol.types import TopicName
-from kraft.cli.admin import AdminClient, AdminError, Consumed, Printer
+from kraft.cli.record_printer import Consumed, Printer
+from kraft.cli.rest_client import AdminClient, AdminError
 from kraft.groups.client import Address, Fetched, GroupClient, GroupError, Retriable, check
 from kraft.groups.member import GroupMember, MemberConfig
 from kraft.groups.model import EARLIEST, LATEST

@@ -3,7 +3,8 @@
     kraft dev [--data-dir DIR] [--port N] [--admin-port N]    one combined node, for development
     kraft dev --controllers 3 --brokers 3                     a local cluster of processes
     kraft server [--config FILE] [--override key=value ...]   one node, exactly as a container runs
-    kraft topics|produce|consume|cluster ...                  admin commands over the REST API
+    kraft topics|groups|produce|consume|cluster ...           admin commands over the REST API
+    kraft --help                                              every command (one module each)
 
 Errors in configuration exit with status 2 and one line that names the key and its source.
 """
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 
 from kraft import __version__
+from kraft.cli import arguments, cluster, elect, groups, records, topics
 from kraft.node.config import ConfigError, NodeConfig, StartupError, load_config, parse_overrides
 
 
@@ -139,10 +141,19 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
     server.set_defaults(func=cmd_server)
 
-    from kraft.cli.admin import add_admin_commands
-
     add_admin_commands(sub)
     return parser
+
+
+def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add every command family but ``dev`` and ``server`` to the ``kraft`` parser (in the order
+    ``kraft --help`` lists them)."""
+    common = arguments.common_options()
+    topics.add_parser(sub, common)
+    groups.add_parser(sub, common)
+    records.add_parser(sub, common)
+    cluster.add_parser(sub, common)
+    elect.add_parser(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,8 +11,9 @@ comes from a :class:`BrokerView`: a node's metadata image (:class:`ImageView`, f
 or the CLI's Metadata answers (``kraft.cli.consume_group.MetadataView``).
 
 A request that fails in a way a later attempt may cure (a connection lost, no answer within the
-request timeout, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, any retriable Kafka error) raises
-:class:`Retriable`; :meth:`GroupClient.retrying` tries again with backoff (50 ms doubling to 1 s),
+request timeout, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, any error the core's
+:mod:`~kafka_protocol.client.error_policy` calls retriable) raises :class:`Retriable`;
+:meth:`GroupClient.retrying` tries again with the core's backoff (50 ms doubling to 1 s),
 at most :data:`MAX_ATTEMPTS` times; callers bound whole operations (``asyncio.timeout``).  A
 request given up (cancelled, or timed out) closes its connection: an answer that comes later
 would hold up every request behind it, and a parked JoinGroup may come minutes later.
@@ -35,24 +36,31 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol, TypeVar
 
-from broker.kafka_client import Backoff, KafkaClientError, KafkaConnection
-from kafka_protocol._codec import Buffer, FileRegion, Request, Response
+from broker.kafka_client import Backoff, KafkaClientError, KafkaConnection, NoUsableVersionError
+from kafka_protocol._codec import FileRegion, Request, Response
+from kafka_protocol.client.cursor import records_from
+from kafka_protocol.client.error_policy import is_retriable
+from kafka_protocol.client.requests import (
+    NO_EPOCH,
+    fetch_request,
+    list_offsets_answers,
+    list_offsets_request,
+    offset_commit_errors,
+    offset_commit_request,
+)
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import CorruptRecordError, ProtocolError
 from kafka_protocol.messages import (
-    FetchRequest,
     FetchResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
-    ListOffsetsRequest,
     ListOffsetsResponse,
-    OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
-from kafka_protocol.record_batch import Record, iter_batches
-from kafka_protocol.types import BrokerId, GroupId, TopicName
+from kafka_protocol.record_batch import Record
+from kafka_protocol.types import BrokerId, GroupId
 from kraft.groups.model import Coordinator
 from metadata_log.image import ClusterImage, TopicPartition
 
@@ -104,20 +112,6 @@ class Fetched:
     log_start_offset: int
 
 
-def records_from(data: Buffer | None, position: int) -> tuple[list[Record], int]:
-    """The records at or after ``position`` in a Fetch answer's records (whole batches: the
-    first may begin before it; a partial last batch waits for the next fetch), and the
-    position after them (past control batches and compacted gaps too)."""
-    out: list[Record] = []
-    for batch in iter_batches(data or b"", allow_truncated_tail=True):
-        if batch.next_offset <= position:
-            continue
-        if not batch.is_control:
-            out += [r for r in batch.validate().iter_records() if r.offset >= position]
-        position = batch.next_offset
-    return out, position
-
-
 class GroupError(Exception):
     """An operation failed with ``error`` (a Kafka error code) and ``message``."""
 
@@ -136,7 +130,7 @@ def check(code: int, what: str) -> None:
     if code == ErrorCode.NONE:
         return
     error = ErrorCode.from_code(code)
-    cls = Retriable if error.retriable else GroupError
+    cls = Retriable if is_retriable(error) else GroupError
     raise cls(error, f"{what}: {error.message}")
 
 
@@ -240,15 +234,12 @@ class GroupClient:
         try:
             async with asyncio.timeout(limit_s):
                 conn = await self._connection(address)
-                api_key = request.API_KEY
-                assert api_key is not None, request.NAME
-                version = conn.version_for(api_key, max_version)
-                if version is None or version < min_version:
-                    raise GroupError(
-                        ErrorCode.UNSUPPORTED_VERSION,
-                        f"{peer} supports no version {min_version}-{max_version} of {request.NAME}",
-                    )
-                return await conn.send(request, version)
+                return await conn.request(request, max_version, min_version)
+        except NoUsableVersionError:
+            raise GroupError(
+                ErrorCode.UNSUPPORTED_VERSION,
+                f"{peer} supports no version {min_version}-{max_version} of {request.NAME}",
+            ) from None
         except TimeoutError:
             self._drop(address, conn)
             raise Retriable(
@@ -356,34 +347,20 @@ class GroupClient:
         """OffsetCommit (generation -1 and no member id: an admin's or a simple consumer's):
         the partitions that failed, with their (not retriable) errors; :class:`Retriable` if
         any failed retriably (the coordinator moved), so that the whole commit is retried."""
-        by_topic: dict[str, list[OffsetCommitRequest.OffsetCommitRequestPartition]] = {}
-        for tp, offset in sorted(offsets.items()):
-            assert offset >= 0, (tp, offset)
-            by_topic.setdefault(tp.topic, []).append(
-                OffsetCommitRequest.OffsetCommitRequestPartition(
-                    partition_index=tp.partition, committed_offset=offset
-                )
-            )
-        request = OffsetCommitRequest(
-            group_id=GroupId(group_id),
-            generation_id_or_member_epoch=generation_id,
-            member_id=member_id,
-            topics=[
-                OffsetCommitRequest.OffsetCommitRequestTopic(name=TopicName(t), partitions=ps)
-                for t, ps in by_topic.items()
-            ],
+        assert all(offset >= 0 for offset in offsets.values()), offsets
+        request = offset_commit_request(
+            group_id, offsets, generation_id=generation_id, member_id=member_id
         )
         address = (coordinator.host, coordinator.port)
         response = await self.send(address, request, OFFSET_COMMIT_MAX)
         assert isinstance(response, OffsetCommitResponse)
-        failed: dict[TopicPartition, ErrorCode] = {}
-        for topic in response.topics:
-            for p in topic.partitions:
-                if p.error_code != ErrorCode.NONE:
-                    tp = TopicPartition(str(topic.name), p.partition_index)
-                    failed[tp] = ErrorCode.from_code(p.error_code)
+        failed: dict[TopicPartition, ErrorCode] = {
+            TopicPartition(*tp): error
+            for tp, error in offset_commit_errors(response).items()
+            if error is not ErrorCode.NONE
+        }
         for tp, error in sorted(failed.items()):
-            if error.retriable:
+            if is_retriable(error):
                 what = f"OffsetCommit of {tp.topic}-{tp.partition} on broker {coordinator.node_id}"
                 raise Retriable(error, f"{what}: {error.message}")
         return failed
@@ -405,7 +382,7 @@ class GroupClient:
             pending = []
             for tp, answer in answers.items():
                 last = attempt == LIST_OFFSETS_ATTEMPTS - 1
-                if isinstance(answer, ErrorCode) and answer.retriable and not last:
+                if isinstance(answer, ErrorCode) and is_retriable(answer) and not last:
                     pending.append(tp)
                 else:
                     found[tp] = answer
@@ -421,32 +398,10 @@ class GroupClient:
     async def _list_offsets_at(
         self, address: Address, timestamps: dict[TopicPartition, int]
     ) -> dict[TopicPartition, int | ErrorCode]:
-        by_topic: dict[str, list[ListOffsetsRequest.ListOffsetsPartition]] = {}
-        for tp, timestamp in sorted(timestamps.items()):
-            by_topic.setdefault(tp.topic, []).append(
-                ListOffsetsRequest.ListOffsetsPartition(
-                    partition_index=tp.partition, timestamp=timestamp
-                )
-            )
-        request = ListOffsetsRequest(
-            replica_id=CONSUMER_REPLICA_ID,
-            isolation_level=0,  # read_uncommitted, as the tools (no transactions here anyway)
-            topics=[
-                ListOffsetsRequest.ListOffsetsTopic(name=TopicName(t), partitions=ps)
-                for t, ps in by_topic.items()
-            ],
-        )
+        request = list_offsets_request(timestamps)
         response = await self.send(address, request, LIST_OFFSETS_MAX, LIST_OFFSETS_MIN)
         assert isinstance(response, ListOffsetsResponse)
-        out: dict[TopicPartition, int | ErrorCode] = {}
-        for topic in response.topics:
-            for p in topic.partitions:
-                tp = TopicPartition(str(topic.name), p.partition_index)
-                out[tp] = (
-                    p.offset
-                    if p.error_code == ErrorCode.NONE
-                    else ErrorCode.from_code(p.error_code)
-                )
+        out = {TopicPartition(*tp): answer for tp, answer in list_offsets_answers(response).items()}
         for tp in timestamps:  # a partition left out of the answer
             out.setdefault(tp, ErrorCode.UNKNOWN_SERVER_ERROR)
         return out
@@ -493,25 +448,15 @@ class GroupClient:
         """One Fetch of ``topic``'s partitions (index: position) from ``address``, as a
         consumer (read_uncommitted: up to the high watermark), held by the broker up to
         ``wait_ms`` for records; a partition left out of the answer gets nothing."""
-        request = FetchRequest(
-            replica_id=CONSUMER_REPLICA_ID,
+        request = fetch_request(
+            {
+                TopicPartition(topic, index): (offset, NO_EPOCH)
+                for index, offset in positions.items()
+            },
             max_wait_ms=wait_ms,
             min_bytes=1,
             max_bytes=max_bytes,
-            isolation_level=0,  # read_uncommitted, Kafka's default
-            topics=[
-                FetchRequest.FetchTopic(
-                    topic=TopicName(topic),
-                    partitions=[
-                        FetchRequest.FetchPartition(
-                            partition=index,
-                            fetch_offset=offset,
-                            partition_max_bytes=partition_max_bytes,
-                        )
-                        for index, offset in sorted(positions.items())
-                    ],
-                )
-            ],
+            partition_max_bytes=partition_max_bytes,
         )
         timeout_s = self.request_timeout_s + wait_ms / 1000
         response = await self.send(address, request, FETCH_MAX, FETCH_MIN, timeout_s=timeout_s)

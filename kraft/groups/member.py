@@ -45,6 +45,7 @@ from typing import Final
 
 from broker.kafka_client import Backoff
 from kafka_protocol._codec import Request, Response
+from kafka_protocol.client.error_policy import Action, action_for
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     HeartbeatRequest,
@@ -98,14 +99,10 @@ class Step(enum.Enum):
 _REJOIN: Final = frozenset(
     {ErrorCode.MEMBER_ID_REQUIRED, ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION}
 )
-_COORDINATOR_GONE: Final = frozenset(
-    {
-        ErrorCode.NOT_COORDINATOR,
-        ErrorCode.COORDINATOR_NOT_AVAILABLE,
-        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-        ErrorCode.NETWORK_EXCEPTION,  # what GroupClient makes of a lost connection
-        ErrorCode.REQUEST_TIMED_OUT,  # ... and of no answer in time
-    }
+# Beyond the core's STALE_COORDINATOR_ERRORS: what GroupClient makes of a lost connection, and
+# of no answer in time.
+_COORDINATOR_UNREACHABLE: Final = frozenset(
+    {ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT}
 )
 # What to do about the errors a user can do something about.
 _ADVICE: Final = {
@@ -126,9 +123,10 @@ def next_step(error: ErrorCode) -> Step:
         return Step.REJOIN
     if error == ErrorCode.UNKNOWN_MEMBER_ID:
         return Step.REJOIN_AS_NEW
-    if error in _COORDINATOR_GONE:
+    action = action_for(error)
+    if error in _COORDINATOR_UNREACHABLE or action is Action.FIND_COORDINATOR:
         return Step.FIND_COORDINATOR
-    return Step.RETRY if error.retriable else Step.FAIL
+    return Step.FAIL if action is Action.FAIL else Step.RETRY
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from metadata_log.configs import BROKER_CONFIGS
+
 ENV_PREFIX = "KRAFT_"
 
 
@@ -127,6 +129,16 @@ class NodeConfig:
             return int(raw)
         except ValueError:
             raise ConfigError(self._bad(key, raw, "an integer")) from None
+
+    def get_bounded_int(self, key: str) -> int:
+        """An integer key of :data:`~metadata_log.configs.BROKER_CONFIGS`, its default and
+        minimum read from that one table rather than stated again by the caller."""
+        definition = BROKER_CONFIGS[key]
+        value = self.get_int(key, definition.int_default)
+        minimum, _ = definition.bounds
+        if value < minimum:
+            raise ConfigError(f"{key}={value} must be at least {minimum}")
+        return value
 
     def get_bool(self, key: str, default: bool) -> bool:
         raw = self.values.get(key)

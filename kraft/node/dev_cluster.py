@@ -9,28 +9,9 @@ lines, starts the brokers, waits for theirs, and then prints one line for the wh
 (the brokers' Kafka listeners and the first broker's REST API). Each child's stderr, and any
 stdout line other than its ``READY``, goes to the launcher's stderr as ``[node-<id>] ...``.
 
-Node ids and ports
-------------------
-Controllers get node ids 1..M, brokers M+1..M+N; brokers get racks ``rack-1..rack-3`` in turn.
-With ``--port P`` (default 9092) and ``--admin-port A`` (default P - 1012, so 8080), counting
-brokers ``i`` and controllers ``j`` from 0::
-
-    node            Kafka listener              Raft (pysyncobj)   REST admin API
-    broker i        PLAINTEXT   P + i           -                  A + i
-    controller j    CONTROLLER  P + 100 + j     P + 200 + j        A + 100 + j
-
-With the defaults and 3 + 3 nodes: brokers 9092-9094 (admin 8080-8082), controllers' CONTROLLER
-listeners 9192-9194, Raft 9292-9294, admin 8180-8182. ``--port 0`` picks free ports for every
-Kafka, CONTROLLER and Raft port, ``--admin-port 0`` for every admin port. Everything binds to
-127.0.0.1.
-
-Files
------
-``<data-dir>/cluster.properties`` (mode 0600) holds the cluster id, the controllers' Raft
-password and the number of controllers; they are generated once, so starting ``kraft dev``
-again on the same directory restarts the same cluster with its data. Each node has
-``<data-dir>/node-<id>/`` with ``server.properties`` (rewritten on every start; ``--override``
-settings go to every node), ``metadata/`` and ``logs/``.
+Node ids and ports are planned in :mod:`kraft.node.dev_cluster_plan`, the cluster's identity and
+each node's ``server.properties`` written by :mod:`kraft.node.dev_cluster_files`; this module
+starts, watches and stops the processes.
 
 Failures and stopping
 ---------------------
@@ -46,307 +27,34 @@ should the launcher die without stopping it (SIGKILL).
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import ctypes
 import os
 import re
-import secrets
 import signal
-import socket
 import sys
-import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import TextIO
 
-from kraft.node.config import ConfigError, parse_properties
+from kraft.node.dev_cluster_files import load_or_create_identity, write_node_configs
+from kraft.node.dev_cluster_plan import (
+    HOST,
+    ClusterPlan,
+    NodeSpec,
+    default_admin_port,
+    describe_plan,
+    plan_cluster,
+)
 
-HOST = "127.0.0.1"
-CONTROLLER_COUNTS = (1, 3, 5)
-CONTROLLER_PORT_OFFSET = 100
-RAFT_PORT_OFFSET = 200
-MAX_BROKERS = CONTROLLER_PORT_OFFSET  # more would run into the controllers' ports
-RACKS = ("rack-1", "rack-2", "rack-3")
-IDENTITY_FILE = "cluster.properties"
-IDENTITY_KEYS = ("cluster.id", "controller.quorum.password", "controllers")
-_IDENTITY_HEADER = "kraft dev: this local cluster's identity; keep it with the node directories"
-NODE_CONFIG_FILE = "server.properties"
 STARTUP_DEADLINE_S = 60.0
 STOP_GRACE_S = 10.0
 STDERR_TAIL_LINES = 20
 LINE_LIMIT_BYTES = 1 << 20
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # a closed terminal stops it too
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-Role = Literal["controller", "broker"]
-FreePorts = Callable[[int], list[int]]
-
-
-# --- the plan: node ids, ports, racks (pure) ------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class NodeSpec:
-    """One node of the local cluster; ``port`` is its PLAINTEXT or CONTROLLER listener."""
-
-    node_id: int
-    role: Role
-    port: int
-    admin_port: int
-    raft_port: int | None = None
-    rack: str | None = None
-
-    @property
-    def name(self) -> str:
-        return f"node-{self.node_id}"
-
-    @property
-    def admin_url(self) -> str:
-        return f"http://{HOST}:{self.admin_port}"
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterPlan:
-    controllers: tuple[NodeSpec, ...]
-    brokers: tuple[NodeSpec, ...]
-
-    @property
-    def nodes(self) -> tuple[NodeSpec, ...]:
-        return self.controllers + self.brokers
-
-    @property
-    def quorum_voters(self) -> str:
-        """``controller.quorum.voters``: every controller's Raft endpoint."""
-        return ",".join(f"{c.node_id}@{HOST}:{c.raft_port}" for c in self.controllers)
-
-    @property
-    def quorum_bootstrap_servers(self) -> str:
-        """``controller.quorum.bootstrap.servers``: the controllers' CONTROLLER listeners."""
-        return ",".join(f"{HOST}:{c.port}" for c in self.controllers)
-
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(f"{HOST}:{b.port}" for b in self.brokers)
-
-
-def default_admin_port(port: int, admin_port: int | None) -> int:
-    """As for the single dev node: 9092 -> 8080, N -> N - 1012, and free ports for --port 0."""
-    if admin_port is not None:
-        return admin_port
-    return port - 1012 if port > 1012 else 0
-
-
-def pick_free_ports(count: int) -> list[int]:
-    """``count`` distinct ports that were free a moment ago (bound together, then closed)."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in socks:
-            sock.bind((HOST, 0))
-        return [sock.getsockname()[1] for sock in socks]
-
-
-def plan_cluster(
-    controllers: int,
-    brokers: int,
-    port: int,
-    admin_port: int,
-    free_ports: FreePorts = pick_free_ports,
-) -> ClusterPlan:
-    """Node ids, ports and racks by the scheme in the module docstring."""
-    if controllers not in CONTROLLER_COUNTS:
-        raise ConfigError(f"--controllers {controllers}: use 1, 3 or 5 (a Raft majority)")
-    if not 1 <= brokers <= MAX_BROKERS:
-        raise ConfigError(f"--brokers {brokers}: use 1 to {MAX_BROKERS}")
-    kafka_offsets = [
-        *range(brokers),
-        *(CONTROLLER_PORT_OFFSET + j for j in range(controllers)),
-        *(RAFT_PORT_OFFSET + j for j in range(controllers)),
-    ]
-    admin_offsets = [*range(brokers), *(CONTROLLER_PORT_OFFSET + j for j in range(controllers))]
-    free = iter(
-        free_ports((0 if port else len(kafka_offsets)) + (0 if admin_port else len(admin_offsets)))
-    )
-    kafka = _port_family("--port", port, kafka_offsets, free)
-    admin = _port_family("--admin-port", admin_port, admin_offsets, free)
-    _check_distinct(kafka + admin)
-    raft = kafka[brokers + controllers :]
-    return ClusterPlan(
-        controllers=tuple(
-            NodeSpec(j + 1, "controller", kafka[brokers + j], admin[brokers + j], raft[j])
-            for j in range(controllers)
-        ),
-        brokers=tuple(
-            NodeSpec(controllers + 1 + i, "broker", kafka[i], admin[i], rack=RACKS[i % len(RACKS)])
-            for i in range(brokers)
-        ),
-    )
-
-
-def _port_family(flag: str, base: int, offsets: list[int], free: Iterator[int]) -> list[int]:
-    if base == 0:
-        return [next(free) for _ in offsets]
-    if not 0 < base <= 65535:
-        raise ConfigError(f"{flag} {base} is outside 0-65535")
-    if base + max(offsets) > 65535:
-        raise ConfigError(
-            f"{flag} {base}: this cluster needs ports {base}-{base + max(offsets)}, past 65535"
-        )
-    return [base + offset for offset in offsets]
-
-
-def _check_distinct(ports: list[int]) -> None:
-    seen: set[int] = set()
-    for port in ports:
-        if port in seen:
-            raise ConfigError(
-                f"port {port} would serve two nodes: keep --admin-port at least"
-                f" {RAFT_PORT_OFFSET + 100} away from --port"
-            )
-        seen.add(port)
-
-
-def describe_plan(plan: ClusterPlan) -> list[str]:
-    """One line per node, for the launcher's stderr."""
-    lines = []
-    for c in plan.controllers:
-        lines.append(
-            f"{c.name} controller  CONTROLLER {HOST}:{c.port}  Raft {HOST}:{c.raft_port}"
-            f"  admin {c.admin_url}"
-        )
-    for b in plan.brokers:
-        lines.append(f"{b.name} broker  PLAINTEXT {HOST}:{b.port}  admin {b.admin_url}  {b.rack}")
-    return lines
-
-
-# --- files: cluster identity and per-node properties ----------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterIdentity:
-    """What must stay the same across restarts of one local cluster."""
-
-    cluster_id: str
-    quorum_password: str
-    controllers: int
-
-
-def new_cluster_id() -> str:
-    """Kafka's format: a random UUID, URL-safe base64 without padding (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-
-
-def load_or_create_identity(data_dir: Path, controllers: int) -> ClusterIdentity:
-    """Read ``<data-dir>/cluster.properties``, or create it on the first start."""
-    path = data_dir / IDENTITY_FILE
-    if not path.exists():
-        identity = ClusterIdentity(new_cluster_id(), secrets.token_urlsafe(24), controllers)
-        _write_private(path, render_properties(_identity_properties(identity), _IDENTITY_HEADER))
-        return identity
-    try:
-        props = parse_properties(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    missing = [k for k in IDENTITY_KEYS if not props.get(k)]
-    if missing:
-        raise ConfigError(
-            f"{path} lacks {', '.join(missing)}; restore it or use another --data-dir"
-        )
-    if props["controllers"] != str(controllers):
-        raise ConfigError(
-            f"{path}: this cluster has {props['controllers']} controllers; run with"
-            f" --controllers {props['controllers']} or use another --data-dir"
-        )
-    return ClusterIdentity(props["cluster.id"], props["controller.quorum.password"], controllers)
-
-
-def _identity_properties(identity: ClusterIdentity) -> dict[str, str]:
-    return {
-        "cluster.id": identity.cluster_id,
-        "controller.quorum.password": identity.quorum_password,
-        "controllers": str(identity.controllers),
-    }
-
-
-def node_properties(
-    spec: NodeSpec,
-    plan: ClusterPlan,
-    identity: ClusterIdentity,
-    data_dir: Path,
-    overrides: Mapping[str, str],
-) -> dict[str, str]:
-    """The ``server.properties`` of one node; ``overrides`` win over generated values."""
-    node_dir = data_dir / spec.name
-    props = {
-        "node.id": str(spec.node_id),
-        "process.roles": spec.role,
-        "cluster.id": identity.cluster_id,
-    }
-    if spec.role == "controller":
-        props["controller.quorum.voters"] = plan.quorum_voters
-        props["controller.quorum.password"] = identity.quorum_password
-        props["controller.listener.names"] = "CONTROLLER"
-        props["listeners"] = f"CONTROLLER://{HOST}:{spec.port}"
-        # a standby controller's REST API forwards writes to the active one through these
-        props["controller.quorum.bootstrap.servers"] = plan.quorum_bootstrap_servers
-    else:
-        props["controller.quorum.bootstrap.servers"] = plan.quorum_bootstrap_servers
-        props["listeners"] = f"PLAINTEXT://{HOST}:{spec.port}"
-        if spec.rack is not None:
-            props["broker.rack"] = spec.rack
-    props["admin.listener"] = spec.admin_url
-    props["log.dirs"] = str(node_dir / "logs")
-    props["metadata.log.dir"] = str(node_dir / "metadata")
-    return {**props, **overrides}
-
-
-def render_properties(props: Mapping[str, str], header: str) -> str:
-    """Java properties text that :func:`kraft.node.config.parse_properties` reads back exactly."""
-    lines = [f"# {header}"]
-    lines += [f"{_escape(k, key=True)}={_escape(v, key=False)}" for k, v in props.items()]
-    return "\n".join(lines) + "\n"
-
-
-_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}
-_UNWRITABLE = re.compile("[\v\x1c-\x1e\x85\u2028\u2029]")  # line breaks with no escape
-
-
-def _escape(text: str, *, key: bool) -> str:
-    if _UNWRITABLE.search(text):
-        raise ConfigError(f"{text!r}: this line-break character cannot go in a properties file")
-    out = "".join(_ESCAPES.get(ch, ch) for ch in text)
-    if key:
-        return re.sub(r"([=:\s#!])", r"\\\1", out)
-    return "\\" + out if out[:1] == " " else out
-
-
-def write_node_configs(
-    plan: ClusterPlan,
-    identity: ClusterIdentity,
-    data_dir: Path,
-    overrides: Mapping[str, str],
-) -> dict[int, Path]:
-    """Write every node's ``server.properties`` (mode 0600: controllers' hold the password)."""
-    paths = {}
-    for spec in plan.nodes:
-        path = data_dir / spec.name / NODE_CONFIG_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        props = node_properties(spec, plan, identity, data_dir, overrides)
-        header = f"generated by kraft dev for {spec.name} ({spec.role}); rewritten on every start"
-        _write_private(path, render_properties(props, header))
-        paths[spec.node_id] = path
-    return paths
-
-
-def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    tmp.replace(path)
 
 
 def child_environment(environ: Mapping[str, str]) -> dict[str, str]:

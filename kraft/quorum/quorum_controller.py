@@ -15,15 +15,17 @@ Every controller keeps the same committed state, built only from the replicated 
   with base offset 0; it gets its real base offset here (outside the CRC, so patched in
   place), is replayed into the next immutable :class:`ClusterImage`, and is appended to the
   in-memory fetchable log that brokers tail. Nothing here can fail on one controller and
-  not on another: a batch that does not decode is skipped identically everywhere (and
-  logged as the bug it is).
+  not on another. A committed batch that does not replay, or that does not start right
+  after the image, is a broken invariant: the controller crash-stops (``broker.fatal``)
+  rather than serve an image that differs from the log.
 - **Commands** run only on the active controller (Raft leader whose epoch claim is
   applied), one at a time on the event loop: handle on the committed image, submit the
   records, wait for their commit. So every command sees every earlier command's records,
   and the image it handled is exactly the log before its batch (the broker epoch of a
-  registration is the offset of its record). A controller that is not active answers
-  NOT_CONTROLLER; a submit whose outcome is unknown (leadership lost) does too, and the
-  caller retries against the new active controller, which re-handles on its own image.
+  registration is the offset of its record); a commit anywhere else crash-stops. A
+  controller that is not active answers NOT_CONTROLLER; a submit whose outcome is unknown
+  (leadership lost) does too, and the caller retries against the new active controller,
+  which re-handles on its own image.
 - **Sessions** (soft state, like Kafka's ``BrokerHeartbeatManager``) live only on the active
   controller: every registered broker gets a fresh session when a controller becomes
   active, and brokers that stop heartbeating are fenced after ``broker.session.timeout.ms``.
@@ -50,15 +52,17 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import itertools
 import logging
 import struct
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
+from broker.fatal import fatal
+from kafka_protocol.clock import monotonic_ms, wall_ms
 from kafka_protocol.exceptions import ProtocolError
 from kafka_protocol.record_batch import RecordBatch, set_base_offset
 from kraft.controller.controller import Controller
@@ -80,14 +84,6 @@ Command = Callable[[ClusterImage], ControllerResult[R]]
 DEFAULT_SNAPSHOT_INTERVAL_BYTES: Final = 20 << 20  # Kafka's default
 MAINTENANCE_PERIOD_S: Final = 0.05
 DEFAULT_UNCLEAN_CHECK_INTERVAL_MS: Final = 300_000  # Kafka's, 5 minutes
-
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class NotControllerError(Exception):
@@ -150,7 +146,6 @@ class QuorumController:
         self._lock = asyncio.Lock()
         self._last_contact_ms: dict[int, int] = {}
         self._active_epoch = -1  # the epoch whose sessions we track
-        self._skipped = 0
         # Listeners must be in place before the journal replays (during construction).
         self.quorum = RaftQuorum(settings, listeners=(self._on_appended,))
 
@@ -177,8 +172,11 @@ class QuorumController:
         """Apply one committed batch (tick thread, every controller, in log order)."""
         image = self._image
         if appended.offset != image.offset + 1:
-            log.critical(
-                "metadata offset gap: image at %d, batch at %d", image.offset, appended.offset
+            fatal(
+                "controller.image-follows-the-log",
+                "a committed batch does not start right after the image",
+                image_offset=image.offset,
+                batch_offset=appended.offset,
             )
         data = bytearray(appended.payload)
         try:
@@ -195,10 +193,14 @@ class QuorumController:
             delta = MetadataDelta(image).replay_all(records)
             new_image = delta.apply(offset=appended.last_offset, epoch=appended.epoch)
         except (ProtocolError, InvalidMetadataRecordError, ValueError, struct.error) as exc:
-            # Identical on every controller: the bytes are the same everywhere.
-            self._skipped += 1
-            log.critical("skipping undecodable metadata batch at %d: %s", appended.offset, exc)
-            return
+            # The active controller built this batch and Raft checked its bytes: a bug.
+            fatal(
+                "controller.committed-batches-replay",
+                f"a committed metadata batch does not replay: {exc}",
+                offset=appended.offset,
+                count=appended.count,
+                epoch=appended.epoch,
+            )
         with self._log_lock:
             self._batches.append(CommittedBatch(appended.offset, appended.last_offset, bytes(data)))
             self._batch_offsets.append(appended.last_offset)
@@ -206,7 +208,8 @@ class QuorumController:
             self._image = new_image
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._wake_fetchers)
+            with contextlib.suppress(RuntimeError):  # closed meanwhile: nobody to wake
+                loop.call_soon_threadsafe(self._wake_fetchers)
 
     def _wake_fetchers(self) -> None:
         committed, self._committed = self._committed, asyncio.Event()
@@ -245,7 +248,7 @@ class QuorumController:
         image = self._image
         if self._bytes_since_snapshot < self.snapshot_interval_bytes:
             return
-        data = encode_snapshot(image, timestamp_ms=wall_clock_ms())
+        data = encode_snapshot(image, timestamp_ms=wall_ms())
         snapshot_id = SnapshotId(image.offset + 1, max(image.epoch, 0))
         with self._log_lock:
             keep = bisect.bisect_right(self._batch_offsets, image.offset)
@@ -271,7 +274,7 @@ class QuorumController:
                 return result.response
             epoch = self.quorum.epoch
             payload = build_metadata_batch(
-                result.records, base_offset=0, epoch=epoch, timestamp_ms=wall_clock_ms()
+                result.records, base_offset=0, epoch=epoch, timestamp_ms=wall_ms()
             )
             future = self.quorum.submit_future(payload, len(result.records))
             outcome = await asyncio.wrap_future(future)
@@ -279,8 +282,13 @@ class QuorumController:
                 if outcome.error is SubmitError.TOO_LARGE:
                     raise ValueError("a controller command produced more than 8 MiB of records")
                 raise NotControllerError(f"records not committed: {outcome.error.value}")
-            if outcome.offset != image.offset + 1:
-                log.critical("command handled at %d committed at %s", image.offset, outcome.offset)
+            if outcome.offset != image.offset + 1:  # commands are serialized: nothing between
+                fatal(
+                    "controller.command-commits-after-its-image",
+                    "a command's records did not commit right after the image it was handled on",
+                    handled_at=image.offset,
+                    committed_at=outcome.offset,
+                )
             await self.wait_for_commit_after(image.offset)  # the apply may still be waking us
             return result.response
 

@@ -1,4 +1,4 @@
-"""The pysyncobj adapter: the only module in the project that imports pysyncobj.
+"""The pysyncobj adapter: with ``fixed_syncobj`` below it, the only code that imports pysyncobj.
 
 Theory of operation
 -------------------
@@ -16,7 +16,7 @@ keeping a single one keeps the journal format ours, not an accident of method na
 - **Apply** runs in pysyncobj's tick thread, in log order, on every node. It delegates to
   the pure ``kraft.quorum.state.apply_entry`` and never raises: an exception there would
   make pysyncobj retry the entry every tick and wedge the state machine on every node.
-  Callbacks and listeners run inside apply, so their exceptions are caught and logged.
+  Submit callbacks run inside apply, so their exceptions are caught and logged.
 - **Epochs.** When a node becomes Raft leader it submits an ``EPOCH_CLAIM`` whose epoch is
   its Raft term. It is *active* (may submit) once that claim is applied locally. Every
   batch carries the epoch of the controller that built it; apply rejects batches whose
@@ -25,28 +25,21 @@ keeping a single one keeps the journal format ours, not an accident of method na
   (``high_watermark`` is the next one); a batch says how many records it holds. They
   survive restarts because pysyncobj replays the journal on start,
   and listeners see the batches again from offset 0.
-- **The fix** (pysyncobj.md hazard 1): :class:`_FixedSyncObj` overrides two message
-  handlers. Followers keep entries they already have with the same (index, term) and
-  truncate only at the first conflicting entry; they acknowledge and commit only up to
-  what the current leader's message verified. Leaders never move a follower's
-  ``nextIndex`` backwards on an acknowledgement. Without this, a duplicated or re-sent
-  AppendEntries makes a follower drop entries it already acknowledged, and committed,
-  acknowledged writes are lost at the next election. ``tests/unit/quorum`` reproduces it.
-  A candidate also counts each voter once per term: pysyncobj counts vote messages, so a
-  duplicated vote could elect a leader without a majority (found by the 5-controller
-  simulation in ``tests/unit/sim``).
-- **Durability** (hazard 2): we chose *flush before acknowledging*. A follower msyncs the
-  journal before it acknowledges new entries, and the leader msyncs its journal at the
-  start of each tick, before it counts itself towards a commit. Cost: one msync per
-  AppendEntries that carried new entries (measured in ``test_quorum_durability``). Not yet
-  covered: the ``.meta`` file (term and vote) is written and renamed without fsync.
+- **The patched SyncObj** (``kraft.quorum.fixed_syncobj``): pysyncobj's acknowledged-write
+  loss on duplicated AppendEntries (hazard 1), its double-counted votes and its missing
+  flush before acknowledging (hazard 2) are fixed in a subclass, kept apart because it is
+  the code that reaches into pysyncobj's private internals.
+- **Invariants are enforced**: if the pure apply rules raise, or a listener (the
+  controller's image) fails on a committed batch, the node crash-stops (``broker.fatal``):
+  every later batch would land on a state that missed one.
 - **Compaction** is effectively off (the snapshot would hold only our counters, not the
   controller's metadata image); the next session adds image snapshots. ``journalFile`` and
   ``fullDumpFile`` are nevertheless always set together (hazard 3).
 
 Threads: with ``autoTick`` pysyncobj owns one thread that does I/O, Raft and apply; the
 public properties are plain reads and safe from any thread. Simulations use
-``autoTick=False`` and call :meth:`RaftQuorum.tick` themselves under :func:`simulated_time`.
+``autoTick=False`` and call :meth:`RaftQuorum.tick` themselves under
+``fixed_syncobj.simulated_time``.
 """
 
 from __future__ import annotations
@@ -57,26 +50,22 @@ import enum
 import functools
 import logging
 import os
-import random
 import threading
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import pysyncobj.syncobj as _pso  # type: ignore[import-untyped]
-from pysyncobj import (
+from pysyncobj import (  # type: ignore[import-untyped]
     FAIL_REASON,
     SyncObj,
     SyncObjConf,
     SyncObjConsumer,
     replicated,
 )
-from pysyncobj.node import TCPNode  # type: ignore[import-untyped]
-from pysyncobj.pickle import loads as _pso_loads  # type: ignore[import-untyped]
 from pysyncobj.version import VERSION as PYSYNCOBJ_VERSION  # type: ignore[import-untyped]
 
+from broker.fatal import InvariantViolation, fatal
 from kraft.quorum.codec import (
     MAX_BATCH_SIZE_BYTES,
     MAX_EPOCH,
@@ -85,14 +74,11 @@ from kraft.quorum.codec import (
     encode_batch,
     encode_entry,
 )
+from kraft.quorum.fixed_syncobj import TESTED_PYSYNCOBJ_VERSIONS, FixedSyncObj, SimNode
 from kraft.quorum.state import NO_EPOCH, Appended, LogState, Outcome, Rejected, apply_entry
 
 logger = logging.getLogger(__name__)
 
-# The fix reaches into pysyncobj's private (name-mangled) internals; it was written and
-# tested against these versions only. Another version must be re-checked first.
-TESTED_PYSYNCOBJ_VERSIONS: Final = frozenset({"0.3.17"})
-_LEADER: Final = 2  # pysyncobj's _RAFT_STATE.LEADER
 JOURNAL_FILE_NAME: Final = "raft.journal"
 FULL_DUMP_FILE_NAME: Final = "raft.dump"
 _NEVER_S: Final = 10 * 365 * 24 * 3600.0
@@ -229,178 +215,10 @@ class _LogStateConsumer(SyncObjConsumer):  # type: ignore[misc]
             self.rejected_count = state.rejected_count
             self.pending = state.pending
             self.pending_key = state.pending_key
-        except Exception:  # the pure rules should not raise; if they do, fail identically
-            logger.critical("metadata log apply failed; entry rejected", exc_info=True)
-            outcome = Rejected("internal-error")
-        try:
-            self._on_outcome(outcome)
-        except Exception:
-            logger.critical("metadata log listener failed", exc_info=True)
+        except Exception as exc:  # the pure rules are total: a bug, on every node alike
+            fatal("quorum.apply-is-total", f"the apply rules raised {exc!r}", entry=_head(data))
+        self._on_outcome(outcome)  # listeners stop the node themselves if they must
         return outcome
-
-
-class _FixedSyncObj(SyncObj):  # type: ignore[misc]
-    """SyncObj with the acknowledged-write-loss fix and flush-before-acknowledge.
-
-    Only two message handlers change; everything else is pysyncobj 0.3.17 as shipped.
-    The names ``_SyncObj__x`` are how Python spells SyncObj's private ``__x`` from here.
-    """
-
-    # SyncObj's private attributes that we assign (declared for the type checker).
-    _SyncObj__recvTransmission: bytes | str
-    _SyncObj__raftCommitIndex: int
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # Set before SyncObj.__init__ so that snapshots exclude them.
-        self._kraft_flushed_mark: tuple[int, int] | None = None
-        self._kraft_waits_term = 0
-        self._kraft_votes_term: object = None
-        self._kraft_voters: set[str] = set()
-        super().__init__(*args, **kwargs)
-        assert not self.conf.dynamicMembershipChange, "the fix assumes static membership"
-
-    def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
-        kind = message["type"]
-        if (
-            kind == "append_entries"
-            and "prevLogIdx" in message
-            and message["term"] >= self._SyncObj__raftCurrentTerm
-            and message.get("transmission") not in ("start", "process")  # those only buffer
-        ):
-            self._follower_append_entries(node, message)
-        elif kind == "next_node_idx" and self._SyncObj__raftState == _LEADER:
-            self._leader_on_next_node_idx(node, message)
-        elif kind == "response_vote" and not self._first_vote_from(node, message):
-            return  # pysyncobj counts vote messages, not voters: a duplicate must not count
-        else:
-            SyncObj._SyncObj__onMessageReceived(self, node, message)
-
-    def _first_vote_from(self, node: Any, message: Any) -> bool:
-        """Whether this is ``node``'s first vote for us in the message's term."""
-        term = message.get("term")
-        if self._kraft_votes_term != term:
-            self._kraft_votes_term, self._kraft_voters = term, set()
-        if node.id in self._kraft_voters:
-            return False
-        self._kraft_voters.add(node.id)
-        return True
-
-    def _follower_append_entries(self, node: Any, message: Any) -> None:
-        entries = message.get("entries", [])
-        if message.get("transmission") == "finish":
-            entries = [_pso_loads(self._SyncObj__recvTransmission + message["data"])]
-            self._SyncObj__recvTransmission = ""
-        # Term, leader, election timer and follower state: the library's own code, fed a
-        # message that carries neither log entries nor a commit index.
-        header = {"type": "append_entries", "term": message["term"], "commit_index": 0}
-        SyncObj._SyncObj__onMessageReceived(self, node, header)
-        self._SyncObj__leaderCommitIndex = message["commit_index"]
-
-        prev_index, prev_term = message["prevLogIdx"], message["prevLogTerm"]
-        prev = self._SyncObj__getEntries(prev_index, 1)
-        if not prev:
-            self._SyncObj__sendNextNodeIdx(node, success=False, reset=True)
-            return
-        if prev[0][2] != prev_term:
-            self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=prev_index, success=False, reset=True)
-            return
-        if self._append_from_first_conflict(prev_index, entries):
-            self._flush_journal()  # durable before we acknowledge (hazard 2)
-        # Acknowledge and commit only what this message verified against the leader: our
-        # log may continue past it with entries the current leader has not vouched for.
-        verified = prev_index + len(entries)
-        self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=verified + 1, success=True)
-        commit_index = min(message["commit_index"], verified)
-        if commit_index > self._SyncObj__raftCommitIndex:
-            self._SyncObj__raftCommitIndex = commit_index
-            self._SyncObj__raftLog.setRaftCommitIndex(commit_index)
-
-    def _append_from_first_conflict(self, prev_index: int, entries: list[Any]) -> bool:
-        """Raft §5.3: skip entries we already have; truncate only at the first conflict.
-
-        pysyncobj instead deletes everything after ``prevLogIdx``, so a duplicated or
-        re-sent AppendEntries shrinks the log below what this node already acknowledged.
-        Returns whether the journal changed.
-        """
-        for position, entry in enumerate(entries):
-            index, term = entry[1], entry[2]
-            assert index == prev_index + 1 + position, (index, prev_index, position)
-            mine = self._SyncObj__getEntries(index, 1)
-            if mine and mine[0][2] == term:
-                continue
-            if mine:
-                if index <= self._SyncObj__raftCommitIndex:
-                    logger.critical("conflict at committed index %d: Raft invariant broken", index)
-                self._SyncObj__deleteEntriesFrom(index)
-            for new_entry in entries[position:]:
-                self._SyncObj__raftLog.add(*new_entry)
-            return True
-        return False
-
-    def _leader_on_next_node_idx(self, node: Any, message: Any) -> None:
-        next_index = self._SyncObj__raftNextIndex
-        before = next_index.get(node)
-        SyncObj._SyncObj__onMessageReceived(self, node, message)
-        if before is None or node not in next_index:
-            return
-        if message["success"]:
-            # A late acknowledgement must not rewind nextIndex: pysyncobj sends
-            # optimistically, so several AppendEntries are in flight and acks lag.
-            next_index[node] = max(next_index[node], before)
-        # Entries up to matchIndex are verified on that follower; never re-send below them.
-        next_index[node] = max(next_index[node], self._SyncObj__raftMatchIndex[node] + 1)
-
-    def _onTick(self, timeToWait: float = 0.0) -> None:
-        self._fail_waits_from_older_terms()
-        if self._SyncObj__raftState == _LEADER:
-            # The leader counts itself towards every commit (computed first thing in the
-            # tick): make its own entries durable before that.
-            log = self._SyncObj__raftLog
-            mark = (len(log), log[-1][1])
-            if mark != self._kraft_flushed_mark:
-                self._flush_journal()
-                self._kraft_flushed_mark = mark
-        SyncObj._onTick(self, timeToWait)
-
-    def _fail_waits_from_older_terms(self) -> None:
-        """Answer submits of a deposed leader as LEADER_CHANGED (outcome unknown).
-
-        pysyncobj answers a submit only when the log reaches its index. A leader deposed
-        after appending is truncated by its successor, and if nobody writes again the
-        callback never runs. Once the term moves on, each older pending submit may or may
-        not commit; we say so at once, as Kafka's controller does when it resigns.
-        """
-        term = self._SyncObj__raftCurrentTerm
-        if term == self._kraft_waits_term:
-            return
-        self._kraft_waits_term = term
-        waiting = self._SyncObj__commandsWaitingCommit
-        for index in [i for i, subs in waiting.items() if any(t < term for t, _ in subs)]:
-            stale = [(t, cb) for t, cb in waiting[index] if t < term]
-            kept = [(t, cb) for t, cb in waiting[index] if t >= term]
-            if kept:
-                waiting[index] = kept
-            else:
-                del waiting[index]
-            for _term, callback in stale:
-                callback(None, FAIL_REASON.LEADER_CHANGED)
-
-    def _flush_journal(self) -> None:
-        flush = getattr(self._SyncObj__raftLog, "flush", None)  # MemoryJournal has none
-        if flush is not None:
-            flush()  # FileJournal: msync of the journal's mmap
-
-
-class _SimNode(TCPNode):  # type: ignore[misc]
-    """A node whose hash does not depend on PYTHONHASHSEED.
-
-    pysyncobj iterates over sets of nodes (votes, AppendEntries fan-out), so with the
-    default string hash a simulation's message order, and its outcome, would vary from
-    one process to the next even under the same seed.
-    """
-
-    def __hash__(self) -> int:
-        return zlib.crc32(self.id.encode())
 
 
 class RaftQuorum:
@@ -415,7 +233,7 @@ class RaftQuorum:
             )
         conf = _sync_obj_conf(settings, auto_tick=True)
         peers = settings.peer_addresses
-        self._start(settings.self_address, peers, conf, _FixedSyncObj, {}, listeners)
+        self._start(settings.self_address, peers, conf, FixedSyncObj, {}, listeners)
 
     @classmethod
     def for_simulation(
@@ -432,9 +250,9 @@ class RaftQuorum:
         regression test uses it, to show that the bug reproduces.
         """
         quorum = cls.__new__(cls)
-        sync_obj_class = _FixedSyncObj if fix_acknowledged_write_loss else SyncObj
+        sync_obj_class = FixedSyncObj if fix_acknowledged_write_loss else SyncObj
         conf = _sync_obj_conf(None, auto_tick=False)
-        extra = {"transportClass": transport_factory, "nodeClass": _SimNode}
+        extra = {"transportClass": transport_factory, "nodeClass": SimNode}
         quorum._start(self_id, peer_ids, conf, sync_obj_class, extra, ())
         return quorum
 
@@ -593,8 +411,15 @@ class RaftQuorum:
             for listener in self._listeners:
                 try:
                     listener(outcome)
-                except Exception:
-                    logger.critical("metadata log listener failed", exc_info=True)
+                except InvariantViolation:
+                    raise  # a test's stop handler: already reported
+                except Exception as exc:  # the listener's state now misses a committed batch
+                    fatal(
+                        "quorum.listeners-see-every-batch",
+                        f"a metadata log listener failed: {exc!r}",
+                        offset=outcome.offset,
+                        listener=getattr(listener, "__qualname__", type(listener).__name__),
+                    )
 
 
 def _on_submitted(callback: SubmitCallback, result: object, fail_reason: int) -> None:
@@ -607,6 +432,11 @@ def _on_submitted(callback: SubmitCallback, result: object, fail_reason: int) ->
     _call(callback, SubmitResult(error=SubmitError.FENCED if fenced else SubmitError.REJECTED))
 
 
+def _head(data: object) -> object:
+    """What a log line may show of an entry."""
+    return data[:32] if isinstance(data, bytes) else type(data)
+
+
 def _call(callback: SubmitCallback, result: SubmitResult) -> None:
     # Callbacks run inside pysyncobj's apply loop: an exception escaping here would make
     # it re-apply the entry. Log instead.
@@ -614,19 +444,3 @@ def _call(callback: SubmitCallback, result: SubmitResult) -> None:
         callback(result)
     except Exception:
         logger.critical("submit callback failed", exc_info=True)
-
-
-@contextlib.contextmanager
-def simulated_time(clock: Callable[[], float], rng: random.Random) -> Iterator[None]:
-    """Run pysyncobj on a virtual clock and a seeded RNG (process-global; tests only).
-
-    pysyncobj reads ``monotonic()`` and ``random.random()`` through module globals, so
-    this swaps them; no auto-ticking SyncObj may run in the process meanwhile.
-    """
-    saved = (_pso.monotonicTime, _pso.random)
-    _pso.monotonicTime = clock
-    _pso.random = rng
-    try:
-        yield
-    finally:
-        _pso.monotonicTime, _pso.random = saved

@@ -18,16 +18,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kafka_protocol.partitioner import DefaultPartitioner, murmur2, partition_for_key
-from kraft.cli import admin as admin_cli
-from kraft.cli.admin import (
-    AdminClient,
-    AdminError,
-    add_admin_commands,
-    describe_text,
-    format_table,
-    read_bursts,
-    split_key,
-)
+from kraft.cli import topics as admin_cli
+from kraft.cli.main import add_admin_commands
+from kraft.cli.output import format_table
+from kraft.cli.records import b64, read_bursts, split_key
+from kraft.cli.rest_client import AdminClient, AdminError
+from kraft.cli.topics import describe_text
 
 
 def parser() -> argparse.ArgumentParser:
@@ -375,7 +371,7 @@ def test_consume_prints_values_and_keys(
     api: FakeApi, capfdbinary: pytest.CaptureFixture[bytes]
 ) -> None:
     def rec(offset: int, key: bytes | None, value: bytes | None) -> dict[str, Any]:
-        enc = admin_cli.b64
+        enc = b64
         return {
             "offset": offset,
             "timestamp": 1,

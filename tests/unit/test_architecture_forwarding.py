@@ -17,6 +17,7 @@ import pytest
 
 from broker.controller_channel import FORWARDED, Forwarder, forwarded_api, forwarded_handlers
 from broker.dispatcher import RequestContext
+from broker.identity import BrokerIdentity
 from kafka_protocol._codec import Request, Response
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
@@ -28,6 +29,7 @@ from kafka_protocol.messages import (
 from kafka_protocol.types import TopicName
 from kraft.controller.controller import RULES
 from kraft.node.quorum_member import QuorumForwarder
+from metadata_log.image import ClusterImage
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("broker", "kraft")
@@ -78,13 +80,10 @@ def test_the_controller_listener_and_the_broker_serve_every_entry_alike() -> Non
     listener = served(ControllerApis(None, 1, {}).specs())  # type: ignore[arg-type]
     broker = served(
         AdminHandlers(
-            controller=StubRemote(),
-            image=lambda: None,  # type: ignore[arg-type,return-value]
-            node_id=1,
-            cluster_id="c",
-            advertised=lambda: ("h", 1),
-            rack=None,
-            static_config={},
+            StubRemote(),
+            BrokerIdentity(1, "c", None, lambda: ("h", 1)),
+            lambda: ClusterImage.EMPTY,
+            {},
         ).specs()
     )
     assert {k: listener[k] for k in table} == table

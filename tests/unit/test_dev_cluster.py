@@ -19,22 +19,22 @@ from hypothesis import strategies as st
 
 from kraft.cli.main import main
 from kraft.node.config import ConfigError, load_config, parse_properties
-from kraft.node.dev_cluster import (
+from kraft.node.dev_cluster import Launcher, child_environment, cluster_ready_line
+from kraft.node.dev_cluster_files import (
     ClusterIdentity,
-    ClusterPlan,
-    Launcher,
-    NodeSpec,
-    child_environment,
-    cluster_ready_line,
-    default_admin_port,
-    describe_plan,
     load_or_create_identity,
     new_cluster_id,
     node_properties,
-    pick_free_ports,
-    plan_cluster,
     render_properties,
     write_node_configs,
+)
+from kraft.node.dev_cluster_plan import (
+    ClusterPlan,
+    NodeSpec,
+    default_admin_port,
+    describe_plan,
+    pick_free_ports,
+    plan_cluster,
 )
 
 IDENTITY = ClusterIdentity("MkU3OEVBNTcwNTJENDM2Qk", "s3cret", 3)

@@ -11,8 +11,8 @@ import pytest
 import test_admin_cli
 from test_admin_cli import FakeApi, assert_usage_error, parser, run
 
-from kraft.cli import admin as admin_cli
-from kraft.cli.admin import datetime_ms, offsets_text
+from kraft.cli import groups as admin_cli
+from kraft.cli.groups import datetime_ms, offsets_text
 
 # --- arguments -----------------------------------------------------------------------------------
 

@@ -42,8 +42,9 @@ from kafka_protocol.record_batch import ControlRecordType as Control
 from kafka_protocol.record_batch import SimpleRecord, build_batch, control_record
 from kafka_protocol.types import BrokerId, TopicName
 from kraft.cli import consume_group as group_consume
-from kraft.cli.admin import AdminError, Printer, Reply
 from kraft.cli.consume_group import MetadataView, consumer_settings
+from kraft.cli.record_printer import Printer
+from kraft.cli.rest_client import AdminError, Reply
 from kraft.groups import client as group_client
 from kraft.groups import member as group_member
 from kraft.groups.assignment import decode_assignment, encode_assignment, encode_subscription

@@ -13,6 +13,7 @@ import pytest
 from broker.controller_channel import ControllerChannel
 from broker.dispatcher import RequestContext
 from broker.handlers.admin import AdminHandlers
+from broker.identity import BrokerIdentity
 from broker.kafka_client import NoUsableVersionError
 from broker.remote_controller import RemoteControllerChannel
 from kafka_protocol.errors import ErrorCode
@@ -127,15 +128,8 @@ def test_the_broker_handler_forwards_at_the_clients_version() -> None:
             seen.append((req, version))
             return ElectLeadersResponse()
 
-    handlers = AdminHandlers(
-        controller=Channel(),
-        image=lambda: ClusterImage.EMPTY,
-        node_id=1,
-        cluster_id="c",
-        advertised=lambda: ("127.0.0.1", 9092),
-        rack=None,
-        static_config={},
-    )
+    node = BrokerIdentity(1, "c", None, lambda: ("127.0.0.1", 9092))
+    handlers = AdminHandlers(Channel(), node, lambda: ClusterImage.EMPTY, {})
     (spec,) = [h for h in handlers.specs() if h.api_key == 43]
     assert (spec.min_version, spec.max_version, spec.name) == (0, 2, "ElectLeaders")
     header = RequestHeader(request_api_key=43, request_api_version=1, correlation_id=1)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
+from broker.coordinator.owned import OwnedPartition
 from broker.coordinator.records import (
     OFFSETS_TOPIC,
     GroupRecord,
@@ -16,7 +17,7 @@ from broker.coordinator.records import (
     encode_group,
     encode_offset,
 )
-from broker.coordinator.runtime import CoordinatorConfig, GroupCoordinator, OwnedPartition
+from broker.coordinator.runtime import CoordinatorConfig, GroupCoordinator
 from kafka_protocol.coordinator import GroupMetadataValue, OffsetCommitValue
 from kafka_protocol.errors import ErrorCode
 
@@ -29,8 +30,10 @@ class Coordinator(GroupCoordinator):
 
     def __init__(self, now_ms: int) -> None:
         offsets_topic = SimpleNamespace(partitions={0: SimpleNamespace(leader=1)})
-        broker: Any = SimpleNamespace(image=SimpleNamespace(topics={OFFSETS_TOPIC: offsets_topic}))
-        super().__init__(broker, CoordinatorConfig(retention_ms=RETENTION_MS), lambda: now_ms)
+        image: Any = SimpleNamespace(topics={OFFSETS_TOPIC: offsets_topic})
+        config = CoordinatorConfig(retention_ms=RETENTION_MS)
+        no_io: Any = None  # appends are overridden below; the topic exists
+        super().__init__(no_io, no_io, lambda: image, config, lambda: now_ms)
         part: Any = SimpleNamespace(index=0, name=f"{OFFSETS_TOPIC}-0")
         self.part = self.owned[0] = OwnedPartition(part, 0, loaded=True)
         self.written: list[object] = []

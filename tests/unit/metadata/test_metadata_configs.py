@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from broker.log.config import LogConfig as BrokerLogConfig
 from kafka_protocol.metadata import ConfigRecord
 from metadata_log.configs import (
     BROKER_CONFIGS,
@@ -15,9 +16,9 @@ from metadata_log.configs import (
     BrokerConfigSources,
     ConfigSource,
     ConfigType,
-    LogConfig,
     effective_broker_config,
     effective_topic_config,
+    effective_topic_value,
     is_list_config,
     parse_value,
     validate_broker_config,
@@ -241,15 +242,23 @@ def test_broker_config_sources_from_image() -> None:
 
 
 def test_log_config() -> None:
-    log = LogConfig.resolve(
-        {"cleanup.policy": "compact,delete", "retention.ms": "bogus"}, {"log.retention.hours": "2"}
-    )
+    # Was metadata_log.configs.LogConfig.resolve (unused, removed by issue 15); the same facts
+    # through what the brokers use: effective_topic_value and broker.log.config.LogConfig.
+    static = BrokerConfigSources(static={"log.retention.hours": "2"})
+    overrides = {"cleanup.policy": "compact,delete", "retention.ms": "bogus"}
+
+    def value(key: str, over: dict[str, str] = overrides) -> object:
+        return effective_topic_value(key, over, static)
+
+    log = BrokerLogConfig.from_topic_configs({"cleanup.policy": "compact,delete"})
     assert log.compact and log.delete
-    assert log.retention_ms == 604800000, "an invalid stored value reads as the default"
-    assert log.segment_bytes == 1073741824 and log.max_message_bytes == 1048588
-    assert LogConfig.resolve({}, {"log.retention.hours": "2"}).retention_ms == 7_200_000
-    assert LogConfig.resolve({"internal.segment.bytes": "4096"}).segment_bytes == 4096
-    assert LogConfig.resolve({"min.cleanable.dirty.ratio": "0.1"}).min_cleanable_dirty_ratio == 0.1
+    assert value("retention.ms") == 604800000, "an invalid stored value reads as the default"
+    assert value("segment.bytes") == 1073741824 and value("max.message.bytes") == 1048588
+    assert value("retention.ms", {}) == 7_200_000
+    assert (
+        BrokerLogConfig.from_topic_configs({"internal.segment.bytes": "4096"}).segment_bytes == 4096
+    )
+    assert value("min.cleanable.dirty.ratio", {"min.cleanable.dirty.ratio": "0.1"}) == 0.1
 
 
 def test_broker_configs() -> None:

@@ -8,8 +8,9 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from kraft.quorum.fixed_syncobj import simulated_time
 from kraft.quorum.memnet import InFlight, MemoryNetwork
-from kraft.quorum.raft import RaftQuorum, SubmitResult, simulated_time
+from kraft.quorum.raft import RaftQuorum, SubmitResult
 from kraft.quorum.state import Appended
 
 TICK_S = 0.01

@@ -39,15 +39,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from broker.log.epochs import EpochEntry, assign_epoch, epoch_end_offset, truncate_epochs
 from broker.replication.partition_state import (
     NO_BROKER_EPOCH,
     PENDING,
-    EpochEntry,
     FollowerState,
     PartitionState,
-    assign_epoch,
-    epoch_end_offset,
-    truncate_epochs,
 )
 from kafka_protocol.errors import ErrorCode
 

@@ -4,21 +4,24 @@ with Kafka's edge cases."""
 from __future__ import annotations
 
 import pytest
+from crash_stops import CrashStops
 
+from broker.log.epochs import (
+    UNDEFINED,
+    EpochEndOffset,
+    EpochEntry,
+    assign_epoch,
+    epoch_end_offset,
+    truncate_epochs,
+)
 from broker.replication.partition_state import (
     NO_BROKER_EPOCH,
     PENDING,
-    UNDEFINED,
     UNKNOWN_OFFSET,
-    EpochEndOffset,
-    EpochEntry,
     FollowerState,
     PartitionState,
     ReplicaState,
     Truncation,
-    assign_epoch,
-    epoch_end_offset,
-    truncate_epochs,
 )
 from kafka_protocol.errors import ErrorCode
 
@@ -266,11 +269,15 @@ def test_follower_becomes_leader_with_its_own_offsets() -> None:
     assert follower.become_follower(3, 4, 0) == ErrorCode.FENCED_LEADER_EPOCH
 
 
-def test_isr_must_contain_the_leader() -> None:
+def test_isr_must_contain_the_leader(crash_stops: CrashStops) -> None:
     with pytest.raises(AssertionError):
         PartitionState.new_leader(1, (1, 2, 3), (2, 3), 0, 0, 0, 0, 0)
     with pytest.raises(AssertionError):
         PartitionState.new_leader(1, (1, 2), (1, 4), 0, 0, 0, 0, 0)
+    # Outside tests these stop the broker (broker.fatal).
+    assert [v.invariant for v in crash_stops.take()] == [
+        "partition.leader-in-isr-within-replicas"
+    ] * 2
 
 
 # --- follower truncation (KIP-101, KIP-279) and high watermark ---------------------------------

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from broker.deferred import Deferred
 from broker.log.config import LogConfig
+from broker.log.epochs import EpochEndOffset
 from broker.replica_manager import AppendOutcome, Partition, Registration, ReplicaManager
-from broker.replication.partition_state import EpochEndOffset, FollowerState, PartitionState
+from broker.replication.partition_state import FollowerState, PartitionState
 from broker.storage import MemoryStorage
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.record_batch import RecordBatch, SimpleRecord, build_batch

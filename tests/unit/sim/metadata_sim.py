@@ -43,7 +43,9 @@ virtual (``TICK_S`` per step), nothing runs in a thread, so a seed replays exact
   acknowledged batch is at its offset on every controller that applied that offset, and a
   command commits right after the image it was handled on; in every image the leader of a
   partition is an unfenced broker in the ISR, the ISR is a non-empty subset of the
-  replicas, and leader and partition epochs never decrease; nothing logs CRITICAL.
+  replicas, and leader and partition epochs never decrease; nothing logs CRITICAL; no
+  controller crash-stops on a broken invariant (``broker.fatal``: the simulated node is
+  killed, as ``os._exit`` would, and the run goes on when violations are only counted).
 - **Liveness** (:meth:`MetadataSim.finish`): heal everything, then one final command must
   be acknowledged (retried across leader changes) and every controller and broker must
   reach the same high watermark and the same image, holding every acknowledged batch.
@@ -69,14 +71,17 @@ from metadata_sim_disk import SimDisk, SimJournal
 from metadata_sim_workload import Command, command_kind, next_command
 
 import kraft.quorum.quorum_controller as quorum_controller_module
+from broker.fatal import InvariantViolation as CrashStop
+from broker.fatal import stop_handler
 from broker.metadata_follower import MetadataFollower
 from kafka_protocol.messages import BrokerRegistrationRequest
 from kafka_protocol.types import BrokerId
 from kraft.controller.controller import Controller
 from kraft.controller.result import ControllerConfig
+from kraft.quorum.fixed_syncobj import simulated_time
 from kraft.quorum.memnet import InFlight, MemoryNetwork
 from kraft.quorum.quorum_controller import QuorumController
-from kraft.quorum.raft import RaftQuorum, RaftSettings, SubmitResult, simulated_time
+from kraft.quorum.raft import RaftQuorum, RaftSettings, SubmitResult
 from kraft.quorum.state import Appended
 from metadata_log.delta import MetadataDelta
 from metadata_log.image import ClusterImage
@@ -135,9 +140,10 @@ class SimNetwork(MemoryNetwork):
     """The quorum's in-memory network, plus crashes: a crashed node's endpoint is gone and
     what was on its way to it is lost, but what it sent before crashing still arrives."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_crash_stop: Callable[[str], None]) -> None:
         super().__init__()
         self.crashed: set[str] = set()  # a subset of ``down``
+        self.on_crash_stop = on_crash_stop  # a node stopped itself handling a message
 
     def crash(self, node_id: str) -> None:
         self._transports.pop(node_id, None)
@@ -148,12 +154,17 @@ class SimNetwork(MemoryNetwork):
         self.crashed.discard(node_id)
 
     def deliver(self, item: InFlight) -> None:
-        if item.src in self.crashed and item.dst not in self.down:
-            self.in_flight.remove(item)
-            self.delivered_count += 1
-            self._transports[item.dst].receive(item.src, item.message)
-        else:
-            super().deliver(item)
+        if item not in self.in_flight:  # lost when its destination crash-stopped meanwhile
+            return
+        try:
+            if item.src in self.crashed and item.dst not in self.down:
+                self.in_flight.remove(item)
+                self.delivered_count += 1
+                self._transports[item.dst].receive(item.src, item.message)
+            else:
+                super().deliver(item)
+        except CrashStop:
+            self.on_crash_stop(item.dst)
 
 
 @dataclass(eq=False)
@@ -227,7 +238,7 @@ class MetadataSim:
         self.stop_on_violation = stop_on_violation
         self.rng = random.Random(seed)
         self.clock = VirtualClock()
-        self.net = SimNetwork()
+        self.net = SimNetwork(self._crash_stopped)
         ids = [f"c{i}:{9100 + i}" for i in range(self.config.controllers)]
         self.controllers = [SimController(i, tuple(p for p in ids if p != i)) for i in ids]
         self.brokers = [
@@ -254,7 +265,10 @@ class MetadataSim:
         for logger in loggers:
             logger.addHandler(handler)
         try:
-            with simulated_time(self.clock, random.Random(self.rng.random())):
+            with (
+                simulated_time(self.clock, random.Random(self.rng.random())),
+                stop_handler(self._on_crash_stop),
+            ):
                 for controller in self.controllers:
                     self._start(controller)
                 self.net.connect_all()
@@ -319,7 +333,10 @@ class MetadataSim:
         running = [c for c in self.controllers if c.running]
         self.rng.shuffle(running)
         for controller in running:
-            controller.quorum.tick()
+            try:
+                controller.quorum.tick()
+            except CrashStop:
+                self._crash_stopped(controller.node_id)
         if faults:
             self._shake_network()
         else:
@@ -440,6 +457,19 @@ class MetadataSim:
             f"{controller.node_id} restarted (incarnation {controller.incarnation}) "
             f"from {entries} journal entries"
         )
+
+    def _on_crash_stop(self, violation: CrashStop) -> None:
+        """``broker.fatal``'s stop handler: a violation; the raise unwinds to the node's tick or
+        message delivery, where :meth:`_crash_stopped` stops that node."""
+        self._violate(f"crash-stop: {violation.line()}")
+        raise violation
+
+    def _crash_stopped(self, node_id: str) -> None:
+        """What ``os._exit`` does to a node: ``kill -9`` (it may be restarted later)."""
+        controller = next(c for c in self.controllers if c.node_id == node_id)
+        self.stats["crash_stops"] += 1
+        self._event(f"{node_id} stopped on a broken invariant")
+        self.crash(controller, kill=True)
 
     def pause(self, controller: SimController, paused: bool = True) -> None:
         """SIGSTOP (``paused=False``: SIGCONT): no ticks; messages to it wait."""
@@ -660,10 +690,11 @@ class MetadataSim:
         """Heal, commit one final command, and check that everyone converged."""
         self.heal()
         self.commit_final_command()
-        hw = max(c.quorum.high_watermark for c in self.controllers)
+        up = [c for c in self.controllers if c.up]  # all, unless one crash-stopped
+        hw = max(c.quorum.high_watermark for c in up)
         self.run_until(
             lambda: (
-                all(c.quorum.high_watermark == hw for c in self.controllers)
+                all(c.quorum.high_watermark == hw for c in up if c.up)
                 and all(b.follower.next_offset == hw for b in self.brokers)
             ),
             f"every controller and broker at high watermark {hw}",
@@ -704,7 +735,7 @@ class MetadataSim:
         digests = {who: image_digest(image) for who, image in images.items()}
         if len(set(digests.values())) != 1:
             self._violate(f"images differ after healing: {digests}")
-        for controller in self.controllers:
+        for controller in [c for c in self.controllers if c.up]:
             missing = sorted(o for o, p in self.acked.items() if controller.applied.get(o) != p)
             if missing:
                 self._violate(f"{controller.node_id}: LOST acknowledged offsets {missing[:10]}")

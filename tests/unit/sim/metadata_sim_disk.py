@@ -1,7 +1,7 @@
 """A simulated controller disk for the metadata simulation (``metadata_sim``).
 
 pysyncobj keeps its Raft log in a journal: ``FileJournal`` in production (an mmap that
-``_FixedSyncObj._flush_journal`` msyncs, plus a ``.meta`` file with the term, the vote and
+``FixedSyncObj._flush_journal`` msyncs, plus a ``.meta`` file with the term, the vote and
 the commit index), ``MemoryJournal`` when no file is configured, as in simulation.
 ``MemoryJournal`` cannot model a crash: it has no ``flush`` and nothing survives it.
 

@@ -12,7 +12,7 @@ batches loses nothing acknowledged (flush before acknowledge), and the same run 
 flush disabled does. A random run with the flush disabled must lose an acknowledged batch
 on some seed: the harness can fail.
 
-Found here and fixed in ``kraft.quorum.raft``: pysyncobj counts vote messages, not voters,
+Found here and fixed in ``kraft.quorum.fixed_syncobj``: pysyncobj counts vote messages, not voters,
 so a duplicated vote could elect a leader of five controllers that only two chose
 (``test_a_duplicated_vote_counts_once``; seed 121 of five controllers at 1500 steps lost an
 acknowledged batch, and is one of the seeds below).
@@ -33,7 +33,7 @@ from metadata_sim_workload import BROKER_IDS, Command
 
 from kafka_protocol.messages import BrokerRegistrationRequest
 from kafka_protocol.types import BrokerId
-from kraft.quorum.raft import _FixedSyncObj
+from kraft.quorum.fixed_syncobj import FixedSyncObj
 
 THREE_CONTROLLER_SEEDS = range(20)
 FIVE_CONTROLLER_SEEDS = range(5)
@@ -182,7 +182,7 @@ def test_power_loss_loses_unflushed_writes_but_nothing_acknowledged() -> None:
 def test_without_flush_the_same_power_loss_loses_acknowledged_writes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_FixedSyncObj, "_flush_journal", lambda self: None)
+    monkeypatch.setattr(FixedSyncObj, "_flush_journal", lambda self: None)
     sim = MetadataSim(0, SimConfig(steps=0), stop_on_violation=False)
     with sim.running(), contextlib.suppress(InvariantViolation):  # liveness may fail too
         _power_loss_after_acknowledgements(sim)
@@ -230,7 +230,7 @@ def test_a_duplicated_vote_counts_once() -> None:
 def test_without_flush_some_seed_loses_acknowledged_writes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_FixedSyncObj, "_flush_journal", lambda self: None)
+    monkeypatch.setattr(FixedSyncObj, "_flush_journal", lambda self: None)
     losing: list[int] = []
     for seed in NO_FLUSH_SEEDS:
         sim = MetadataSim(seed, SimConfig(steps=600), stop_on_violation=False)
@@ -242,3 +242,29 @@ def test_without_flush_some_seed_loses_acknowledged_writes(
             losing.append(seed)
             break
     assert losing, f"seeds {list(NO_FLUSH_SEEDS)} lost no acknowledged batch without the flush"
+
+
+# -- crash-stops: a broken invariant stops the node, and the run fails -----------------------
+
+
+@pytest.mark.sim
+def test_a_committed_batch_that_does_not_replay_stops_each_controller_that_applies_it() -> None:
+    """A buggy active controller commits bytes that are no metadata batch. Each controller
+    that applies them stops (``broker.fatal``: killed here, as ``os._exit`` would) instead of
+    skipping the batch; a run that stops a controller fails."""
+    sim = MetadataSim(0, SimConfig(steps=0), stop_on_violation=False)
+    with sim.running():
+        sim.run_until(lambda: sim.active() is not None, "an active controller")
+        leader = sim.active()
+        assert leader is not None
+        assert sim.commit(leader, sim.commander.bootstrap).offset == 0
+        leader.quorum.submit(b"not a metadata batch", lambda result: None)
+        for _ in range(300):
+            sim.step(faults=False, commands=False)
+        stopped = [c.node_id for c in sim.controllers if not c.up]
+    assert leader.node_id in stopped and len(stopped) >= 2, sim.report("too few stopped")
+    assert sim.stats["crash_stops"] == len(stopped)
+    assert all("invariant=controller.committed-batches-replay" in v for v in sim.violations)
+    sim.stop_on_violation = True  # as in every random run: the stop is a failure
+    with pytest.raises(InvariantViolation, match="crash-stop: invariant=controller"):
+        sim.check()

@@ -1,0 +1,206 @@
+"""A partition this broker hosts: its log, its replication role, the appends queued for the
+log, and the acks=all answers waiting for the high watermark (Kafka's ``Partition`` and its
+``DelayedProduce`` purgatory).
+
+The :class:`broker.replica_manager.ReplicaManager` drives partitions (roles, appends, the
+follower side); what lives here is each partition's own state and the rules that touch only
+it: when a delayed produce may answer, and with what.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from broker.deferred import Deferred
+from broker.log.config import LogConfig
+from broker.log.fetched_batches import AppendedBatch
+from broker.log.log import PartitionLog
+from broker.producer_state import BatchMetadata, ProducerStateManager
+from broker.replication.partition_state import FollowerState, PartitionState
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.record_batch import NO_PRODUCER_ID, RecordBatch
+
+Role = PartitionState | FollowerState
+_tiebreak = itertools.count()  # orders delayed produces of one required offset
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """A partition's registration as this broker applies it (from a ``PartitionImage``)."""
+
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    recovering: bool = False  # elected uncleanly; the leader reports RECOVERED
+
+    @classmethod
+    def sole_leader(cls, broker_id: int) -> Registration:
+        return cls(broker_id, 0, 0, (broker_id,), (broker_id,))
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    error: ErrorCode
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    message: str | None = None
+
+
+@dataclass(slots=True)
+class PendingAppend:
+    """A batch with its offsets assigned, queued for the partition's next log append."""
+
+    batch: RecordBatch
+    base_offset: int
+    done: Deferred[AppendOutcome]
+
+
+@dataclass(slots=True)
+class DelayedProduce:
+    """An acks=all answer waiting for the high watermark to reach ``required_offset``."""
+
+    required_offset: int
+    written: AppendOutcome
+    done: Deferred[AppendOutcome]
+
+
+@dataclass(slots=True, eq=False)  # identity: partitions are keys of the dirty set
+class Partition:
+    topic: str
+    index: int
+    topic_id: object
+    log: PartitionLog
+    config: LogConfig
+    max_message_bytes: int
+    role: Role
+    log_append_time: bool = False
+    min_insync_replicas: int = 1
+    producers: ProducerStateManager = field(default_factory=ProducerStateManager)
+    pending: list[PendingAppend] = field(default_factory=list)
+    next_offset: int = 0
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    delayed: list[tuple[int, int, DelayedProduce]] = field(default_factory=list)  # a heap
+    recovering: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.index}"
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.role.high_watermark
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.role.leader_epoch
+
+    @property
+    def is_leader(self) -> bool:
+        return isinstance(self.role, PartitionState)
+
+    @property
+    def leader_id(self) -> int:
+        role = self.role
+        return role.replica_id if isinstance(role, PartitionState) else role.leader_id
+
+    def wake_waiters(self) -> None:
+        waiters, self.waiters = self.waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    # --- delayed produces (acks=all) ----------------------------------------------------------
+
+    def when_committed(
+        self, written: Deferred[AppendOutcome], required_offset: int
+    ) -> Deferred[AppendOutcome]:
+        """The answer of an acks=all produce: once written, it waits for the high watermark."""
+        committed: Deferred[AppendOutcome] = Deferred()
+
+        def on_written(outcome: AppendOutcome) -> None:
+            if committed.done:  # the request timed out first
+                return
+            if outcome.error is not ErrorCode.NONE:
+                committed.resolve(outcome)
+                return
+            entry = DelayedProduce(required_offset, outcome, committed)
+            if not self._try_complete(entry):
+                heapq.heappush(self.delayed, (required_offset, next(_tiebreak), entry))
+
+        written.then(on_written)
+        return committed
+
+    def _try_complete(self, entry: DelayedProduce) -> bool:
+        """Answer ``entry`` if the high watermark reached it (or it was answered already)."""
+        if entry.done.done:
+            return True
+        role = self.role
+        if not isinstance(role, PartitionState):
+            entry.done.resolve(AppendOutcome(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            return True
+        result = role.is_acks_all_complete(entry.required_offset, self.min_insync_replicas)
+        if result == "pending":
+            return False
+        if result is None:
+            entry.done.resolve(entry.written)
+        else:
+            entry.done.resolve(
+                AppendOutcome(
+                    result,
+                    message=f"written, but {self.name} has {len(role.isr)} in-sync replicas, "
+                    f"min.insync.replicas={self.min_insync_replicas}",
+                )
+            )
+        return True
+
+    def high_watermark_moved(self) -> None:
+        """Answer the acks=all produces the high watermark reached; wake consumers."""
+        heap = self.delayed
+        while heap and heap[0][0] <= self.high_watermark:
+            _, _, entry = heapq.heappop(heap)
+            self._try_complete(entry)
+        self.wake_waiters()
+
+    def fail_delayed(self, outcome: AppendOutcome) -> None:
+        delayed, self.delayed = self.delayed, []
+        for _, _, entry in delayed:
+            if not entry.done.done:
+                entry.done.resolve(outcome)
+
+    def compact_delayed(self) -> None:
+        """Drop entries already answered (timed out by their request)."""
+        self.delayed = [e for e in self.delayed if not e[2].done.done]
+        heapq.heapify(self.delayed)
+
+
+AlterPartitionSink = Callable[[Partition, PartitionState, frozenset[int]], None]
+
+
+def learn_producer(
+    producers: ProducerStateManager, batch: RecordBatch | AppendedBatch, seen_ms: int
+) -> None:
+    """Record an idempotent producer's batch already in the log (replayed at open, or
+    replicated from the leader); batches without a producer sequence are not tracked."""
+    if batch.producer_id != NO_PRODUCER_ID and batch.base_sequence >= 0:
+        meta = BatchMetadata(
+            batch.base_sequence,
+            batch.last_sequence,
+            batch.base_offset,
+            batch.last_offset,
+            batch.max_timestamp,
+        )
+        producers.record(batch.producer_id, batch.producer_epoch, meta, seen_ms)

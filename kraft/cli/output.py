@@ -1,0 +1,36 @@
+"""What the admin commands print: JSON, aligned tables (``-`` for no value, ``yes``/``no``),
+and the one line a failed command writes on stderr before it exits with status 1."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+
+
+def print_json(value: object) -> None:
+    print(json.dumps(value, indent=2))
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    lines = [headers, *cells]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    )
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value) or "-"
+    return str(value)
+
+
+def fail(error: str, message: str) -> int:
+    print(f"kraft: {error}: {message}", file=sys.stderr)
+    return 1
