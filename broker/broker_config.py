@@ -17,7 +17,7 @@ class BrokerConfig:
     advertised_port: int
     log_dir: Path
     rack: str | None = None
-    auto_create_topics: bool = True
+    auto_topic_creation: bool = True  # auto.create.topics.enable
     num_partitions: int = 1
     default_replication_factor: int = 1
     socket_request_max_bytes: int = 100 * 1024 * 1024

@@ -1,15 +1,35 @@
-"""What a broker asks of the active controller.
+"""What a node asks of the active controller, and the table of the admin requests forwarded to it.
 
-On a combined single node this is an in-process call into the local controller; once the
-quorum lands, the same interface is served over the controller listener (Kafka forwards admin
-requests to the active controller the same way).  Every method returns Kafka's response
-dataclass with per-item error codes; transport failures raise.
+Kafka forwards a client's topic and config changes to the active controller (wrapped in an
+Envelope); here the same request dataclass goes there through one generic call,
+``forward(request, version) -> response``, the same way from every place a request starts:
+
+* a broker's Kafka listener (``broker.handlers.admin``), over the wire
+  (``broker.remote_controller.RemoteControllerChannel``);
+* a combined node, in-process into its local controller (``kraft.node.local_channel``);
+* the REST API of any node, and the node itself (topic auto-creation).
+
+The controller listener serves every entry of :data:`FORWARDED` through one handler that runs the
+request's rule (``kraft.controller.controller``'s table).  An entry says, for one API: the request
+and response types, the versions served, how to answer "every item failed with one error" (no
+controller answered, or this one is not the active one), where the deadline comes from, and
+whether the request is forwarded at the client's version or always at the newest.  Adding a
+forwarded API takes one entry here and its rule in the controller.
+
+Every response carries per-item error codes; only transport failures raise.  The request builders
+at the end are what the platform itself sends (auto-created topics, the REST API's writes), so
+that no other module spells out a forwarded request.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Generic, Protocol, TypeVar
 
+from broker.dispatcher import ApiHandler, RequestContext
+from kafka_protocol._codec import Request, Response
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     AlterConfigsRequest,
@@ -25,6 +45,11 @@ from kafka_protocol.messages import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
+from kafka_protocol.types import TopicName
+from metadata_log.image import ConfigResourceType
+
+Q = TypeVar("Q", bound=Request)
+R = TypeVar("R", bound=Response)
 
 
 class ControllerRequestError(Exception):
@@ -36,30 +61,16 @@ class ControllerRequestError(Exception):
         self.error_code = error_code
 
 
-class ControllerChannel(Protocol):
-    async def create_topics(
-        self, request: CreateTopicsRequest, version: int
-    ) -> CreateTopicsResponse: ...
+class Forwarder(Protocol):
+    async def forward(self, request: Request, version: int) -> Response:
+        """The active controller's answer to ``request`` (the type of a :data:`FORWARDED`
+        entry) from a client speaking ``version``: per-item errors, or every item failed with
+        one error when no controller could answer."""
+        ...
 
-    async def delete_topics(
-        self, request: DeleteTopicsRequest, version: int
-    ) -> DeleteTopicsResponse: ...
 
-    async def create_partitions(
-        self, request: CreatePartitionsRequest, version: int
-    ) -> CreatePartitionsResponse: ...
-
-    async def alter_configs(
-        self, request: AlterConfigsRequest, version: int
-    ) -> AlterConfigsResponse: ...
-
-    async def incremental_alter_configs(
-        self, request: IncrementalAlterConfigsRequest, version: int
-    ) -> IncrementalAlterConfigsResponse: ...
-
-    async def elect_leaders(
-        self, request: ElectLeadersRequest, version: int
-    ) -> ElectLeadersResponse: ...
+class ControllerChannel(Forwarder, Protocol):
+    """What a broker asks of the active controller."""
 
     async def allocate_producer_ids(self, broker_id: int, count: int) -> tuple[int, int]:
         """A block of ``count`` producer ids never handed out before: (first id, count).
@@ -67,23 +78,50 @@ class ControllerChannel(Protocol):
         ...
 
 
-# --- every item failed with one error (no controller, or not the active one) ---------------------
+# --- the table ------------------------------------------------------------------------------------
 
 
-def create_topics_failed(
+@dataclass(frozen=True, slots=True)
+class ForwardedApi(Generic[Q, R]):
+    """One admin API that brokers forward to the active controller."""
+
+    request_type: type[Q]
+    response_type: type[R]
+    min_version: int  # the versions brokers and controllers serve
+    max_version: int
+    failed: Callable[[Q, ErrorCode, str], R]  # every item answered one error
+    timeout_ms: Callable[[Q], int] | None = None  # the request's own deadline, if it has one
+    # Forwarded at ``max_version`` whatever the client's version (see the ElectLeaders entry).
+    pinned: bool = False
+
+    @property
+    def api_key(self) -> int:
+        assert self.request_type.API_KEY is not None
+        return self.request_type.API_KEY
+
+    @property
+    def name(self) -> str:
+        return self.request_type.NAME.removesuffix("Request")
+
+    def version_to_forward(self, client_version: int) -> int:
+        """Never above the client's version (unless pinned): the generated dataclasses do not
+        depend on the version, and an answer decoded at a version no higher than the client's
+        holds only fields the client's version can carry, so it goes back unchanged."""
+        return self.max_version if self.pinned else min(client_version, self.max_version)
+
+
+def _topics_failed(
     request: CreateTopicsRequest, error: ErrorCode, message: str
 ) -> CreateTopicsResponse:
+    Result = CreateTopicsResponse.CreatableTopicResult
     return CreateTopicsResponse(
         topics=[
-            CreateTopicsResponse.CreatableTopicResult(
-                name=t.name, error_code=error, error_message=message
-            )
-            for t in request.topics
+            Result(name=t.name, error_code=error, error_message=message) for t in request.topics
         ]
     )
 
 
-def delete_topics_failed(
+def _deletions_failed(
     request: DeleteTopicsRequest, error: ErrorCode, message: str
 ) -> DeleteTopicsResponse:
     Result = DeleteTopicsResponse.DeletableTopicResult
@@ -95,25 +133,24 @@ def delete_topics_failed(
     return DeleteTopicsResponse(responses=by_name + by_state)
 
 
-def create_partitions_failed(
+def _partitions_failed(
     request: CreatePartitionsRequest, error: ErrorCode, message: str
 ) -> CreatePartitionsResponse:
+    Result = CreatePartitionsResponse.CreatePartitionsTopicResult
     return CreatePartitionsResponse(
         results=[
-            CreatePartitionsResponse.CreatePartitionsTopicResult(
-                name=t.name, error_code=error, error_message=message
-            )
-            for t in request.topics
+            Result(name=t.name, error_code=error, error_message=message) for t in request.topics
         ]
     )
 
 
-def alter_configs_failed(
+def _configs_failed(
     request: AlterConfigsRequest, error: ErrorCode, message: str
 ) -> AlterConfigsResponse:
+    Result = AlterConfigsResponse.AlterConfigsResourceResponse
     return AlterConfigsResponse(
         responses=[
-            AlterConfigsResponse.AlterConfigsResourceResponse(
+            Result(
                 resource_type=r.resource_type,
                 resource_name=r.resource_name,
                 error_code=error,
@@ -124,12 +161,13 @@ def alter_configs_failed(
     )
 
 
-def incremental_alter_configs_failed(
+def _config_changes_failed(
     request: IncrementalAlterConfigsRequest, error: ErrorCode, message: str
 ) -> IncrementalAlterConfigsResponse:
+    Result = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
     return IncrementalAlterConfigsResponse(
         responses=[
-            IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
+            Result(
                 resource_type=r.resource_type,
                 resource_name=r.resource_name,
                 error_code=error,
@@ -140,7 +178,7 @@ def incremental_alter_configs_failed(
     )
 
 
-def elect_leaders_failed(
+def _elections_failed(
     request: ElectLeadersRequest, error: ErrorCode, message: str
 ) -> ElectLeadersResponse:
     """The request (v1+) and every named partition answered ``error`` (Kafka's
@@ -159,3 +197,178 @@ def elect_leaders_failed(
             for t in request.topic_partitions or ()
         ],
     )
+
+
+FORWARDED: Final[tuple[ForwardedApi[Any, Any], ...]] = (
+    ForwardedApi(
+        CreateTopicsRequest, CreateTopicsResponse, 2, 7, _topics_failed, lambda r: r.timeout_ms
+    ),
+    ForwardedApi(
+        DeleteTopicsRequest, DeleteTopicsResponse, 1, 6, _deletions_failed, lambda r: r.timeout_ms
+    ),
+    ForwardedApi(
+        CreatePartitionsRequest,
+        CreatePartitionsResponse,
+        0,
+        3,
+        _partitions_failed,
+        lambda r: r.timeout_ms,
+    ),
+    ForwardedApi(AlterConfigsRequest, AlterConfigsResponse, 0, 2, _configs_failed),
+    ForwardedApi(
+        IncrementalAlterConfigsRequest,
+        IncrementalAlterConfigsResponse,
+        0,
+        1,
+        _config_changes_failed,
+    ),
+    # Pinned at v2: a v0 request is a v1+ request of type PREFERRED (the field's default), and
+    # only v1+ answers carry the top-level error code that says NOT_CONTROLLER when a request
+    # for every partition names none.  The v2 answer holds nothing a v0 client cannot be sent
+    # except that top-level code, which its encoder leaves out.
+    ForwardedApi(
+        ElectLeadersRequest,
+        ElectLeadersResponse,
+        0,
+        2,
+        _elections_failed,
+        lambda r: r.timeout_ms,
+        pinned=True,
+    ),
+)
+_BY_TYPE: Final[dict[type[Request], ForwardedApi[Any, Any]]] = {
+    api.request_type: api for api in FORWARDED
+}
+
+
+def forwarded_api(request: Request) -> ForwardedApi[Any, Any]:
+    """The table entry of ``request`` (a programmer error if it is not forwarded)."""
+    api = _BY_TYPE.get(type(request))
+    assert api is not None, f"{request.NAME} is not forwarded to the controller"
+    return api
+
+
+def forwarded_handlers(forward: Callable[[Request, int], Awaitable[Response]]) -> list[ApiHandler]:
+    """One handler per table entry, each passing (request, client version) to ``forward``: the
+    forwarding of a broker, or the controller listener's rule runner."""
+
+    def handle(ctx: RequestContext, request: Request) -> Awaitable[Response]:
+        return forward(request, ctx.api_version)
+
+    return [
+        ApiHandler(api.api_key, api.min_version, api.max_version, handle, api.name)
+        for api in FORWARDED
+    ]
+
+
+# --- what the platform itself sends ---------------------------------------------------------------
+
+DEFAULT_FROM_CONTROLLER: Final = -1  # partitions / replication factor: the controller's default
+
+
+def newest_version(request: Request) -> int:
+    """The version a node's own request is sent at: the newest the controller serves."""
+    return forwarded_api(request).max_version
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    name: str
+    partitions: int = DEFAULT_FROM_CONTROLLER  # num.partitions (v4+)
+    replication_factor: int = DEFAULT_FROM_CONTROLLER  # default.replication.factor (v4+)
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedTopic:
+    """One topic's answer to a creation (with ``validate_only``: what it would have been)."""
+
+    name: str
+    error_code: int
+    error_message: str | None
+    topic_id: uuid.UUID
+    partitions: int
+    replication_factor: int
+
+
+def topic_creation(
+    topics: Iterable[NewTopic], *, timeout_ms: int | None = None, validate_only: bool = False
+) -> Request:
+    """Create ``topics`` (Kafka's own default deadline unless ``timeout_ms``)."""
+    request = CreateTopicsRequest(
+        topics=[
+            CreateTopicsRequest.CreatableTopic(
+                name=TopicName(t.name),
+                num_partitions=t.partitions,
+                replication_factor=t.replication_factor,
+                configs=[
+                    CreateTopicsRequest.CreatableTopicConfig(name=k, value=v)
+                    for k, v in t.configs.items()
+                ],
+            )
+            for t in topics
+        ],
+        validate_only=validate_only,
+    )
+    if timeout_ms is not None:
+        request.timeout_ms = timeout_ms
+    return request
+
+
+def created_topics(response: Response) -> list[CreatedTopic]:
+    """The per-topic answers to :func:`topic_creation`'s request."""
+    assert isinstance(response, CreateTopicsResponse)
+    return [
+        CreatedTopic(
+            t.name,
+            t.error_code,
+            t.error_message,
+            t.topic_id,
+            t.num_partitions,
+            t.replication_factor,
+        )
+        for t in response.topics
+    ]
+
+
+def topic_deletion(name: str, timeout_ms: int) -> Request:
+    return DeleteTopicsRequest(
+        topics=[DeleteTopicsRequest.DeleteTopicState(name=TopicName(name))], timeout_ms=timeout_ms
+    )
+
+
+CONFIG_SET, CONFIG_DELETE = 0, 1  # the operations of an incremental config change
+
+
+def topic_config_changes(name: str, to_set: Mapping[str, str], to_delete: Sequence[str]) -> Request:
+    Op = IncrementalAlterConfigsRequest.AlterableConfig
+    ops = [Op(name=k, config_operation=CONFIG_SET, value=v) for k, v in to_set.items()]
+    ops += [Op(name=k, config_operation=CONFIG_DELETE, value=None) for k in to_delete]
+    resource = IncrementalAlterConfigsRequest.AlterConfigsResource(
+        resource_type=int(ConfigResourceType.TOPIC), resource_name=name, configs=ops
+    )
+    return IncrementalAlterConfigsRequest(resources=[resource])
+
+
+def partition_increase(name: str, count: int, timeout_ms: int) -> Request:
+    wanted = CreatePartitionsRequest.CreatePartitionsTopic(
+        name=TopicName(name), count=count, assignments=None
+    )
+    return CreatePartitionsRequest(topics=[wanted], timeout_ms=timeout_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class ItemError:
+    error_code: int
+    error_message: str | None
+
+
+def item_errors(response: Response) -> list[ItemError]:
+    """The per-item outcome of a topic deletion, config change or partition increase."""
+    if isinstance(response, DeleteTopicsResponse | IncrementalAlterConfigsResponse):
+        items: Sequence[Any] = response.responses
+    elif isinstance(response, CreatePartitionsResponse):
+        items = response.results
+    else:
+        raise AssertionError(f"no per-item errors read from {response.NAME}")
+    return [ItemError(i.error_code, i.error_message) for i in items]

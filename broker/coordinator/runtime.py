@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from broker.controller_channel import ControllerChannel
+from broker.controller_channel import ControllerChannel, NewTopic, created_topics, topic_creation
 from broker.coordinator.classic_groups import ClassicGroups
 from broker.coordinator.offsets import CommittedOffset, OffsetStore, TopicPartition
 from broker.coordinator.owned import OwnedPartition
@@ -54,9 +54,7 @@ from broker.replica_manager import ReplicaManager
 from kafka_protocol.coordinator import OffsetCommitValue
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import ProtocolError
-from kafka_protocol.messages import CreateTopicsRequest
 from kafka_protocol.record_batch import RecordBatch, SimpleRecord, build_batch, iter_batches
-from kafka_protocol.types import TopicName
 from metadata_log.image import ClusterImage
 
 log = logging.getLogger("broker.coordinator")
@@ -163,30 +161,23 @@ class GroupCoordinator:
     async def _create(self) -> None:
         live = sum(1 for b in self.image().brokers.values() if b.is_active)
         rf = max(1, min(self.config.replication_factor, live))
-        request = CreateTopicsRequest(
-            topics=[
-                CreateTopicsRequest.CreatableTopic(
-                    name=TopicName(OFFSETS_TOPIC),
-                    num_partitions=self.config.num_partitions,
-                    replication_factor=rf,
-                    configs=[
-                        CreateTopicsRequest.CreatableTopicConfig(name=k, value=v)
-                        for k, v in (
-                            ("cleanup.policy", "compact"),
-                            ("segment.bytes", str(self.config.segment_bytes)),
-                            ("compression.type", "producer"),
-                        )
-                    ],
-                )
-            ],
-            timeout_ms=30_000,
+        offsets_topic = NewTopic(
+            OFFSETS_TOPIC,
+            self.config.num_partitions,
+            rf,
+            {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(self.config.segment_bytes),
+                "compression.type": "producer",
+            },
         )
+        request = topic_creation([offsets_topic], timeout_ms=30_000)
         try:
-            response = await self.controller.create_topics(request, 7)
+            response = await self.controller.forward(request, 7)
         except Exception as exc:  # the client retries FindCoordinator; say why it waits
             log.warning("cannot create %s yet: %s", OFFSETS_TOPIC, exc)
             return
-        result = response.topics[0]
+        result = created_topics(response)[0]
         if result.error_code == ErrorCode.TOPIC_ALREADY_EXISTS:
             return  # another broker created it first
         if result.error_code != ErrorCode.NONE:

@@ -7,7 +7,7 @@ parts out.  Nothing here imports :mod:`broker.broker`: the broker assembles the 
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from broker.broker_config import BrokerConfig
 from broker.controller_channel import ControllerChannel
@@ -52,12 +52,9 @@ class BrokerParts(Protocol):
 
 
 def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
-    # AdminHandlers still takes the whole Broker until the forwarding path gives it narrow
-    # parts; Any because naming the Broker class here would import broker.broker (a cycle).
-    broker: Any = parts
     cfg = parts.config
     auto_create = AutoCreate(
-        cfg.auto_create_topics, cfg.num_partitions, cfg.default_replication_factor
+        cfg.auto_topic_creation, cfg.num_partitions, cfg.default_replication_factor
     )
     replicas = parts.replicas
     return [
@@ -69,5 +66,7 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
         *GroupHandlers(parts.coordinator, parts.endpoint_of).specs(),
         ApiVersionsHandler(parts.api_versions).spec(),
         InitProducerIdHandler(parts.controller, parts.node.node_id).spec(),
-        *AdminHandlers(broker).specs(),
+        *AdminHandlers(
+            parts.controller, parts.node, lambda: parts.image, cfg.broker_defaults
+        ).specs(),
     ]

@@ -14,11 +14,11 @@ import asyncio
 import uuid
 from dataclasses import dataclass
 
-from broker.controller_channel import ControllerChannel
+from broker.controller_channel import ControllerChannel, NewTopic, created_topics, topic_creation
 from broker.dispatcher import ApiHandler, RequestContext
 from broker.identity import BrokerIdentity, ImageSource
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.messages import CreateTopicsRequest, MetadataRequest, MetadataResponse
+from kafka_protocol.messages import MetadataRequest, MetadataResponse
 from kafka_protocol.types import BrokerId, TopicName
 from metadata_log.image import TopicImage
 
@@ -77,21 +77,14 @@ class MetadataHandler:
         self, ctx: RequestContext, req: MetadataRequest, names: list[str] | None, missing: list[str]
     ) -> MetadataResponse:
         cfg = self.auto_create
-        create = CreateTopicsRequest(
-            topics=[
-                CreateTopicsRequest.CreatableTopic(
-                    name=TopicName(n),
-                    num_partitions=cfg.num_partitions,
-                    replication_factor=cfg.replication_factor,
-                )
-                for n in missing
-            ],
+        create = topic_creation(
+            [NewTopic(n, cfg.num_partitions, cfg.replication_factor) for n in missing],
             timeout_ms=30_000,
         )
-        result = await self.controller.create_topics(create, 7)
+        result = created_topics(await self.controller.forward(create, 7))
         errors: dict[str, ErrorCode] = {
             t.name: ErrorCode(t.error_code)
-            for t in result.topics
+            for t in result
             if t.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS)
         }
         return self._answer(ctx, names, errors)

@@ -1,7 +1,10 @@
 """The controller state machine: one entry point per command (Kafka's ``QuorumController``).
 
-Every ``handle_*`` method is a pure function of (request, image): it reads the image and returns
-a :class:`ControllerResult` with the records to append and the response to send once they are
+The admin requests brokers forward (``broker.controller_channel.FORWARDED``) all enter through
+:meth:`Controller.handle`, which finds the request's rule in :data:`RULES` (one entry per
+request type); the brokers' own requests and the periodic checks have a ``handle_*`` method each.
+Every entry point is a pure function of (request, image): it reads the image and returns a
+:class:`ControllerResult` with the records to append and the response to send once they are
 durable. The controller keeps no state of its own; state changes only when the caller appends
 the records and replays them into the next image, the same way on every node. The injected
 ``random.Random`` (topic ids, replica placement) is the only source of variation, so a seeded
@@ -13,13 +16,13 @@ from __future__ import annotations
 import random
 import uuid
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Any, Final, TypeVar
 
+from kafka_protocol._codec import Request, Response
 from kafka_protocol.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
     AlterConfigsRequest,
-    AlterConfigsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerHeartbeatRequest,
@@ -27,15 +30,10 @@ from kafka_protocol.messages import (
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
     CreatePartitionsRequest,
-    CreatePartitionsResponse,
     CreateTopicsRequest,
-    CreateTopicsResponse,
     DeleteTopicsRequest,
-    DeleteTopicsResponse,
     ElectLeadersRequest,
-    ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
 )
 from kafka_protocol.metadata import PartitionChangeRecord
 from kraft.controller import (
@@ -72,44 +70,23 @@ class Controller:
     ) -> None:
         self.config = config or ControllerConfig()
         self.rng = rng if rng is not None else random.Random()
-        self._topics = topics.TopicsContext(self.config, self.rng, new_topic_id)
+        self.topics_context = topics.TopicsContext(self.config, self.rng, new_topic_id)
 
     def bootstrap(self, image: ClusterImage) -> ControllerResult[None]:
         """The records a brand-new cluster starts with (empty once bootstrapped)."""
         return cluster.bootstrap(image)
 
-    def handle_create_topics(
-        self, request: CreateTopicsRequest, image: ClusterImage
-    ) -> ControllerResult[CreateTopicsResponse]:
-        return topics.create_topics(self._topics, request, image)
+    def handle(self, request: Request, image: ClusterImage) -> ControllerResult[Response]:
+        """A forwarded admin request, by its rule in :data:`RULES`."""
+        rule = RULES.get(type(request))
+        assert rule is not None, f"the controller has no rule for {request.NAME}"
+        return rule(self, request, image)
 
-    def handle_create_partitions(
-        self, request: CreatePartitionsRequest, image: ClusterImage
-    ) -> ControllerResult[CreatePartitionsResponse]:
-        return topics.create_partitions(self._topics, request, image)
-
-    def handle_delete_topics(
-        self, request: DeleteTopicsRequest, image: ClusterImage
-    ) -> ControllerResult[DeleteTopicsResponse]:
-        """By name (``topic_names`` in v0-5, ``topics[].name``) or id (``topics[].topic_id``)."""
-        return topics.delete_topics(self._topics, request, image)
-
-    def handle_incremental_alter_configs(
-        self, request: IncrementalAlterConfigsRequest, image: ClusterImage
-    ) -> ControllerResult[IncrementalAlterConfigsResponse]:
-        """Config changes, and the unclean elections they make possible (same batch)."""
-        result = configuration.incremental_alter_configs(self.config, request, image)
-        return self._with_elections(result, image)
-
-    def handle_alter_configs(
-        self, request: AlterConfigsRequest, image: ClusterImage
-    ) -> ControllerResult[AlterConfigsResponse]:
-        result = configuration.alter_configs(self.config, request, image)
-        return self._with_elections(result, image)
-
-    def _with_elections(
+    def with_elections(
         self, result: ControllerResult[R], image: ClusterImage
     ) -> ControllerResult[R]:
+        """A config change's records, and the unclean elections they make possible (same
+        batch)."""
         static = self.config.static_broker_config
         more = elections.elections_after_config_change(image, result.records, static)
         return ControllerResult([*result.records, *more], result.response) if more else result
@@ -139,12 +116,6 @@ class Controller:
         return elections.unclean_policy(image, self.config.static_broker_config)
 
     # --- elections ------------------------------------------------------------------------------
-
-    def handle_elect_leaders(
-        self, request: ElectLeadersRequest, image: ClusterImage
-    ) -> ControllerResult[ElectLeadersResponse]:
-        """Preferred or unclean elections for the named partitions (null: all of them)."""
-        return elections.elect_leaders(request, image)
 
     def handle_unclean_elections(
         self, image: ClusterImage
@@ -178,6 +149,27 @@ class Controller:
     ) -> ControllerResult[AlterPartitionResponse]:
         """A partition leader's new ISR (topics by id in v2+, by name in v0-1)."""
         return alter_partition.alter_partition(request, image)
+
+
+Rule = Callable[[Controller, Any, ClusterImage], ControllerResult[Any]]
+
+# The controller rule of each forwarded admin request.
+RULES: Final[dict[type[Request], Rule]] = {
+    CreateTopicsRequest: lambda c, r, image: topics.create_topics(c.topics_context, r, image),
+    CreatePartitionsRequest: lambda c, r, image: topics.create_partitions(
+        c.topics_context, r, image
+    ),
+    # By name (``topic_names`` in v0-5, ``topics[].name``) or id (``topics[].topic_id``).
+    DeleteTopicsRequest: lambda c, r, image: topics.delete_topics(c.topics_context, r, image),
+    IncrementalAlterConfigsRequest: lambda c, r, image: c.with_elections(
+        configuration.incremental_alter_configs(c.config, r, image), image
+    ),
+    AlterConfigsRequest: lambda c, r, image: c.with_elections(
+        configuration.alter_configs(c.config, r, image), image
+    ),
+    # Preferred or unclean elections for the named partitions (null: all of them).
+    ElectLeadersRequest: lambda c, r, image: elections.elect_leaders(r, image),
+}
 
 
 def _elected(image: ClusterImage, records: list[PartitionChangeRecord]) -> list[TopicPartition]:

@@ -172,7 +172,7 @@ def elect_leaders(
 
 def _refused(request: ElectLeadersRequest, error: ErrorCode, message: str) -> ElectLeadersResponse:
     """The request and every named partition answered ``error`` (Kafka's
-    ``ElectLeadersRequest.getErrorResponse``; ``broker.controller_channel.elect_leaders_failed``
+    ``ElectLeadersRequest.getErrorResponse``; ``broker.controller_channel``'s table entry
     builds the same for the transport's errors, a layer this package does not import)."""
     return ElectLeadersResponse(
         error_code=error,

@@ -1,12 +1,12 @@
 """The controller listener's Kafka APIs: what brokers and tools ask of the quorum.
 
 Brokers register (BrokerRegistration), heartbeat (BrokerHeartbeat), report ISR changes
-(AlterPartition), allocate producer ids and forward admin requests (CreateTopics,
-DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs, ElectLeaders), all of
-which only the active controller serves: any other controller answers NOT_CONTROLLER and the
-broker tries the next one. They tail the committed metadata log with Fetch on
-``__cluster_metadata`` (long-poll, served by every controller: committed data is the same
-on all of them) and, when they are behind the snapshot, FetchSnapshot. DescribeQuorum
+(AlterPartition), allocate producer ids and forward admin requests (every entry of
+``broker.controller_channel.FORWARDED``, served by one handler that runs the request's
+controller rule), all of which only the active controller serves: any other controller
+answers NOT_CONTROLLER and the broker tries the next one. They tail the committed metadata log
+with Fetch on ``__cluster_metadata`` (long-poll, served by every controller: committed data is
+the same on all of them) and, when they are behind the snapshot, FetchSnapshot. DescribeQuorum
 reports the Raft leader and the voters.
 """
 
@@ -17,21 +17,13 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar
 
-from broker.controller_channel import (
-    alter_configs_failed,
-    create_partitions_failed,
-    create_topics_failed,
-    delete_topics_failed,
-    elect_leaders_failed,
-    incremental_alter_configs_failed,
-)
+from broker.controller_channel import forwarded_api, forwarded_handlers
 from broker.dispatcher import ApiHandler, RequestContext, RequestDispatcher
+from kafka_protocol._codec import Request, Response
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
-    AlterConfigsRequest,
-    AlterConfigsResponse,
     AlterPartitionRequest,
     AlterPartitionResponse,
     ApiVersionsRequest,
@@ -40,22 +32,12 @@ from kafka_protocol.messages import (
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
-    CreatePartitionsRequest,
-    CreatePartitionsResponse,
-    CreateTopicsRequest,
-    CreateTopicsResponse,
-    DeleteTopicsRequest,
-    DeleteTopicsResponse,
     DescribeQuorumRequest,
     DescribeQuorumResponse,
-    ElectLeadersRequest,
-    ElectLeadersResponse,
     FetchRequest,
     FetchResponse,
     FetchSnapshotRequest,
     FetchSnapshotResponse,
-    IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
 )
 from kafka_protocol.types import BrokerId, TopicName
 from kraft.controller.result import METADATA_TOPIC_ID, ControllerResult
@@ -70,7 +52,6 @@ NOT_CONTROLLER: Final = int(ErrorCode.NOT_CONTROLLER)
 NOT_ACTIVE: Final = "this controller is not the active one"
 
 R = TypeVar("R")
-Q = TypeVar("Q")
 
 
 class ControllerApis:
@@ -88,12 +69,7 @@ class ControllerApis:
         return [
             ApiHandler(1, 12, 13, self.fetch, "Fetch"),
             ApiHandler(18, 0, 4, self.api_versions, "ApiVersions"),
-            ApiHandler(19, 2, 7, self.create_topics, "CreateTopics"),
-            ApiHandler(20, 1, 6, self.delete_topics, "DeleteTopics"),
-            ApiHandler(33, 0, 2, self.alter_configs, "AlterConfigs"),
-            ApiHandler(37, 0, 3, self.create_partitions, "CreatePartitions"),
-            ApiHandler(43, 0, 2, self.elect_leaders, "ElectLeaders"),
-            ApiHandler(44, 0, 1, self.incremental_alter_configs, "IncrementalAlterConfigs"),
+            *forwarded_handlers(self.forwarded),
             ApiHandler(55, 0, 2, self.describe_quorum, "DescribeQuorum"),
             ApiHandler(56, 0, 3, self.alter_partition, "AlterPartition"),
             ApiHandler(59, 0, 1, self.fetch_snapshot, "FetchSnapshot"),
@@ -112,17 +88,6 @@ class ControllerApis:
             return await self.qc.submit(command)
         except NotControllerError:
             return None
-
-    async def _forward(
-        self,
-        handle: Callable[[Q, ClusterImage], ControllerResult[R]],
-        req: Q,
-        failed: Callable[[Q, ErrorCode, str], R],
-    ) -> R:
-        """An admin request forwarded by a broker: the active controller's response, or
-        ``failed``'s NOT_CONTROLLER answer from any other controller."""
-        response = await self._run(lambda image: handle(req, image))
-        return response or failed(req, ErrorCode.NOT_CONTROLLER, NOT_ACTIVE)
 
     # --- brokers ------------------------------------------------------------------------------
 
@@ -164,49 +129,20 @@ class ControllerApis:
 
     # --- admin requests forwarded by brokers --------------------------------------------------
 
-    async def create_topics(
-        self, ctx: RequestContext, req: CreateTopicsRequest
-    ) -> CreateTopicsResponse:
-        return await self._forward(
-            self.qc.controller.handle_create_topics, req, create_topics_failed
-        )
+    async def forwarded(self, request: Request, version: int) -> Response:
+        """The active controller's answer (the request's controller rule), or every item
+        NOT_CONTROLLER from any other controller: the broker then tries the next one."""
+        response = await self.run_forwarded(request)
+        if response is None:
+            not_active: Response = forwarded_api(request).failed(
+                request, ErrorCode.NOT_CONTROLLER, NOT_ACTIVE
+            )
+            return not_active
+        return response
 
-    async def delete_topics(
-        self, ctx: RequestContext, req: DeleteTopicsRequest
-    ) -> DeleteTopicsResponse:
-        return await self._forward(
-            self.qc.controller.handle_delete_topics, req, delete_topics_failed
-        )
-
-    async def create_partitions(
-        self, ctx: RequestContext, req: CreatePartitionsRequest
-    ) -> CreatePartitionsResponse:
-        return await self._forward(
-            self.qc.controller.handle_create_partitions, req, create_partitions_failed
-        )
-
-    async def alter_configs(
-        self, ctx: RequestContext, req: AlterConfigsRequest
-    ) -> AlterConfigsResponse:
-        return await self._forward(
-            self.qc.controller.handle_alter_configs, req, alter_configs_failed
-        )
-
-    async def incremental_alter_configs(
-        self, ctx: RequestContext, req: IncrementalAlterConfigsRequest
-    ) -> IncrementalAlterConfigsResponse:
-        return await self._forward(
-            self.qc.controller.handle_incremental_alter_configs,
-            req,
-            incremental_alter_configs_failed,
-        )
-
-    async def elect_leaders(
-        self, ctx: RequestContext, req: ElectLeadersRequest
-    ) -> ElectLeadersResponse:
-        return await self._forward(
-            self.qc.controller.handle_elect_leaders, req, elect_leaders_failed
-        )
+    async def run_forwarded(self, request: Request) -> Response | None:
+        """The rule's answer, or ``None`` when this controller is not the active one."""
+        return await self._run(lambda image: self.qc.controller.handle(request, image))
 
     # --- the metadata log ---------------------------------------------------------------------
 

@@ -92,6 +92,8 @@ def node_properties(
         props["controller.quorum.password"] = identity.quorum_password
         props["controller.listener.names"] = "CONTROLLER"
         props["listeners"] = f"CONTROLLER://{HOST}:{spec.port}"
+        # a standby controller's REST API forwards writes to the active one through these
+        props["controller.quorum.bootstrap.servers"] = plan.quorum_bootstrap_servers
     else:
         props["controller.quorum.bootstrap.servers"] = plan.quorum_bootstrap_servers
         props["listeners"] = f"PLAINTEXT://{HOST}:{spec.port}"

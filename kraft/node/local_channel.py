@@ -14,23 +14,9 @@ import uuid
 from pathlib import Path
 
 from broker.controller_channel import ControllerRequestError
+from kafka_protocol._codec import Request, Response
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.messages import (
-    AlterConfigsRequest,
-    AlterConfigsResponse,
-    BrokerHeartbeatRequest,
-    BrokerRegistrationRequest,
-    CreatePartitionsRequest,
-    CreatePartitionsResponse,
-    CreateTopicsRequest,
-    CreateTopicsResponse,
-    DeleteTopicsRequest,
-    DeleteTopicsResponse,
-    ElectLeadersRequest,
-    ElectLeadersResponse,
-    IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
-)
+from kafka_protocol.messages import BrokerHeartbeatRequest, BrokerRegistrationRequest
 from kafka_protocol.types import BrokerId
 from kraft.controller.cluster import METADATA_VERSION_4_0_IV3
 from kraft.controller.result import ControllerApiError, ControllerConfig
@@ -69,35 +55,10 @@ class LocalControllerChannel:
 
     # --- the broker's requests ----------------------------------------------------------------
 
-    async def create_topics(
-        self, request: CreateTopicsRequest, version: int
-    ) -> CreateTopicsResponse:
-        return await self.controller.create_topics(request)
-
-    async def delete_topics(
-        self, request: DeleteTopicsRequest, version: int
-    ) -> DeleteTopicsResponse:
-        return await self.controller.delete_topics(request)
-
-    async def create_partitions(
-        self, request: CreatePartitionsRequest, version: int
-    ) -> CreatePartitionsResponse:
-        return await self.controller.create_partitions(request)
-
-    async def alter_configs(
-        self, request: AlterConfigsRequest, version: int
-    ) -> AlterConfigsResponse:
-        return await self.controller.alter_configs(request)
-
-    async def incremental_alter_configs(
-        self, request: IncrementalAlterConfigsRequest, version: int
-    ) -> IncrementalAlterConfigsResponse:
-        return await self.controller.incremental_alter_configs(request)
-
-    async def elect_leaders(
-        self, request: ElectLeadersRequest, version: int
-    ) -> ElectLeadersResponse:
-        return await self.controller.elect_leaders(request)
+    async def forward(self, request: Request, version: int) -> Response:
+        """In-process: the dataclasses do not depend on the version, and the broker encodes the
+        answer at the client's."""
+        return await self.controller.forward(request)
 
     async def allocate_producer_ids(self, broker_id: int, count: int) -> tuple[int, int]:
         try:

@@ -2,7 +2,10 @@
 
 ``QuorumMember`` (``process.roles`` has ``controller``): one Raft voter running the
 controller state machine (:class:`QuorumController`) and the CONTROLLER listener that
-brokers talk to (:class:`ControllerApis`).
+brokers talk to (:class:`ControllerApis`).  The node's own admin requests (its REST API's
+writes) go through :class:`QuorumForwarder`: run here when this controller is the active one,
+else forwarded to the active one like a broker's, over the controller listeners named by
+``controller.quorum.bootstrap.servers`` (Kafka 3.9's key, optional on a controller).
 
 ``BrokerMember`` (``process.roles`` has ``broker``): a broker that follows the quorum. It
 starts its Kafka listener, tails the committed metadata log (every change reaches the
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from broker.broker import Broker, BrokerConfig
+from broker.controller_channel import Forwarder, forwarded_api
 from broker.dispatcher import RequestDispatcher
 from broker.kafka_client import ControllerClient
 from broker.lifecycle import BrokerLifecycle, BrokerLifecycleError
@@ -30,6 +34,8 @@ from broker.remote_controller import RemoteControllerChannel
 from broker.replication.alter_partition import AlterPartitionSender
 from broker.server import KafkaListener
 from broker.storage import FileStorage
+from kafka_protocol._codec import Request, Response
+from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
 from kafka_protocol.types import TopicName
 from kraft.controller.result import ControllerConfig
@@ -40,12 +46,23 @@ from kraft.quorum.raft import RaftSettings
 from metadata_log.delta import MetadataDelta
 from metadata_log.image import ClusterImage
 
-__all__ = ["BrokerLifecycleError", "BrokerMember", "QuorumMember", "parse_voters"]
+__all__ = [
+    "BrokerLifecycleError",
+    "BrokerMember",
+    "QuorumForwarder",
+    "QuorumMember",
+    "parse_voters",
+]
 
 log = logging.getLogger("kraft.node.run")
 
 CONTROLLED_SHUTDOWN_TIMEOUT_S: Final = 10.0
 STATUS_TIMEOUT_S: Final = 2.0
+CONTROLLER_REQUEST_TIMEOUT_MS: Final = 1500  # then the next controller (see BrokerMember)
+NO_ACTIVE_KNOWN: Final = (
+    "this controller is not the active one and cannot reach it:"
+    " set controller.quorum.bootstrap.servers on the controllers"
+)
 RAFT_SUBDIR: Final = "raft"
 
 
@@ -83,6 +100,33 @@ def parse_bootstrap(value: str) -> list[tuple[str, int]]:
     return out
 
 
+class QuorumForwarder:
+    """The controller path of a controller node's own admin requests: the rule runs here when
+    this controller is the active one; otherwise ``remote`` (a controller client, as a broker's)
+    takes the request to the active one.  The same answers as a broker's forwarding."""
+
+    def __init__(self, apis: ControllerApis, remote: Forwarder | None) -> None:
+        self.apis = apis
+        self.remote = remote
+
+    async def forward(self, request: Request, version: int) -> Response:
+        response = await self.apis.run_forwarded(request)
+        if response is not None:
+            return response
+        if self.remote is None:
+            failed: Response = forwarded_api(request).failed(
+                request, ErrorCode.NOT_CONTROLLER, NO_ACTIVE_KNOWN
+            )
+            return failed
+        return await self.remote.forward(request, version)
+
+
+class _NotABroker:
+    """The broker epoch of a node without a broker (only producer ids would need one)."""
+
+    broker_epoch = -1
+
+
 @dataclass
 class QuorumMember:
     controller: QuorumController
@@ -90,6 +134,8 @@ class QuorumMember:
     listener: KafkaListener
     dispatcher: RequestDispatcher
     advertised: str
+    forwarder: QuorumForwarder
+    client: ControllerClient | None = None
     _task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -138,7 +184,17 @@ class QuorumMember:
             raise
         adv = cfg.advertised("CONTROLLER") or listener_cfg
         advertised = f"{adv.host}:{adv.port or listener.port}"
-        member = cls(controller, apis, listener, dispatcher, advertised)
+        client, remote = None, None
+        if cfg.get("controller.quorum.bootstrap.servers"):
+            bootstrap = parse_bootstrap(cfg.get("controller.quorum.bootstrap.servers") or "")
+            client = ControllerClient(
+                bootstrap,
+                client_id=f"controller-{cfg.node_id}",
+                request_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS,
+            )
+            remote = RemoteControllerChannel(client, _NotABroker())
+        forwarder = QuorumForwarder(apis, remote)
+        member = cls(controller, apis, listener, dispatcher, advertised, forwarder, client)
         member._task = asyncio.create_task(controller.run(), name="controller")
         return member
 
@@ -163,6 +219,8 @@ class QuorumMember:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self.dispatcher.close()
+        if self.client is not None:
+            self.client.close()
         await asyncio.to_thread(self.controller.close)
 
 
@@ -180,7 +238,9 @@ class BrokerMember:
         # A controller that stops answering (SIGSTOP, a partition) keeps its TCP connection:
         # give up on it after 1.5 s and try the next one (a long-poll fetch waits 0.5 s).
         client = ControllerClient(
-            bootstrap, client_id=f"broker-{cfg.node_id}", request_timeout_ms=1500
+            bootstrap,
+            client_id=f"broker-{cfg.node_id}",
+            request_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS,
         )
         holder: list[Broker] = []
 

@@ -31,10 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from broker.broker import Broker, BrokerConfig
+from broker.controller_channel import Forwarder
 from broker.coordinator.runtime import CoordinatorConfig
 from broker.group.classic_member import GroupConfig
 from broker.log.config import LogConfig
 from broker.log.errors import LogError
+from broker.metrics import BrokerMetrics
 from broker.storage import FileStorage
 from kraft.controller.result import ControllerConfig
 from kraft.node.config import ConfigError, NodeConfig, StartupError
@@ -133,7 +135,7 @@ def broker_config(cfg: NodeConfig) -> BrokerConfig:
         advertised_port=advertised.port,
         log_dir=cfg.log_dirs[0],
         rack=cfg.get("broker.rack"),
-        auto_create_topics=cfg.get_bool("auto.create.topics.enable", True),
+        auto_topic_creation=cfg.get_bool("auto.create.topics.enable", True),
         num_partitions=cfg.get_int("num.partitions", 1),
         default_replication_factor=cfg.get_int("default.replication.factor", 1),
         socket_request_max_bytes=_at_least(cfg, "socket.request.max.bytes", 100 << 20, 1024),
@@ -189,6 +191,20 @@ class Node:
         if self.config.is_broker:
             return self.broker is not None and self.broker.listener is not None
         return self.quorum is not None
+
+    @property
+    def controller(self) -> Forwarder | None:
+        """Where this node's admin writes go: its broker's controller channel, else (a
+        controller-only node) its quorum controller's forwarder."""
+        if self.broker is not None:
+            return self.broker.controller
+        return self.quorum.forwarder if self.quorum is not None else None
+
+    @property
+    def metrics(self) -> BrokerMetrics | None:
+        if self.broker is not None:
+            return self.broker.metrics
+        return self.quorum.dispatcher.metrics if self.quorum is not None else None
 
     @property
     def image(self) -> ClusterImage | None:

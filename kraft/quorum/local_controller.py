@@ -9,11 +9,11 @@ response. Commands are serialized: a command sees every earlier command's record
 Two ways in, not to be mixed on one instance:
 
 * ``submit(command)``: synchronous, for tests, tools and startup; blocks for the fsync.
-* ``await submit_async(command)`` and the typed ``async`` methods (``create_topics``, ...): for
-  an asyncio server. Handling, replay and the listeners run on the event loop; only the write and
-  fsync run in a worker thread. A caller cancelled during the fsync still gets its append
-  completed and published before ``CancelledError`` propagates (a durable batch must never be
-  left unpublished), so the log and the image never disagree.
+* ``await submit_async(command)`` and the ``async`` methods (``forward`` for admin requests,
+  ...): for an asyncio server. Handling, replay and the listeners run on the event loop; only
+  the write and fsync run in a worker thread. A caller cancelled during the fsync still gets
+  its append completed and published before ``CancelledError`` propagates (a durable batch must
+  never be left unpublished), so the log and the image never disagree.
 
 Broker sessions (Kafka's ``BrokerHeartbeatManager``) are soft state here: the time of each
 broker's last registration or heartbeat, from the injected clock. Every broker registered when
@@ -30,25 +30,14 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from kafka_protocol._codec import Request, Response
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     AllocateProducerIdsRequest,
-    AlterConfigsRequest,
-    AlterConfigsResponse,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
-    CreatePartitionsRequest,
-    CreatePartitionsResponse,
-    CreateTopicsRequest,
-    CreateTopicsResponse,
-    DeleteTopicsRequest,
-    DeleteTopicsResponse,
-    ElectLeadersRequest,
-    ElectLeadersResponse,
-    IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
 )
 from kafka_protocol.types import BrokerId
 from kraft.controller.controller import Controller
@@ -125,39 +114,11 @@ class LocalController:
         if cancelled:
             raise asyncio.CancelledError
 
-    # --- topics and configs -------------------------------------------------------------------
+    # --- admin requests -----------------------------------------------------------------------
 
-    async def create_topics(self, request: CreateTopicsRequest) -> CreateTopicsResponse:
-        return await self.submit_async(
-            lambda image: self.controller.handle_create_topics(request, image)
-        )
-
-    async def create_partitions(self, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
-        return await self.submit_async(
-            lambda image: self.controller.handle_create_partitions(request, image)
-        )
-
-    async def delete_topics(self, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
-        return await self.submit_async(
-            lambda image: self.controller.handle_delete_topics(request, image)
-        )
-
-    async def incremental_alter_configs(
-        self, request: IncrementalAlterConfigsRequest
-    ) -> IncrementalAlterConfigsResponse:
-        return await self.submit_async(
-            lambda image: self.controller.handle_incremental_alter_configs(request, image)
-        )
-
-    async def alter_configs(self, request: AlterConfigsRequest) -> AlterConfigsResponse:
-        return await self.submit_async(
-            lambda image: self.controller.handle_alter_configs(request, image)
-        )
-
-    async def elect_leaders(self, request: ElectLeadersRequest) -> ElectLeadersResponse:
-        return await self.submit_async(
-            lambda image: self.controller.handle_elect_leaders(request, image)
-        )
+    async def forward(self, request: Request) -> Response:
+        """A forwarded admin request, run by its controller rule."""
+        return await self.submit_async(lambda image: self.controller.handle(request, image))
 
     # --- brokers ------------------------------------------------------------------------------
 

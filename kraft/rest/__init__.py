@@ -2,8 +2,9 @@
 groups, metrics.
 
 Every route is listed in :data:`ROUTES` and described in :mod:`kraft.rest.openapi`.  Handlers
-parse and check the request, make one call (a controller RPC for writes, the replica manager for
-records, the broker's image for descriptions) and answer JSON.
+parse and check the request, make one call (a request forwarded to the active controller for
+writes, the replica manager or the partition's leader for records, the node's image for
+descriptions) and answer JSON.  Every node serves every route, controllers included.
 
 The package: :mod:`~kraft.rest.common` (errors and their middleware, request parsing, shared
 lookups), the routes in :mod:`~kraft.rest.cluster`, :mod:`~kraft.rest.topics`,
@@ -30,8 +31,8 @@ from kraft.rest.groups import (
 )
 from kraft.rest.records import produce_records, read_records, setup_records
 from kraft.rest.topics import (
+    add_partitions,
     alter_topic_configs,
-    create_partitions,
     create_topic,
     delete_topic,
     get_topic,
@@ -54,7 +55,7 @@ ROUTES: Final = (
     ("GET", "/v1/topics/{name}", get_topic),
     ("DELETE", "/v1/topics/{name}", delete_topic),
     ("PATCH", "/v1/topics/{name}/configs", alter_topic_configs),
-    ("POST", "/v1/topics/{name}/partitions", create_partitions),
+    ("POST", "/v1/topics/{name}/partitions", add_partitions),
     ("POST", "/v1/topics/{name}/records", produce_records),
     ("GET", "/v1/topics/{name}/partitions/{partition}/records", read_records),
     ("GET", "/v1/groups", list_groups),

@@ -8,7 +8,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from kraft import __version__
-from kraft.rest.common import ApiError, broker_of, error_response, node_of
+from kraft.rest.common import ApiError, error_response, node_of
 from metadata_log.image import BrokerRegistration
 
 PROMETHEUS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
@@ -55,7 +55,10 @@ async def get_cluster(request: web.Request) -> web.Response:
 
 
 async def get_metrics(request: web.Request) -> web.Response:
-    body = broker_of(request).metrics.render()
+    metrics = node_of(request).metrics
+    if metrics is None:
+        raise ApiError(503, "NOT_READY", "the node has not started yet")
+    body = metrics.render()
     return web.Response(body=body, headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})
 
 

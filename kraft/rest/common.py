@@ -1,5 +1,5 @@
 """What the routes of the REST admin API share: errors, the error middleware, request parsing,
-lookups of the node, broker and topics, and the controller's CreateTopics.
+lookups of the node, its image and topics, and topic creation at the controller.
 
 Errors are always ``{"error": NAME, "message": TEXT}``: a Kafka error name (the per-item code the
 controller or the log answered, mapped to an HTTP status by :func:`http_status`) or a short code
@@ -7,9 +7,11 @@ of this API (``INVALID_REQUEST`` for malformed bodies, ``NOT_FOUND``, ``METHOD_N
 ``PAYLOAD_TOO_LARGE``, ``NOT_READY``).  One middleware turns every exception into that shape; an
 unexpected one is logged with its traceback here and answered 500 without it.
 
-Writes commit at the controller before this broker replays them, so a handler that answers with
-the new state first waits (briefly, bounded: :func:`image_settles`) for the broker's image to
-show it.
+Every node serves every route.  Writes go to the active controller through the node's
+:class:`~broker.controller_channel.Forwarder` (a broker's controller channel; on a controller, its
+own quorum controller when active, else the active one over the controller listener).  They commit
+there before this node replays them, so a handler that answers with the new state first waits
+(briefly, bounded: :func:`image_settles`) for the node's image to show it.
 """
 
 from __future__ import annotations
@@ -24,9 +26,16 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from broker.controller_channel import (
+    CreatedTopic,
+    Forwarder,
+    NewTopic,
+    created_topics,
+    newest_version,
+    topic_creation,
+)
+from broker.metrics import BrokerMetrics
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.messages import CreateTopicsRequest, CreateTopicsResponse
-from kafka_protocol.types import TopicName
 from kraft.node.config import NodeConfig
 from metadata_log.image import ClusterImage, TopicImage
 
@@ -35,9 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kraft.rest")  # the package's logger
 
-IMAGE_WAIT_S: Final = 5.0  # how long a write waits for this broker to replay its records
-CREATE_TOPICS_VERSION: Final = 7  # the newest the controller serves
-DEFAULT_FROM_CONTROLLER: Final = -1  # CreateTopics partitions / replication factor
+IMAGE_WAIT_S: Final = 5.0  # how long a write waits for this node to replay its records
 
 
 class AdminNode(Protocol):
@@ -47,7 +54,19 @@ class AdminNode(Protocol):
     def config(self) -> NodeConfig: ...
 
     @property
-    def broker(self) -> Broker | None: ...
+    def broker(self) -> Broker | None:
+        """This node's broker (None on a controller-only node, or before it starts)."""
+        ...
+
+    @property
+    def controller(self) -> Forwarder | None:
+        """Where writes go (None before the node has started)."""
+        ...
+
+    @property
+    def metrics(self) -> BrokerMetrics | None:
+        """The Kafka listener's request metrics (the controller listener's on a controller)."""
+        ...
 
     @property
     def ready(self) -> bool: ...
@@ -291,60 +310,51 @@ def node_of(request: web.Request) -> AdminNode:
     return request.app[NODE]
 
 
-def broker_of(request: web.Request) -> Broker:
-    node = request.app[NODE]
-    broker = node.broker
-    if broker is None and not node.config.is_broker:
-        raise ApiError(
-            404,
-            "NOT_A_BROKER",
-            "this node is a controller; topics, records and groups are served by the brokers'"
-            " admin API (GET /v1/cluster lists them)",
-        )
-    if broker is None:
-        raise ApiError(503, "NOT_READY", "the broker has not started yet")
-    return broker
+def image_of(node: AdminNode) -> ClusterImage:
+    image = node.image
+    if image is None:
+        raise ApiError(503, "NOT_READY", "the node has no metadata yet")
+    return image
 
 
-def topic_of(broker: Broker, name: str) -> TopicImage:
-    topic = broker.image.topics.get(name)
+def controller_of(node: AdminNode) -> Forwarder:
+    controller = node.controller
+    if controller is None:
+        raise ApiError(503, "NOT_READY", "the node has not started yet")
+    return controller
+
+
+def topic_of(image: ClusterImage, name: str) -> TopicImage:
+    topic = image.topics.get(name)
     if topic is None:
         raise unknown_topic(name)
     return topic
 
 
-async def image_settles(broker: Broker, done: Callable[[ClusterImage], bool]) -> bool:
-    """Whether this broker's image satisfies ``done``, waiting at most ``IMAGE_WAIT_S``."""
+async def image_settles(node: AdminNode, done: Callable[[ClusterImage], bool]) -> bool:
+    """Whether this node's image satisfies ``done``, waiting at most ``IMAGE_WAIT_S``."""
+
+    def settled() -> bool:
+        image = node.image
+        return image is not None and done(image)
+
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(IMAGE_WAIT_S):
-            while not done(broker.image):
+            while not settled():
                 await asyncio.sleep(0.01)
-    return done(broker.image)
+    return settled()
 
 
 # --- controller calls -------------------------------------------------------------------------
 
 
 async def create_topic_at_controller(
-    broker: Broker,
-    name: str,
-    partitions: int,
-    replication_factor: int,
-    configs: dict[str, str],
-    validate_only: bool = False,
-) -> CreateTopicsResponse.CreatableTopicResult:
+    node: AdminNode, topic: NewTopic, validate_only: bool = False
+) -> CreatedTopic:
     """Create (or only validate) one topic at the controller; its error raised as an ApiError."""
-    creatable = CreateTopicsRequest.CreatableTopic(
-        name=TopicName(name),
-        num_partitions=partitions,
-        replication_factor=replication_factor,
-        configs=[
-            CreateTopicsRequest.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()
-        ],
-    )
-    request = CreateTopicsRequest(topics=[creatable], validate_only=validate_only)
-    response = await broker.controller.create_topics(request, CREATE_TOPICS_VERSION)
-    result: CreateTopicsResponse.CreatableTopicResult = only_result(response.topics, name)
+    request = topic_creation([topic], validate_only=validate_only)
+    response = await controller_of(node).forward(request, newest_version(request))
+    result: CreatedTopic = only_result(created_topics(response), topic.name)
     if result.error_code != ErrorCode.NONE:
         raise kafka_error(result.error_code, result.error_message)
     return result

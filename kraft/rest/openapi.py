@@ -390,7 +390,7 @@ def _topic_paths() -> dict[str, Schema]:
             ),
             "post": _op(
                 "createTopic",
-                "Create a topic (CreateTopics)",
+                "Create a topic (at the active controller)",
                 {
                     "201": _json_body(_ref("Topic"), "created"),
                     "200": _json_body(_ref("TopicValidated"), "validate_only: would be created"),
@@ -419,7 +419,7 @@ def _topic_paths() -> dict[str, Schema]:
             ),
             "delete": _op(
                 "deleteTopic",
-                "Delete a topic (DeleteTopics)",
+                "Delete a topic (at the active controller)",
                 {
                     "204": {"description": "deleted (this node no longer has it)"},
                     "202": _json_body(_ref("TopicDeletion"), "accepted; brokers delete it soon"),
@@ -431,7 +431,7 @@ def _topic_paths() -> dict[str, Schema]:
             "parameters": [NAME],
             "patch": _op(
                 "alterTopicConfigs",
-                "Set and delete topic configs (IncrementalAlterConfigs)",
+                "Set and delete topic configs (at the active controller)",
                 {
                     "200": topic_ok,
                     "400": _error("INVALID_REQUEST or INVALID_CONFIG"),
@@ -444,7 +444,7 @@ def _topic_paths() -> dict[str, Schema]:
             "parameters": [NAME],
             "post": _op(
                 "createPartitions",
-                "Increase the partition count (CreatePartitions)",
+                "Increase the partition count (at the active controller)",
                 {
                     "200": topic_ok,
                     "400": _error("INVALID_REQUEST or INVALID_PARTITIONS"),
@@ -465,7 +465,7 @@ def _record_paths() -> dict[str, Schema]:
             "post": _op(
                 "produceRecords",
                 "Append records (auto-creates the topic when auto.create.topics.enable); any"
-                " broker serves every partition, reaching those it does not lead at their"
+                " node serves every partition, reaching those it does not lead at their"
                 " leader, as a producer with acks=1",
                 {
                     "200": _json_body(_ref("ProduceResult"), "every record appended"),
@@ -483,7 +483,7 @@ def _record_paths() -> dict[str, Schema]:
             "parameters": [NAME, partition],
             "get": _op(
                 "readRecords",
-                "Read committed records (below the high watermark); any broker serves every"
+                "Read committed records (below the high watermark); any node serves every"
                 " partition, reading those it does not host from their leader",
                 {
                     "200": _json_body(_ref("Records"), "records, possibly none"),

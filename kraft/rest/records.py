@@ -6,10 +6,11 @@ into batches, each validated and appended as a Produce request's would be.  A re
 committed records (below the high watermark) from an offset, waiting up to ``timeout_ms`` for some
 to arrive; :class:`LongPolls` answers the waiting reads at once at shutdown.
 
-Any broker's API serves every partition: one this broker does not lead (produce) or host (read)
-is reached over the Kafka protocol at its leader, as a client would (a Produce with acks=1, a
-Fetch as a consumer, ListOffsets for ``earliest``/``latest``), through one connection per broker
-(:data:`LEADERS`, on the node's metadata image).
+Any node's API serves every partition: one this node does not lead (produce) or host (read) is
+reached over the Kafka protocol at its leader, as a client would (a Produce with acks=1, a Fetch
+as a consumer, ListOffsets for ``earliest``/``latest``), through one connection per broker
+(:data:`LEADERS`, on the node's metadata image).  A controller-only node hosts no partition, so
+it reaches every one that way.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
+from broker.controller_channel import NewTopic
 from broker.deferred import Deferred
 from broker.log.errors import LogError, OffsetOutOfRangeError
 from broker.replica_manager import AppendOutcome, Partition
@@ -42,19 +44,20 @@ from kafka_protocol.types import TopicName
 from kraft.groups.client import GroupClient, GroupError, ImageView
 from kraft.groups.model import EARLIEST, LATEST
 from kraft.rest.common import (
-    DEFAULT_FROM_CONTROLLER,
+    AdminNode,
     ApiError,
     Body,
     bad_request,
-    broker_of,
     create_topic_at_controller,
     encoding_of,
     error_response,
     http_status,
+    image_of,
     image_settles,
     json_object,
     json_type,
     kafka_error,
+    node_of,
     query_int,
     topic_of,
 )
@@ -168,26 +171,26 @@ def batches(items: list[ToProduce], max_bytes: int) -> Iterable[list[ToProduce]]
         yield run
 
 
-async def topic_for_produce(broker: Broker, name: str) -> TopicImage:
-    """The topic, auto-created with the broker's defaults when allowed (as a Produce would)."""
-    topic = broker.image.topics.get(name)
-    if topic is not None or not broker.config.auto_create_topics:
-        return topic or topic_of(broker, name)
+async def topic_for_produce(node: AdminNode, name: str) -> TopicImage:
+    """The topic, auto-created with the controller's defaults when allowed (as a Produce
+    would)."""
+    topic = image_of(node).topics.get(name)
+    if topic is not None or not node.config.get_bool("auto.create.topics.enable", True):
+        return topic or topic_of(image_of(node), name)
     try:
-        await create_topic_at_controller(
-            broker, name, DEFAULT_FROM_CONTROLLER, DEFAULT_FROM_CONTROLLER, {}
-        )
+        await create_topic_at_controller(node, NewTopic(name))
     except ApiError as exc:
         if exc.error != ErrorCode.TOPIC_ALREADY_EXISTS.name:  # not created concurrently
             raise
-    await image_settles(broker, lambda image: image.topics.get(name) is not None)
-    return topic_of(broker, name)
+    await image_settles(node, lambda image: image.topics.get(name) is not None)
+    return topic_of(image_of(node), name)
 
 
 async def produce_records(request: web.Request) -> web.Response:
-    broker = broker_of(request)
+    node = node_of(request)
+    broker = node.broker
     items = parse_produce(await json_object(request))
-    topic = await topic_for_produce(broker, request.match_info["name"])
+    topic = await topic_for_produce(node, request.match_info["name"])
     count = len(topic.partitions)
     by_partition: dict[int, list[ToProduce]] = {}
     for item in items:
@@ -205,9 +208,8 @@ async def produce_records(request: web.Request) -> web.Response:
     # leaders at once, all in flight together.
     pending: list[tuple[list[ToProduce], AppendOutcome | Awaitable[AppendOutcome]]] = []
     for p, run_items in sorted(by_partition.items()):
-        local = topic.partitions[p].leader == broker.node_id
         for run in batches(run_items, batch_limit(broker, topic.name, p)):
-            if local:
+            if broker is not None and topic.partitions[p].leader == broker.node_id:
                 pending.append((run, append_run(broker, topic, p, run)))
             else:
                 forward = forward_run(request.app[LEADERS], topic.name, p, run)
@@ -260,10 +262,10 @@ async def forward_run(
     )
 
 
-def batch_limit(broker: Broker, topic: str, index: int) -> int:
+def batch_limit(broker: Broker | None, topic: str, index: int) -> int:
     """Record bytes per batch: batches stay within the topic's max.message.bytes, so only a
     record too large on its own is refused (a Java producer splits such batches and retries)."""
-    part = broker.replicas.get(topic, index)
+    part = broker.replicas.get(topic, index) if broker is not None else None
     if part is None:
         return MAX_BATCH_BYTES
     return max(1, min(MAX_BATCH_BYTES, part.max_message_bytes - HEADER_BYTES))
@@ -315,9 +317,9 @@ def _produce_response(topic: str, offsets: list[dict[str, Any]]) -> web.Response
 # --- consume ----------------------------------------------------------------------------------
 
 
-def partition_index(broker: Broker, name: str, raw_index: str) -> int:
+def partition_index(image: ClusterImage, name: str, raw_index: str) -> int:
     """The index of an existing partition of topic ``name``, or a 4xx."""
-    topic = topic_of(broker, name)
+    topic = topic_of(image, name)
     try:
         index = int(raw_index)
     except ValueError:
@@ -383,10 +385,10 @@ class LongPolls:
 
 
 async def wait_for_records(
-    request: web.Request, part: Partition, offset: int, timeout_ms: int
+    request: web.Request, broker: Broker, part: Partition, offset: int, timeout_ms: int
 ) -> Partition:
     """Long-poll: wake on appends until the high watermark passes ``offset`` or time is up."""
-    broker, polls = broker_of(request), request.app[LONG_POLLS]
+    polls = request.app[LONG_POLLS]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_ms / 1000
 
@@ -446,20 +448,21 @@ def record_json(record: Record, encoding: str) -> dict[str, Any]:
 
 
 async def read_records(request: web.Request) -> web.Response:
-    broker = broker_of(request)
+    node = node_of(request)
+    broker = node.broker
     name = request.match_info["name"]
-    index = partition_index(broker, name, request.match_info["partition"])
+    index = partition_index(image_of(node), name, request.match_info["partition"])
     max_records = query_int(request, "max_records", 500, 1, MAX_READ_RECORDS)
     timeout_ms = query_int(request, "timeout_ms", 0, 0, MAX_LONG_POLL_MS)
     encoding = encoding_of(request.query.get("encoding"))
     raw_offset = request.query.get("offset")
-    part = broker.replicas.get(name, index)
-    if part is None:  # hosted elsewhere
+    part = broker.replicas.get(name, index) if broker is not None else None
+    if broker is None or part is None:  # hosted elsewhere
         leaders = request.app[LEADERS]
         read = await read_at_leader(leaders, name, index, raw_offset, max_records, timeout_ms)
         return records_response(name, index, *read, encoding)
     offset = start_offset(raw_offset, part)
-    part = await wait_for_records(request, part, offset, timeout_ms)
+    part = await wait_for_records(request, broker, part, offset, timeout_ms)
     try:
         records, next_offset = read_committed(part, offset, max_records)
     except OffsetOutOfRangeError as exc:  # retention moved the log start meanwhile

@@ -134,6 +134,8 @@ class LocalCluster:
                     "process.roles": "controller",
                     "controller.quorum.voters": voters,
                     "controller.quorum.password": password,
+                    # lets a standby controller's REST API forward writes to the active one
+                    "controller.quorum.bootstrap.servers": bootstrap,
                     "listeners": f"CONTROLLER://127.0.0.1:{kafka[i]}",
                     "metadata.log.dir": str(root / f"controller-{i}" / "metadata"),
                     "log.dirs": str(root / f"controller-{i}" / "logs"),

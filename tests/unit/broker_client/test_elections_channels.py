@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from broker.controller_channel import ControllerChannel
 from broker.dispatcher import RequestContext
 from broker.handlers.admin import AdminHandlers
+from broker.identity import BrokerIdentity
 from broker.kafka_client import NoUsableVersionError
 from broker.remote_controller import RemoteControllerChannel
 from kafka_protocol.errors import ErrorCode
@@ -26,6 +26,7 @@ from kafka_protocol.messages import (
 from kafka_protocol.types import TopicName
 from kraft.controller import ControllerConfig
 from kraft.node.local_channel import LocalControllerChannel
+from metadata_log.image import ClusterImage
 
 
 def request(
@@ -91,7 +92,7 @@ def test_forwarded_at_v2_and_answered_at_the_clients_version(client_version: int
         ]
     )
     channel, client = remote(controller_answer)
-    response = asyncio.run(channel.elect_leaders(request(0), client_version))
+    response = asyncio.run(channel.forward(request(0), client_version))
     assert response is controller_answer
     ((sent, version),) = client.sent
     assert version == 2 and sent.election_type == 0
@@ -101,21 +102,21 @@ def test_forwarded_at_v2_and_answered_at_the_clients_version(client_version: int
 
 def test_no_controller_times_every_partition_out() -> None:
     channel, _ = remote("hang")
-    response = asyncio.run(channel.elect_leaders(request(0, 1, timeout_ms=50), 2))
+    response = asyncio.run(channel.forward(request(0, 1, timeout_ms=50), 2))
     assert response.error_code == ErrorCode.REQUEST_TIMED_OUT
     assert answers(response) == [
         ("t", 0, ErrorCode.REQUEST_TIMED_OUT),
         ("t", 1, ErrorCode.REQUEST_TIMED_OUT),
     ]
     every = asyncio.run(
-        channel.elect_leaders(ElectLeadersRequest(topic_partitions=None, timeout_ms=50), 1)
+        channel.forward(ElectLeadersRequest(topic_partitions=None, timeout_ms=50), 1)
     )
     assert (every.error_code, every.replica_election_results) == (ErrorCode.REQUEST_TIMED_OUT, [])
 
 
 def test_a_controller_without_elect_leaders() -> None:
     channel, _ = remote(NoUsableVersionError(43, 2, "c:1"))
-    response = asyncio.run(channel.elect_leaders(request(0), 2))
+    response = asyncio.run(channel.forward(request(0), 2))
     assert answers(response) == [("t", 0, ErrorCode.UNSUPPORTED_VERSION)]
 
 
@@ -123,18 +124,17 @@ def test_the_broker_handler_forwards_at_the_clients_version() -> None:
     seen: list[tuple[ElectLeadersRequest, int]] = []
 
     class Channel:
-        async def elect_leaders(
-            self, req: ElectLeadersRequest, version: int
-        ) -> ElectLeadersResponse:
+        async def forward(self, req: ElectLeadersRequest, version: int) -> ElectLeadersResponse:
             seen.append((req, version))
             return ElectLeadersResponse()
 
-    handlers = AdminHandlers(SimpleNamespace(controller=Channel()))  # type: ignore[arg-type]
+    node = BrokerIdentity(1, "c", None, lambda: ("127.0.0.1", 9092))
+    handlers = AdminHandlers(Channel(), node, lambda: ClusterImage.EMPTY, {})
     (spec,) = [h for h in handlers.specs() if h.api_key == 43]
     assert (spec.min_version, spec.max_version, spec.name) == (0, 2, "ElectLeaders")
     header = RequestHeader(request_api_key=43, request_api_version=1, correlation_id=1)
     ctx = RequestContext(header, "test", 0.0, 0.0)
-    asyncio.run(handlers.elect_leaders(ctx, request(0)))
+    asyncio.run(spec.handle(ctx, request(0)))  # type: ignore[arg-type]
     assert seen == [(request(0), 1)]
 
 
@@ -143,7 +143,7 @@ def test_the_combined_nodes_channel(tmp_path: Path) -> None:
         channel = LocalControllerChannel.open(tmp_path, 1, "", ControllerConfig())
         try:
             await channel.register_broker("127.0.0.1", 9092, None)
-            created = await channel.create_topics(
+            created = await channel.forward(
                 CreateTopicsRequest(
                     topics=[
                         CreateTopicsRequest.CreatableTopic(
@@ -154,13 +154,13 @@ def test_the_combined_nodes_channel(tmp_path: Path) -> None:
                 7,
             )
             assert created.topics[0].error_code == ErrorCode.NONE
-            preferred = await channel.elect_leaders(request(0, 1, 2), 2)
+            preferred = await channel.forward(request(0, 1, 2), 2)
             assert answers(preferred) == [
                 ("t", 0, ErrorCode.ELECTION_NOT_NEEDED),
                 ("t", 1, ErrorCode.ELECTION_NOT_NEEDED),
                 ("t", 2, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
             ]
-            unclean = await channel.elect_leaders(request(0, election_type=1), 2)
+            unclean = await channel.forward(request(0, election_type=1), 2)
             assert answers(unclean) == [("t", 0, ErrorCode.ELECTION_NOT_NEEDED)]
         finally:
             channel.close()

@@ -63,7 +63,7 @@ def test_create_topics_is_forwarded_to_the_active_controller_at_the_clients_vers
         standby, active = FakeController(active=False), FakeController()
         async with running(standby, active):
             channel, client = channel_to([standby.address, active.address])
-            response = await channel.create_topics(create("a", "b"), 5)
+            response = await channel.forward(create("a", "b"), 5)
             assert [(t.name, t.error_code) for t in response.topics] == [("a", 0), ("b", 0)]
             ((header, forwarded),) = active.requests_of(19)
             assert header.request_api_version == 5
@@ -79,14 +79,14 @@ def test_no_controller_answers_every_item_request_timed_out() -> None:
     async def scenario() -> None:
         channel, client = channel_to([("127.0.0.1", closed_port())], timeout_s=0.1)
         started = time.monotonic()
-        response = await channel.create_topics(create("a", "b", timeout_ms=100), 7)
+        response = await channel.forward(create("a", "b", timeout_ms=100), 7)
         assert time.monotonic() - started < 1.0
         assert [t.error_code for t in response.topics] == [ErrorCode.REQUEST_TIMED_OUT] * 2
         assert [t.name for t in response.topics] == ["a", "b"]
 
-        deleted = await channel.delete_topics(DeleteTopicsRequest(topic_names=[TopicName("a")]), 5)
+        deleted = await channel.forward(DeleteTopicsRequest(topic_names=[TopicName("a")]), 5)
         assert [(r.name, r.error_code) for r in deleted.responses] == [("a", 7)]
-        grown = await channel.create_partitions(
+        grown = await channel.forward(
             CreatePartitionsRequest(
                 topics=[CreatePartitionsRequest.CreatePartitionsTopic(name=TopicName("a"))]
             ),
@@ -96,9 +96,7 @@ def test_no_controller_answers_every_item_request_timed_out() -> None:
         resource = IncrementalAlterConfigsRequest.AlterConfigsResource(
             resource_type=2, resource_name="a"
         )
-        altered = await channel.incremental_alter_configs(
-            IncrementalAlterConfigsRequest(resources=[resource]), 1
-        )
+        altered = await channel.forward(IncrementalAlterConfigsRequest(resources=[resource]), 1)
         assert [(r.resource_name, r.error_code) for r in altered.responses] == [("a", 7)]
         with pytest.raises(ControllerRequestError) as raised:
             await channel.allocate_producer_ids(1, 1000)
@@ -123,12 +121,10 @@ def test_a_request_waits_out_a_failover_shorter_than_its_own_timeout() -> None:
                 controller.active = True
 
             election = asyncio.create_task(elected())
-            deleted = await channel.delete_topics(
-                DeleteTopicsRequest(topic_names=[TopicName("x")]), 5
-            )
+            deleted = await channel.forward(DeleteTopicsRequest(topic_names=[TopicName("x")]), 5)
             assert [r.error_code for r in deleted.responses] == [ErrorCode.REQUEST_TIMED_OUT]
             started = time.monotonic()
-            response = await channel.create_topics(create("a", timeout_ms=5000), 7)
+            response = await channel.forward(create("a", timeout_ms=5000), 7)
             assert [t.error_code for t in response.topics] == [ErrorCode.NONE]
             assert 0.1 < time.monotonic() - started < 4.0
             await election
@@ -142,7 +138,7 @@ def test_a_version_the_controller_cannot_take_is_answered_unsupported_version() 
         active = FakeController(ranges={19: (6, 7)})
         async with running(active):
             channel, client = channel_to([active.address])
-            response = await channel.create_topics(create("a"), 5)
+            response = await channel.forward(create("a"), 5)
             assert [t.error_code for t in response.topics] == [ErrorCode.UNSUPPORTED_VERSION]
             assert not active.requests_of(19)
             client.close()
@@ -227,7 +223,7 @@ def test_not_controller_is_retried_until_the_deadline_answers() -> None:
         async with running(standby):
             channel, client = channel_to([standby.address], timeout_s=0.2)
             resource = AlterConfigsRequest.AlterConfigsResource(resource_type=2, resource_name="a")
-            altered = await channel.alter_configs(AlterConfigsRequest(resources=[resource]), 2)
+            altered = await channel.forward(AlterConfigsRequest(resources=[resource]), 2)
             # Only a standby answers: NOT_CONTROLLER is retried, then the deadline answers.
             assert [r.error_code for r in altered.responses] == [ErrorCode.REQUEST_TIMED_OUT]
             assert len(standby.requests_of(33)) >= 2

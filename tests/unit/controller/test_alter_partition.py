@@ -29,9 +29,7 @@ def controller() -> Controller:
 def image(controller: Controller) -> ClusterImage:
     """Brokers 1-3 unfenced; topic t with 2 partitions on all three, topic u with 1."""
     image = cluster(controller, {1: "a", 2: "b", 3: "c"})
-    image, _ = run(
-        controller, image, "handle_create_topics", create(new_topic("t", 2, 3), new_topic("u"))
-    )
+    image, _ = run(controller, image, "handle", create(new_topic("t", 2, 3), new_topic("u")))
     return image
 
 
@@ -192,7 +190,7 @@ def test_unchanged_isr_writes_nothing(controller: Controller, image: ClusterImag
 
 def test_many_partitions_in_one_result(controller: Controller, image: ClusterImage) -> None:
     manual = new_topic("m", -1, -1, assignments={0: [1, 2, 3], 1: [1, 3, 2], 2: [1, 2, 3]})
-    image, _ = run(controller, image, "handle_create_topics", create(manual))
+    image, _ = run(controller, image, "handle", create(manual))
     before = image.topics.by_name["m"].partitions
     shrink = [partition_data(image, "m", 0, [1, 3]), partition_data(image, "m", 1, [1])]
     unchanged = partition_data(image, "m", 2, [1, 2, 3])

@@ -119,7 +119,7 @@ def test_registration_errors() -> None:
 
 def test_fencing_moves_leadership_and_shrinks_isr(controller: Controller) -> None:
     image = cluster(controller, {1: None, 2: None, 3: None})
-    image, _ = run(controller, image, "handle_create_topics", create(new_topic("t", 6, 3)))
+    image, _ = run(controller, image, "handle", create(new_topic("t", 6, 3)))
     before = image.topics.by_name["t"].partitions
     result = controller.handle_fence_brokers([1], image)
     assert result.response == [1]
@@ -138,7 +138,7 @@ def test_fencing_moves_leadership_and_shrinks_isr(controller: Controller) -> Non
 
 def test_last_isr_member_stays_and_leads_again_after_unfencing(controller: Controller) -> None:
     image = cluster(controller, {1: None})
-    image, _ = run(controller, image, "handle_create_topics", create(new_topic("t", 2, 1)))
+    image, _ = run(controller, image, "handle", create(new_topic("t", 2, 1)))
     image = apply(image, controller.handle_fence_brokers([1], image))
     for p in image.topics.by_name["t"].partitions.values():
         assert (p.leader, p.isr, p.leader_epoch) == (-1, (1,), 1)
@@ -158,7 +158,7 @@ def test_want_fence_from_an_active_broker(controller: Controller) -> None:
 
 def test_controlled_shutdown(controller: Controller) -> None:
     image = cluster(controller, {1: None, 2: None})
-    image, _ = run(controller, image, "handle_create_topics", create(new_topic("t", 4, 2)))
+    image, _ = run(controller, image, "handle", create(new_topic("t", 4, 2)))
     leader = image.topics.by_name["t"].partitions[0].leader
     image, response = run(
         controller, image, "handle_broker_heartbeat", heartbeat(image, leader, want_shut_down=True)
@@ -188,7 +188,7 @@ def test_shutdown_without_leaderships_is_immediate(controller: Controller) -> No
 
 def test_reregistration_clears_controlled_shutdown(controller: Controller) -> None:
     image = cluster(controller, {1: None, 2: None})
-    image, _ = run(controller, image, "handle_create_topics", create(new_topic("t", 2, 2)))
+    image, _ = run(controller, image, "handle", create(new_topic("t", 2, 2)))
     leader = image.topics.by_name["t"].partitions[0].leader
     image, _ = run(
         controller, image, "handle_broker_heartbeat", heartbeat(image, leader, want_shut_down=True)

@@ -31,7 +31,7 @@ def image(controller: Controller) -> ClusterImage:
     image, _ = run(
         controller,
         image,
-        "handle_create_topics",
+        "handle",
         create(new_topic("t", configs={"retention.ms": "100"})),
     )
     return image
@@ -40,7 +40,7 @@ def image(controller: Controller) -> ClusterImage:
 def answer(
     controller: Controller, image: ClusterImage, request: IncrementalAlterConfigsRequest
 ) -> tuple[ClusterImage, int, str | None]:
-    result = controller.handle_incremental_alter_configs(request, image)
+    result = controller.handle(request, image)
     (response,) = result.response.responses
     return apply(image, result), response.error_code, response.error_message
 
@@ -72,7 +72,7 @@ def test_set_delete_append_subtract(controller: Controller, image: ClusterImage)
 def test_unchanged_topic_values_write_no_record(
     controller: Controller, image: ClusterImage
 ) -> None:
-    result = controller.handle_incremental_alter_configs(
+    result = controller.handle(
         alter(TOPIC, "t", ("retention.ms", SET, "100"), ("segment.ms", DELETE, None)), image
     )
     assert result.records == [] and result.response.responses[0].error_code == 0
@@ -173,7 +173,7 @@ def test_errors(
     code: int,
     message: str,
 ) -> None:
-    result = controller.handle_incremental_alter_configs(alter(resource_type, name, *ops), image)
+    result = controller.handle(alter(resource_type, name, *ops), image)
     (response,) = result.response.responses
     assert response.error_code == code and message in (response.error_message or "")
     assert (response.resource_type, response.resource_name) == (resource_type, name)
@@ -183,15 +183,11 @@ def test_errors(
 def test_broker_resources(controller: Controller, image: ClusterImage) -> None:
     image, code, _ = answer(controller, image, alter(BROKER, "", ("log.retention.ms", SET, "5")))
     assert code == 0 and image.configs[ConfigResource(BROKER, "")] == {"log.retention.ms": "5"}
-    result = controller.handle_incremental_alter_configs(
-        alter(BROKER, "1", ("log.retention.ms", SET, "6")), image
-    )
+    result = controller.handle(alter(BROKER, "1", ("log.retention.ms", SET, "6")), image)
     assert result.records == [
         ConfigRecord(resource_type=BROKER, resource_name="1", name="log.retention.ms", value="6")
     ]
-    again = controller.handle_incremental_alter_configs(
-        alter(BROKER, "", ("log.retention.ms", SET, "5")), image
-    )
+    again = controller.handle(alter(BROKER, "", ("log.retention.ms", SET, "5")), image)
     assert len(again.records) == 1, "broker configs are written even when unchanged"
     image, code, _ = answer(
         controller, image, alter(BROKER, "", ("log.cleanup.policy", APPEND, "compact"))
@@ -202,11 +198,11 @@ def test_broker_resources(controller: Controller, image: ClusterImage) -> None:
 def test_duplicate_resources_and_validate_only(controller: Controller, image: ClusterImage) -> None:
     request = alter(TOPIC, "t", ("segment.ms", SET, "1"))
     request.resources = request.resources * 3
-    result = controller.handle_incremental_alter_configs(request, image)
+    result = controller.handle(request, image)
     assert [(r.error_code, r.error_message) for r in result.response.responses] == [
         (E.INVALID_REQUEST, "Duplicate resource.")
     ]
-    result = controller.handle_incremental_alter_configs(
+    result = controller.handle(
         alter(TOPIC, "t", ("segment.ms", SET, "1"), validate_only=True), image
     )
     assert result.records == [] and result.response.responses[0].error_code == 0
@@ -215,7 +211,7 @@ def test_duplicate_resources_and_validate_only(controller: Controller, image: Cl
 def test_each_resource_stands_alone(controller: Controller, image: ClusterImage) -> None:
     request = alter(TOPIC, "t", ("segment.ms", SET, "1"))
     request.resources += alter(TOPIC, "nope", ("segment.ms", SET, "1")).resources
-    result = controller.handle_incremental_alter_configs(request, image)
+    result = controller.handle(request, image)
     assert [r.error_code for r in result.response.responses] == [0, E.UNKNOWN_TOPIC_OR_PARTITION]
     assert apply(image, result).topic_configs("t")["segment.ms"] == "1"
 
@@ -234,9 +230,7 @@ def test_alter_config_policy(image: ClusterImage) -> None:
 def test_topic_deletion_removes_its_configs(controller: Controller, image: ClusterImage) -> None:
     from kafka_protocol.messages import DeleteTopicsRequest
 
-    image = apply(
-        image, controller.handle_delete_topics(DeleteTopicsRequest(topic_names=["t"]), image)
-    )
+    image = apply(image, controller.handle(DeleteTopicsRequest(topic_names=["t"]), image))
     assert ConfigResource(TOPIC, "t") not in image.configs
 
 
@@ -258,7 +252,7 @@ def legacy(resource_type: int, name: str, configs: dict[str, str | None]) -> Alt
 
 
 def test_alter_configs_replaces_the_set(controller: Controller, image: ClusterImage) -> None:
-    result = controller.handle_alter_configs(legacy(TOPIC, "t", {"segment.ms": "1"}), image)
+    result = controller.handle(legacy(TOPIC, "t", {"segment.ms": "1"}), image)
     assert result.response.responses[0].error_code == 0
     assert apply(image, result).topic_configs("t") == {"segment.ms": "1"}
 
@@ -278,5 +272,5 @@ def test_alter_configs_errors(
     configs: dict[str, str | None],
     code: int,
 ) -> None:
-    result = controller.handle_alter_configs(legacy(TOPIC, name, configs), image)
+    result = controller.handle(legacy(TOPIC, name, configs), image)
     assert result.response.responses[0].error_code == code and result.records == []

@@ -51,7 +51,7 @@ def test_bootstrap_then_restart(tmp_path: Path) -> None:
     controller = open_controller(tmp_path)
     assert controller.image.metadata_version == 25 and controller.log.next_offset == 1
     asyncio.run(start_broker(controller))
-    response = asyncio.run(controller.create_topics(create(new_topic("t", -1, -1))))
+    response = asyncio.run(controller.forward(create(new_topic("t", -1, -1))))
     assert response.topics[0].error_code == 0
     image = controller.image
     controller.log.close()
@@ -69,7 +69,7 @@ def test_sync_submit(tmp_path: Path) -> None:
         lambda image: controller.controller.handle_broker_heartbeat(heartbeat(image, 1), image)
     )
     response: CreateTopicsResponse = controller.submit(
-        lambda image: controller.controller.handle_create_topics(create(new_topic("t")), image)
+        lambda image: controller.controller.handle(create(new_topic("t")), image)
     )
     assert response.topics[0].error_code == 0
     assert "t" in controller.image.topics.by_name
@@ -80,7 +80,7 @@ def test_validate_only_writes_nothing(tmp_path: Path) -> None:
     controller = open_controller(tmp_path)
     asyncio.run(start_broker(controller))
     end = controller.log.next_offset
-    response = asyncio.run(controller.create_topics(create(new_topic("t"), validate_only=True)))
+    response = asyncio.run(controller.forward(create(new_topic("t"), validate_only=True)))
     assert response.topics[0].error_code == 0 and controller.log.next_offset == end
 
 
@@ -97,7 +97,7 @@ def test_listeners_see_each_command(tmp_path: Path) -> None:
 
     async def main() -> None:
         await start_broker(controller)
-        await controller.create_topics(create(new_topic("t", 2)))
+        await controller.forward(create(new_topic("t", 2)))
         assert set(loop_thread) == {threading.get_ident()}, "listeners run on the event loop"
 
     asyncio.run(main())
@@ -112,7 +112,7 @@ def test_sessions_expire(tmp_path: Path) -> None:
     async def main() -> None:
         await start_broker(controller, 1)
         await start_broker(controller, 2)
-        await controller.create_topics(create(new_topic("t", 2, 2)))
+        await controller.forward(create(new_topic("t", 2, 2)))
         clock.now_ms = 5_000
         await controller.broker_heartbeat(heartbeat(controller.image, 2))
         assert await controller.fence_expired_brokers() == []
@@ -159,7 +159,7 @@ def test_cancelled_caller_still_completes_the_append(
     monkeypatch.setattr(log_module, "_fdatasync", slow_sync)
 
     async def main() -> None:
-        task = asyncio.create_task(controller.create_topics(create(new_topic("t"))))
+        task = asyncio.create_task(controller.forward(create(new_topic("t"))))
         await asyncio.sleep(0.05)
         task.cancel()
         await asyncio.sleep(0.05)
@@ -168,7 +168,7 @@ def test_cancelled_caller_still_completes_the_append(
             await task
         assert "t" in controller.image.topics.by_name, "durable and published despite the cancel"
         monkeypatch.setattr(log_module, "_fdatasync", real_sync)
-        response = await controller.create_topics(create(new_topic("u")))
+        response = await controller.forward(create(new_topic("u")))
         assert response.topics[0].error_code == 0
 
     asyncio.run(main())
@@ -184,7 +184,7 @@ def test_a_failed_write_publishes_nothing(tmp_path: Path, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(log_module, "_fdatasync", broken)
     with pytest.raises(MetadataLogFailedError):
-        asyncio.run(controller.create_topics(create(new_topic("t"))))
+        asyncio.run(controller.forward(create(new_topic("t"))))
     assert controller.image is image
 
 

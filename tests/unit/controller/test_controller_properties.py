@@ -226,7 +226,9 @@ def run_commands(controller: Controller, script: list[tuple[Any, ...]]) -> list[
     written: list[MetadataRecord] = []
     for command in script:
         handler, request = to_request(command, image)
-        result = getattr(controller, handler)(request, image)
+        # the labels name the commands; the forwarded ones all enter through ``handle``
+        command = getattr(controller, handler, controller.handle)
+        result = command(request, image)
         records = [decode_record(encode_record(r)) for r in result.records]
         assert records == result.records
         for record in records:
@@ -421,7 +423,7 @@ class ControllerMachine(RuleBasedStateMachine):
             for name, n, rf, configs, manual in specs
         ]
         request = CreateTopicsRequest(topics=requested, validate_only=validate_only)
-        response = self.step(self.controller.handle_create_topics(request, self.image))
+        response = self.step(self.controller.handle(request, self.image))
         check_response("handle_create_topics", request, response, self.image)
         placed = {t.name for t in requested if not t.assignments}
         for result in response.topics:
@@ -434,7 +436,7 @@ class ControllerMachine(RuleBasedStateMachine):
     def create_partitions(self, name: str, count: int) -> None:
         before = self.image
         request = add_partitions(name, count)
-        response = self.step(self.controller.handle_create_partitions(request, self.image))
+        response = self.step(self.controller.handle(request, self.image))
         (result,) = response.results
         if result.error_code == ErrorCode.NONE:
             old, new = before.topics.by_name[name], self.image.topics.by_name[name]
@@ -454,12 +456,12 @@ class ControllerMachine(RuleBasedStateMachine):
         request = DeleteTopicsRequest(
             topics=[DeleteTopicsRequest.DeleteTopicState(name=TopicName(n)) for n in names]
         )
-        response = self.step(self.controller.handle_delete_topics(request, self.image))
+        response = self.step(self.controller.handle(request, self.image))
         check_response("handle_delete_topics", request, response, self.image)
 
     @rule(name=MACHINE_NAMES, op=alters.map(lambda command: command[2]))
     def alter_configs(self, name: str, op: tuple[str, int, str | None]) -> None:
-        self.step(self.controller.handle_incremental_alter_configs(alter(2, name, op), self.image))
+        self.step(self.controller.handle(alter(2, name, op), self.image))
 
     @rule(
         resource=st.sampled_from([(2, "a"), (2, "b"), (2, "c.d"), (4, ""), (4, "1")]),
@@ -468,7 +470,7 @@ class ControllerMachine(RuleBasedStateMachine):
     def set_unclean(self, resource: tuple[int, str], value: str | None) -> None:
         op = OpType.DELETE if value is None else OpType.SET
         request = alter(resource[0], resource[1], (UNCLEAN, op, value))
-        self.step(self.controller.handle_incremental_alter_configs(request, self.image))
+        self.step(self.controller.handle(request, self.image))
 
     # --- elections --------------------------------------------------------------------------------
 
@@ -495,7 +497,7 @@ class ControllerMachine(RuleBasedStateMachine):
         request = ElectLeadersRequest(election_type=election_type, topic_partitions=wanted)
         self.unclean_asked = election_type == 1
         try:
-            response = self.step(self.controller.handle_elect_leaders(request, before))
+            response = self.step(self.controller.handle(request, before))
         finally:
             self.unclean_asked = False
         for error in check_elect_leaders(request, response, before, self.image):
@@ -710,7 +712,7 @@ def test_reregistration_moves_leaderships_away(incarnation: int | None) -> None:
     image, _ = run(
         controller,
         image,
-        "handle_create_topics",
+        "handle",
         create(new_topic("t", 2, 2), new_topic("alone", -1, -1, assignments={0: [0]})),
     )
     result = controller.handle_register_broker(registration(0, "r1", incarnation), image)

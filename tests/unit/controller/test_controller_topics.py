@@ -47,9 +47,7 @@ def results(response: CreateTopicsResponse) -> dict[str, tuple[int, str | None]]
 
 
 def test_create_topic_records_and_response(controller: Controller, three: ClusterImage) -> None:
-    result = controller.handle_create_topics(
-        create(new_topic("t", 3, 2, {"retention.ms": "1000"})), three
-    )
+    result = controller.handle(create(new_topic("t", 3, 2, {"retention.ms": "1000"})), three)
     kinds = [type(r) for r in result.records]
     assert kinds == [TopicRecord, PartitionRecord, PartitionRecord, PartitionRecord, ConfigRecord]
     (topic,) = result.response.topics
@@ -73,15 +71,13 @@ def test_create_topic_records_and_response(controller: Controller, three: Cluste
 
 
 def test_defaults_come_from_the_config(controller: Controller, three: ClusterImage) -> None:
-    _, response = run(controller, three, "handle_create_topics", create(new_topic("t", -1, -1)))
+    _, response = run(controller, three, "handle", create(new_topic("t", -1, -1)))
     (topic,) = response.topics
     assert (topic.error_code, topic.num_partitions, topic.replication_factor) == (0, 2, 1)
 
 
 def test_response_encodes_at_every_version(controller: Controller, three: ClusterImage) -> None:
-    response = controller.handle_create_topics(
-        create(new_topic("t"), new_topic("bad name")), three
-    ).response
+    response = controller.handle(create(new_topic("t"), new_topic("bad name")), three).response
     for version in range(CreateTopicsResponse.MIN_VERSION, CreateTopicsResponse.MAX_VERSION + 1):
         decoded = CreateTopicsResponse.decode(response.encode(version), version)
         assert [t.error_code for t in decoded.topics] == [0, E.INVALID_TOPIC_EXCEPTION]
@@ -89,7 +85,7 @@ def test_response_encodes_at_every_version(controller: Controller, three: Cluste
 
 def test_static_broker_config_shows_in_created_configs(three: ClusterImage) -> None:
     controller = make_controller(static_broker_config={"log.retention.hours": "1"})
-    (topic,) = controller.handle_create_topics(create(new_topic("t")), three).response.topics
+    (topic,) = controller.handle(create(new_topic("t")), three).response.topics
     retention = next(c for c in topic.configs or [] if c.name == "retention.ms")
     assert (retention.value, retention.config_source) == (
         "3600000",
@@ -158,7 +154,7 @@ def test_static_broker_config_shows_in_created_configs(three: ClusterImage) -> N
 def test_create_topic_errors(
     controller: Controller, three: ClusterImage, topic: object, code: int, message: str
 ) -> None:
-    result = controller.handle_create_topics(create(topic), three)  # type: ignore[arg-type]
+    result = controller.handle(create(topic), three)  # type: ignore[arg-type]
     (answer,) = result.response.topics
     assert answer.error_code == code and message in (answer.error_message or "")
     assert (answer.num_partitions, answer.replication_factor) == (-1, -1)
@@ -171,8 +167,8 @@ def test_legal_names(controller: Controller) -> None:
 
 
 def test_already_exists_and_collisions(controller: Controller, three: ClusterImage) -> None:
-    image, _ = run(controller, three, "handle_create_topics", create(new_topic("a.b")))
-    response = controller.handle_create_topics(
+    image, _ = run(controller, three, "handle", create(new_topic("a.b")))
+    response = controller.handle(
         create(new_topic("a.b"), new_topic("a_b"), new_topic("x.y"), new_topic("x_y")), image
     ).response
     assert results(response) == {
@@ -184,9 +180,7 @@ def test_already_exists_and_collisions(controller: Controller, three: ClusterIma
 
 
 def test_duplicate_names_in_one_request(controller: Controller, three: ClusterImage) -> None:
-    result = controller.handle_create_topics(
-        create(new_topic("d"), new_topic("d"), new_topic("e")), three
-    )
+    result = controller.handle(create(new_topic("d"), new_topic("d"), new_topic("e")), three)
     assert results(result.response) == {
         "d": (E.INVALID_REQUEST, "Duplicate topic name."),
         "e": (0, None),
@@ -196,27 +190,23 @@ def test_duplicate_names_in_one_request(controller: Controller, three: ClusterIm
 
 def test_one_broker_cannot_host_three_replicas(controller: Controller) -> None:
     image = cluster(controller, {1: None})
-    (topic,) = controller.handle_create_topics(create(new_topic("t", 1, 3)), image).response.topics
+    (topic,) = controller.handle(create(new_topic("t", 1, 3)), image).response.topics
     assert topic.error_code == E.INVALID_REPLICATION_FACTOR
 
 
 def test_no_unfenced_broker(controller: Controller) -> None:
     image = cluster(controller, {1: None, 2: None}, unfence=False)
-    (topic,) = controller.handle_create_topics(create(new_topic("t")), image).response.topics
+    (topic,) = controller.handle(create(new_topic("t")), image).response.topics
     assert (topic.error_code, topic.error_message) == (
         E.INVALID_REPLICATION_FACTOR,
         "Unable to replicate the partition 1 time(s): All brokers are currently fenced.",
     )
-    (topic,) = controller.handle_create_topics(
-        create(new_topic("t")), ClusterImage.EMPTY
-    ).response.topics
+    (topic,) = controller.handle(create(new_topic("t")), ClusterImage.EMPTY).response.topics
     assert topic.error_code == E.INVALID_REPLICATION_FACTOR
 
 
 def test_validate_only(controller: Controller, three: ClusterImage) -> None:
-    result = controller.handle_create_topics(
-        create(new_topic("t", 2, 2), validate_only=True), three
-    )
+    result = controller.handle(create(new_topic("t", 2, 2), validate_only=True), three)
     assert result.records == []
     (topic,) = result.response.topics
     assert (topic.error_code, topic.num_partitions, topic.replication_factor) == (0, 2, 2)
@@ -224,22 +214,20 @@ def test_validate_only(controller: Controller, three: ClusterImage) -> None:
 
 def test_same_seed_same_records(three: ClusterImage) -> None:
     request = create(new_topic("t", 12, 2), new_topic("u", 5, 3))
-    first = make_controller(seed=7).handle_create_topics(request, three).records
-    second = make_controller(seed=7).handle_create_topics(request, three).records
+    first = make_controller(seed=7).handle(request, three).records
+    second = make_controller(seed=7).handle(request, three).records
     assert first == second
-    assert first != make_controller(seed=8).handle_create_topics(request, three).records
+    assert first != make_controller(seed=8).handle(request, three).records
 
 
 def test_partition_budget(three: ClusterImage) -> None:
     controller = make_controller(max_new_partitions_per_request=10)
-    response = controller.handle_create_topics(
+    response = controller.handle(
         create(new_topic("a", 6), new_topic("b", 6), new_topic("c", 4)), three
     ).response
     codes = {t.name: t.error_code for t in response.topics}
     assert codes == {"a": 0, "b": E.INVALID_PARTITIONS, "c": 0}
-    (huge,) = controller.handle_create_topics(
-        create(new_topic("h", 2**31 - 1)), three
-    ).response.topics
+    (huge,) = controller.handle(create(new_topic("h", 2**31 - 1)), three).response.topics
     assert huge.error_code == E.INVALID_PARTITIONS
 
 
@@ -251,7 +239,7 @@ def test_create_topic_policy(three: ClusterImage) -> None:
         return "too many" if (request.num_partitions or 0) > 2 else None
 
     controller = Controller(ControllerConfig(create_topic_policy=policy), rng=random.Random(0))
-    response = controller.handle_create_topics(
+    response = controller.handle(
         create(new_topic("ok", 2), new_topic("no", 3, configs={"retention.ms": "1"})), three
     ).response
     assert results(response) == {"ok": (0, None), "no": (E.POLICY_VIOLATION, "too many")}
@@ -263,7 +251,7 @@ def test_create_topic_policy(three: ClusterImage) -> None:
 
 def test_manual_assignment(controller: Controller, three: ClusterImage) -> None:
     topic = new_topic("m", -1, -1, assignments={0: [3, 1], 1: [2, 3]})
-    image, response = run(controller, three, "handle_create_topics", create(topic))
+    image, response = run(controller, three, "handle", create(topic))
     assert response.topics[0].error_code == 0
     partitions = image.topics.by_name["m"].partitions
     assert (partitions[0].replicas, partitions[0].leader, partitions[1].leader) == ((3, 1), 3, 2)
@@ -275,7 +263,7 @@ def test_manual_assignment_skips_fenced_brokers_in_the_isr(controller: Controlle
     image, _ = run(
         controller,
         image,
-        "handle_create_topics",
+        "handle",
         create(new_topic("m", -1, -1, assignments={0: [1, 2]})),
     )
     p = image.topics.by_name["m"].partitions[0]
@@ -327,7 +315,7 @@ def test_manual_assignment_errors(
     code: int,
     message: str,
 ) -> None:
-    (topic,) = controller.handle_create_topics(
+    (topic,) = controller.handle(
         create(new_topic("m", partitions, rf, assignments=assignments)), three
     ).response.topics
     assert topic.error_code == code and message in (topic.error_message or "")
@@ -336,7 +324,7 @@ def test_manual_assignment_errors(
 def test_manual_assignment_duplicate_partition(controller: Controller, three: ClusterImage) -> None:
     topic = new_topic("m", -1, -1, assignments={0: [1]})
     topic.assignments = topic.assignments * 2
-    (answer,) = controller.handle_create_topics(create(topic), three).response.topics
+    (answer,) = controller.handle(create(topic), three).response.topics
     assert (answer.error_code, answer.error_message) == (
         E.INVALID_REPLICA_ASSIGNMENT,
         "Found multiple manual partition assignments for partition 0",
@@ -346,7 +334,7 @@ def test_manual_assignment_duplicate_partition(controller: Controller, three: Cl
 def test_manual_assignment_all_fenced(controller: Controller) -> None:
     image = cluster(controller, {1: None, 2: None})
     image = apply(image, controller.handle_fence_brokers([1], image))
-    (answer,) = controller.handle_create_topics(
+    (answer,) = controller.handle(
         create(new_topic("m", -1, -1, assignments={0: [1]})), image
     ).response.topics
     assert (
@@ -362,7 +350,7 @@ def test_rack_aware_striped_placement() -> None:
     controller = make_controller(seed=3)
     racks = {1: "a", 2: "a", 3: "b", 4: "b", 5: "c", 6: "c"}
     image = cluster(controller, racks)
-    image, _ = run(controller, image, "handle_create_topics", create(new_topic("t", 60, 3)))
+    image, _ = run(controller, image, "handle", create(new_topic("t", 60, 3)))
     partitions = image.topics.by_name["t"].partitions.values()
     for p in partitions:
         assert len({racks[b] for b in p.replicas}) == 3, "one replica per rack"
@@ -376,7 +364,7 @@ def test_fenced_brokers_only_as_followers() -> None:
     controller = make_controller(seed=1)
     image = cluster(controller, {1: None, 2: None, 3: None})
     image = apply(image, controller.handle_fence_brokers([2, 3], image))
-    image, response = run(controller, image, "handle_create_topics", create(new_topic("t", 10, 3)))
+    image, response = run(controller, image, "handle", create(new_topic("t", 10, 3)))
     assert response.topics[0].error_code == 0
     for p in image.topics.by_name["t"].partitions.values():
         assert p.replicas[0] == 1 == p.leader and p.isr == (1,)
@@ -385,13 +373,13 @@ def test_fenced_brokers_only_as_followers() -> None:
 def test_controlled_shutdown_brokers_are_not_used() -> None:
     controller = make_controller()
     image = cluster(controller, {1: None, 2: None})
-    image = apply(image, controller.handle_create_topics(create(new_topic("t", 1, 2)), image))
+    image = apply(image, controller.handle(create(new_topic("t", 1, 2)), image))
     leader = image.topics.by_name["t"].partitions[0].leader
     image, _ = run(
         controller, image, "handle_broker_heartbeat", heartbeat(image, leader, want_shut_down=True)
     )
     assert image.brokers[leader].in_controlled_shutdown
-    (topic,) = controller.handle_create_topics(create(new_topic("u", 1, 2)), image).response.topics
+    (topic,) = controller.handle(create(new_topic("u", 1, 2)), image).response.topics
     assert topic.error_code == E.INVALID_REPLICATION_FACTOR
 
 
@@ -400,14 +388,12 @@ def test_controlled_shutdown_brokers_are_not_used() -> None:
 
 @pytest.fixture
 def with_topic(controller: Controller, three: ClusterImage) -> ClusterImage:
-    image, _ = run(controller, three, "handle_create_topics", create(new_topic("t", 2, 2)))
+    image, _ = run(controller, three, "handle", create(new_topic("t", 2, 2)))
     return image
 
 
 def test_create_partitions(controller: Controller, with_topic: ClusterImage) -> None:
-    image, response = run(
-        controller, with_topic, "handle_create_partitions", add_partitions("t", 5)
-    )
+    image, response = run(controller, with_topic, "handle", add_partitions("t", 5))
     assert [(r.name, r.error_code, r.error_message) for r in response.results] == [("t", 0, None)]
     partitions = image.topics.by_name["t"].partitions
     assert sorted(partitions) == [0, 1, 2, 3, 4]
@@ -417,7 +403,7 @@ def test_create_partitions(controller: Controller, with_topic: ClusterImage) -> 
 
 def test_create_partitions_manual(controller: Controller, with_topic: ClusterImage) -> None:
     image, response = run(
-        controller, with_topic, "handle_create_partitions", add_partitions("t", 4, [[3, 1], [1, 2]])
+        controller, with_topic, "handle", add_partitions("t", 4, [[3, 1], [1, 2]])
     )
     assert response.results[0].error_code == 0
     assert image.topics.by_name["t"].partitions[3].replicas == (1, 2)
@@ -461,9 +447,7 @@ def test_create_partitions_errors(
     code: int,
     message: str,
 ) -> None:
-    result = controller.handle_create_partitions(
-        add_partitions(name, count, assignments), with_topic
-    )
+    result = controller.handle(add_partitions(name, count, assignments), with_topic)
     (answer,) = result.response.results
     assert answer.error_code == code and message in (answer.error_message or "")
     assert result.records == []
@@ -474,19 +458,19 @@ def test_create_partitions_duplicates_and_validate_only(
 ) -> None:
     request = add_partitions("t", 3)
     request.topics = request.topics * 2
-    (answer,) = controller.handle_create_partitions(request, with_topic).response.results
+    (answer,) = controller.handle(request, with_topic).response.results
     assert (answer.error_code, answer.error_message) == (E.INVALID_REQUEST, "Duplicate topic name.")
     request = add_partitions("t", 3)
     request.validate_only = True
-    result = controller.handle_create_partitions(request, with_topic)
+    result = controller.handle(request, with_topic)
     assert result.records == [] and result.response.results[0].error_code == 0
 
 
 def test_create_partitions_with_too_few_brokers(controller: Controller) -> None:
     image = cluster(controller, {1: None, 2: None})
-    image = apply(image, controller.handle_create_topics(create(new_topic("t", 1, 2)), image))
+    image = apply(image, controller.handle(create(new_topic("t", 1, 2)), image))
     image = apply(image, controller.handle_fence_brokers([1, 2], image))
-    (answer,) = controller.handle_create_partitions(add_partitions("t", 2), image).response.results
+    (answer,) = controller.handle(add_partitions("t", 2), image).response.results
     assert (answer.error_code, answer.error_message) == (
         E.INVALID_REPLICATION_FACTOR,
         "All brokers are currently fenced.",
@@ -509,16 +493,16 @@ def test_delete_by_name_and_by_id(controller: Controller, three: ClusterImage) -
     image, _ = run(
         controller,
         three,
-        "handle_create_topics",
+        "handle",
         create(new_topic("a"), new_topic("b"), new_topic("c")),
     )
     a, b = image.topics.by_name["a"].topic_id, image.topics.by_name["b"].topic_id
-    result = controller.handle_delete_topics(delete("a", ids=(b,)), image)
+    result = controller.handle(delete("a", ids=(b,)), image)
     assert sorted((r.name, r.error_code) for r in result.response.responses) == [("a", 0), ("b", 0)]
     assert {r.topic_id for r in result.records if isinstance(r, RemoveTopicRecord)} == {a, b}
     after = apply(image, result)
     assert set(after.topics.by_name) == {"c"}
-    legacy = controller.handle_delete_topics(DeleteTopicsRequest(topic_names=["c"]), after)
+    legacy = controller.handle(DeleteTopicsRequest(topic_names=["c"]), after)
     assert apply(after, legacy).topics.by_name == {}
 
 
@@ -526,14 +510,14 @@ def test_delete_errors(controller: Controller, three: ClusterImage) -> None:
     image, _ = run(
         controller,
         three,
-        "handle_create_topics",
+        "handle",
         create(new_topic("a"), new_topic("b"), new_topic("c")),
     )
     a, b = image.topics.by_name["a"].topic_id, image.topics.by_name["b"].topic_id
     unknown = uuid.UUID(int=12345)
     request = delete("nope", "c", "c", "b", ids=(unknown, b), both=(("a", a),))
     request.topics.append(DeleteTopicsRequest.DeleteTopicState())
-    result = controller.handle_delete_topics(request, image)
+    result = controller.handle(request, image)
     answers = {
         (r.name, r.topic_id): (r.error_code, r.error_message) for r in result.response.responses
     }
@@ -554,7 +538,7 @@ def test_delete_errors(controller: Controller, three: ClusterImage) -> None:
 
 def test_delete_duplicate_ids(controller: Controller, with_topic: ClusterImage) -> None:
     t = with_topic.topics.by_name["t"].topic_id
-    result = controller.handle_delete_topics(delete(ids=(t, t)), with_topic)
+    result = controller.handle(delete(ids=(t, t)), with_topic)
     assert [(r.name, r.error_code, r.error_message) for r in result.response.responses] == [
         (None, E.INVALID_REQUEST, "Duplicate topic id.")
     ]
@@ -562,7 +546,7 @@ def test_delete_duplicate_ids(controller: Controller, with_topic: ClusterImage) 
 
 def test_deletion_disabled(with_topic: ClusterImage) -> None:
     controller = make_controller(delete_topic_enable=False)
-    result = controller.handle_delete_topics(delete("t"), with_topic)
+    result = controller.handle(delete("t"), with_topic)
     assert [r.error_code for r in result.response.responses] == [E.TOPIC_DELETION_DISABLED]
     assert result.records == []
 
@@ -571,8 +555,8 @@ def test_deleted_name_can_be_created_again(
     controller: Controller, with_topic: ClusterImage
 ) -> None:
     old = with_topic.topics.by_name["t"].topic_id
-    image = apply(with_topic, controller.handle_delete_topics(delete("t"), with_topic))
-    image, response = run(controller, image, "handle_create_topics", create(new_topic("t")))
+    image = apply(with_topic, controller.handle(delete("t"), with_topic))
+    image, response = run(controller, image, "handle", create(new_topic("t")))
     assert response.topics[0].error_code == 0 and image.topics.by_name["t"].topic_id != old
 
 

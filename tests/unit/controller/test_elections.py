@@ -62,7 +62,7 @@ def with_topic(
     image, response = run(
         controller,
         image,
-        "handle_create_topics",
+        "handle",
         create(new_topic(name, -1, -1, configs, assignments)),
     )
     assert response.topics[0].error_code == E.NONE, response
@@ -254,7 +254,7 @@ def test_the_effective_config_decides(
         image, _ = run(
             controller,
             image,
-            "handle_incremental_alter_configs",
+            "handle",
             alter(BROKER, "", (UNCLEAN, OpType.SET, cluster_value)),
         )
     assert unclean_policy(image, static)("t") is expected
@@ -270,7 +270,7 @@ def test_a_per_broker_value_is_that_brokers_own(
     image, _ = run(
         controller,
         image,
-        "handle_incremental_alter_configs",
+        "handle",
         alter(BROKER, "1", (UNCLEAN, OpType.SET, "true")),
     )
     image = fence(controller, image, 1, 2)
@@ -294,7 +294,7 @@ def test_turning_the_topic_config_on_elects_at_once(
 ) -> None:
     image = leaderless(controller, image)
     request = alter(TOPIC, "t", (UNCLEAN, OpType.SET, "true"))
-    result = controller.handle_incremental_alter_configs(request, image)
+    result = controller.handle(request, image)
     assert result.response.responses[0].error_code == E.NONE
     assert [type(r) for r in result.records] == [ConfigRecord, PartitionChangeRecord]
     image = apply(image, result)
@@ -305,16 +305,14 @@ def test_turning_the_topic_config_on_elects_at_once(
     )
     assert part(image, "u").leader == -1, "no active replica"
     validate_only = alter(TOPIC, "t", (UNCLEAN, OpType.SET, "true"), validate_only=True)
-    assert controller.handle_incremental_alter_configs(validate_only, image).records == []
+    assert controller.handle(validate_only, image).records == []
 
 
 def test_turning_the_cluster_default_on_elects_at_once(
     controller: Controller, image: ClusterImage
 ) -> None:
     image = leaderless(controller, image)
-    result = controller.handle_incremental_alter_configs(
-        alter(TOPIC, "t", ("retention.ms", OpType.SET, "5")), image
-    )
+    result = controller.handle(alter(TOPIC, "t", ("retention.ms", OpType.SET, "5")), image)
     assert [type(r) for r in result.records] == [ConfigRecord], "other configs elect nobody"
     legacy = AlterConfigsRequest(
         resources=[
@@ -325,7 +323,7 @@ def test_turning_the_cluster_default_on_elects_at_once(
             )
         ]
     )
-    image, response = run(controller, image, "handle_alter_configs", legacy)
+    image, response = run(controller, image, "handle", legacy)
     assert response.responses[0].error_code == E.NONE
     assert part(image).leader == 1
 
@@ -345,20 +343,20 @@ def test_the_periodic_check(controller: Controller, image: ClusterImage) -> None
 def test_preferred_election(controller: Controller, image: ClusterImage) -> None:
     image = preferred_not_leading(controller, image)
     before = part(image)
-    result = controller.handle_elect_leaders(elect(0, {"t": [0]}), image)
+    result = controller.handle(elect(0, {"t": [0]}), image)
     assert outcomes(result.response) == {("t", 0): E.NONE}
     assert result.response.replica_election_results[0].partition_result[0].error_message is None
     image = apply(image, result)
     p = part(image)
     assert (p.leader, p.isr, p.leader_epoch) == (1, before.isr, before.leader_epoch + 1)
-    again = controller.handle_elect_leaders(elect(0, {"t": [0]}), image)
+    again = controller.handle(elect(0, {"t": [0]}), image)
     assert outcomes(again.response) == {("t", 0): E.ELECTION_NOT_NEEDED} and not again.records
 
 
 def test_preferred_replica_not_available(controller: Controller, image: ClusterImage) -> None:
     image = with_topic(controller, image, "t", {0: [1, 2, 3], 1: [1, 2, 3]})
     image = unfence(controller, fence(controller, image, 1), 1)  # 1 active, not in the ISR
-    result = controller.handle_elect_leaders(elect(0, {"t": [0]}), image)
+    result = controller.handle(elect(0, {"t": [0]}), image)
     assert outcomes(result.response) == {("t", 0): E.PREFERRED_LEADER_NOT_AVAILABLE}
     (answer,) = result.response.replica_election_results[0].partition_result
     assert answer.error_message == "Preferred replica 1 of t-0 is not in the ISR."
@@ -367,7 +365,7 @@ def test_preferred_replica_not_available(controller: Controller, image: ClusterI
     image = set_isr(controller, image, [3], topic="u")
     image = fence(controller, image, 3)
     assert (part(image, "u").leader, part(image, "u").isr) == (-1, (3,))
-    result = controller.handle_elect_leaders(elect(0, {"u": [0]}), image)
+    result = controller.handle(elect(0, {"u": [0]}), image)
     assert outcomes(result.response) == {("u", 0): E.PREFERRED_LEADER_NOT_AVAILABLE}
     (answer,) = result.response.replica_election_results[0].partition_result
     assert answer.error_message == "Preferred replica 3 of u-0 is fenced or shutting down."
@@ -392,7 +390,7 @@ def test_leaderless_with_an_active_isr_member(controller: Controller, image: Clu
         ],
     )
     for election_type, leaders in ((0, [1, 2]), (1, [1, 2])):
-        result = controller.handle_elect_leaders(elect(election_type, {"t": [0, 1]}), image)
+        result = controller.handle(elect(election_type, {"t": [0, 1]}), image)
         assert outcomes(result.response) == {("t", 0): E.NONE, ("t", 1): E.NONE}
         after = apply(image, result)
         assert [part(after, "t", i).leader for i in (0, 1)] == leaders
@@ -401,7 +399,7 @@ def test_leaderless_with_an_active_isr_member(controller: Controller, image: Clu
 
 def test_unclean_election_request(controller: Controller, image: ClusterImage) -> None:
     image = leaderless(controller, image)  # unclean.leader.election.enable is false
-    result = controller.handle_elect_leaders(elect(1, {"t": [0], "u": [0]}), image)
+    result = controller.handle(elect(1, {"t": [0], "u": [0]}), image)
     assert outcomes(result.response) == {
         ("t", 0): E.NONE,
         ("u", 0): E.ELIGIBLE_LEADERS_NOT_AVAILABLE,
@@ -412,16 +410,14 @@ def test_unclean_election_request(controller: Controller, image: ClusterImage) -
         (1,),
         RECOVERING,
     )
-    again = controller.handle_elect_leaders(elect(1, {"t": [0]}), image)
+    again = controller.handle(elect(1, {"t": [0]}), image)
     assert outcomes(again.response) == {("t", 0): E.ELECTION_NOT_NEEDED}
 
 
 def test_unknown_topics_and_partitions(controller: Controller, image: ClusterImage) -> None:
     image = with_topic(controller, image, "t", {0: [1]})
     for election_type in (0, 1):
-        result = controller.handle_elect_leaders(
-            elect(election_type, {"t": [0, 5, -1], "nope": [0]}), image
-        )
+        result = controller.handle(elect(election_type, {"t": [0, 5, -1], "nope": [0]}), image)
         assert outcomes(result.response) == {
             ("t", 0): E.ELECTION_NOT_NEEDED,
             ("t", 5): E.UNKNOWN_TOPIC_OR_PARTITION,
@@ -437,7 +433,7 @@ def test_every_partition(controller: Controller, image: ClusterImage) -> None:
     image = with_topic(controller, image, "stuck", {0: [3, 1]})
     image = fence(controller, image, 3)
     image = unfence(controller, image, 3)  # stuck-0: 3 is preferred but out of the ISR
-    result = controller.handle_elect_leaders(elect(0, None), image)
+    result = controller.handle(elect(0, None), image)
     # As Kafka: every topic listed, ELECTION_NOT_NEEDED partitions left out.
     assert [t.topic for t in result.response.replica_election_results] == ["fine", "stuck", "t"]
     assert outcomes(result.response) == {
@@ -446,7 +442,7 @@ def test_every_partition(controller: Controller, image: ClusterImage) -> None:
     }
     image = apply(image, result)
     assert part(image).leader == 1
-    unclean = controller.handle_elect_leaders(elect(1, None), image)
+    unclean = controller.handle(elect(1, None), image)
     assert outcomes(unclean.response) == {} and unclean.records == []
 
 
@@ -454,7 +450,7 @@ def test_a_partition_named_twice_sees_the_first_election(
     controller: Controller, image: ClusterImage
 ) -> None:
     image = preferred_not_leading(controller, image)
-    result = controller.handle_elect_leaders(elect(0, {"t": [0, 0]}), image)
+    result = controller.handle(elect(0, {"t": [0, 0]}), image)
     assert [r.error_code for r in result.response.replica_election_results[0].partition_result] == [
         E.NONE,
         E.ELECTION_NOT_NEEDED,
@@ -466,7 +462,7 @@ def test_an_unknown_election_type_is_an_invalid_request(
     controller: Controller, image: ClusterImage
 ) -> None:
     image = with_topic(controller, image, "t", {0: [1]})
-    result = controller.handle_elect_leaders(elect(2, {"t": [0]}), image)
+    result = controller.handle(elect(2, {"t": [0]}), image)
     assert result.records == [] and result.response.error_code == E.INVALID_REQUEST
     assert outcomes(result.response) == {("t", 0): E.INVALID_REQUEST}
 
@@ -477,7 +473,7 @@ def test_the_response_encodes_at_every_version(
 ) -> None:
     image = preferred_not_leading(controller, image)
     request = ElectLeadersRequest.decode(elect(0, {"t": [0, 9]}).encode(version), version)
-    response = controller.handle_elect_leaders(request, image).response
+    response = controller.handle(request, image).response
     decoded = ElectLeadersResponse.decode(response.encode(version), version)
     assert outcomes(decoded) == {("t", 0): E.NONE, ("t", 9): E.UNKNOWN_TOPIC_OR_PARTITION}
 

@@ -39,7 +39,7 @@ def leadership_image() -> ClusterImage:
     image, _ = run(
         controller,
         image,
-        "handle_create_topics",
+        "handle",
         create(new_topic("t", -1, -1, None, assignments)),
     )
     for broker in (1, 3):
@@ -112,7 +112,7 @@ class FakeBroker:
         self.received.append((ctx.api_version, req))
         if self.top_level_error:
             return ElectLeadersResponse(error_code=self.top_level_error)
-        result = self.controller.handle_elect_leaders(req, self.image)
+        result = self.controller.handle(req, self.image)
         self.image = apply(self.image, result)
         return result.response
 

@@ -78,7 +78,7 @@ class ElectionMachine(RuleBasedStateMachine):
             new_topic(name, partitions, rf, {UNCLEAN: "true"} if unclean else {})
             for name, (partitions, rf, unclean) in zip(TOPICS, specs, strict=False)
         ]
-        response = self.step(self.controller.handle_create_topics(create(*topics), self.image))
+        response = self.step(self.controller.handle(create(*topics), self.image))
         assert all(t.error_code == ErrorCode.NONE for t in response.topics)
 
     # --- running a command ----------------------------------------------------------------------
@@ -207,7 +207,7 @@ class ElectionMachine(RuleBasedStateMachine):
             return
         op = OpType.DELETE if value is None else OpType.SET
         request = alter(resource[0], resource[1], (UNCLEAN, op, value))
-        response = self.step(self.controller.handle_incremental_alter_configs(request, self.image))
+        response = self.step(self.controller.handle(request, self.image))
         assert response.responses[0].error_code == ErrorCode.NONE
 
     # --- elections ------------------------------------------------------------------------------
@@ -231,7 +231,7 @@ class ElectionMachine(RuleBasedStateMachine):
         before = self.image
         self.unclean_asked = election_type == 1
         try:
-            response = self.step(self.controller.handle_elect_leaders(request, before))
+            response = self.step(self.controller.handle(request, before))
         finally:
             self.unclean_asked = False
         for error in check_elect_leaders(request, response, before, self.image):

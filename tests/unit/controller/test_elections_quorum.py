@@ -137,7 +137,7 @@ async def catch_up(qc: QuorumController, topic: str, pid: int = 0) -> None:
 
 async def topic(qc: QuorumController, name: str, replicas: list[int], **configs: str) -> None:
     request = create(new_topic(name, -1, -1, configs or None, {0: replicas}))
-    assert (await command(qc, "handle_create_topics", request)).topics[0].error_code == 0
+    assert (await command(qc, "handle", request)).topics[0].error_code == 0
 
 
 # --- the preferred-leader rebalance ---------------------------------------------------------------
@@ -271,7 +271,7 @@ def test_the_unclean_check_runs_on_activation_and_every_interval() -> None:
         assert part(qc.image, "u").leader == -1, "the topic's own config says no"
 
         # Without its override, u follows the static default: elected in the config's batch.
-        await command(qc, "handle_incremental_alter_configs", alter(2, "u", (UNCLEAN, 1, None)))
+        await command(qc, "handle", alter(2, "u", (UNCLEAN, 1, None)))
         assert part(qc.image, "u").leader == 1
         submitted = quorum(qc).submitted
         clock.now_ms += 300_000
@@ -382,7 +382,7 @@ def test_a_standby_controller_answers_not_controller(
         0.0,
         0.0,
     )
-    response = loop.run_until_complete(apis.elect_leaders(ctx, elect_request()))
+    response = loop.run_until_complete(apis.forwarded(elect_request(), ctx.api_version))
     assert response.error_code == ErrorCode.NOT_CONTROLLER
     (topic,) = response.replica_election_results
     assert [(r.partition_id, r.error_code) for r in topic.partition_result] == [
@@ -390,7 +390,7 @@ def test_a_standby_controller_answers_not_controller(
         (3, ErrorCode.NOT_CONTROLLER),
     ]
     every = ElectLeadersRequest(election_type=1, topic_partitions=None)
-    response = loop.run_until_complete(apis.elect_leaders(ctx, every))
+    response = loop.run_until_complete(apis.forwarded(every, ctx.api_version))
     assert (response.error_code, response.replica_election_results) == (
         ErrorCode.NOT_CONTROLLER,
         [],

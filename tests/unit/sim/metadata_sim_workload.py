@@ -59,7 +59,7 @@ def next_command(controller: Controller, image: ClusterImage, rng: random.Random
 
 
 def command_kind(command: Command) -> str:
-    """``handle_create_topics`` and so on (``bootstrap`` for the first command)."""
+    """``handle`` (the forwarded requests) (``bootstrap`` for the first command)."""
     return str(getattr(command, "func", command).__name__)
 
 
@@ -101,7 +101,7 @@ def _create_topic(controller: Controller, image: ClusterImage, rng: random.Rando
         assignments=[],
     )
     request = CreateTopicsRequest(topics=[topic])
-    return functools.partial(controller.handle_create_topics, request)
+    return functools.partial(controller.handle, request)
 
 
 def _some_topic(image: ClusterImage, rng: random.Random) -> TopicImage | None:
@@ -119,7 +119,7 @@ def _create_partitions(controller: Controller, image: ClusterImage, rng: random.
             CreatePartitionsRequest.CreatePartitionsTopic(name=TopicName(topic.name), count=count)
         ]
     )
-    return functools.partial(controller.handle_create_partitions, request)
+    return functools.partial(controller.handle, request)
 
 
 def _delete_topic(controller: Controller, image: ClusterImage, rng: random.Random) -> Command:
@@ -128,7 +128,7 @@ def _delete_topic(controller: Controller, image: ClusterImage, rng: random.Rando
     request = DeleteTopicsRequest(
         topics=[DeleteTopicsRequest.DeleteTopicState(name=TopicName(name))]
     )
-    return functools.partial(controller.handle_delete_topics, request)
+    return functools.partial(controller.handle, request)
 
 
 def _alter_configs(controller: Controller, image: ClusterImage, rng: random.Random) -> Command:
@@ -145,7 +145,7 @@ def _alter_configs(controller: Controller, image: ClusterImage, rng: random.Rand
         resource_type=TOPIC_RESOURCE, resource_name=name, configs=[config]
     )
     request = IncrementalAlterConfigsRequest(resources=[resource])
-    return functools.partial(controller.handle_incremental_alter_configs, request)
+    return functools.partial(controller.handle, request)
 
 
 def _fence(controller: Controller, image: ClusterImage, rng: random.Random) -> Command:
