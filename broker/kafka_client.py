@@ -63,8 +63,8 @@ CLIENT_SOFTWARE_VERSION: Final = "0.1.0"
 DEFAULT_REQUEST_TIMEOUT_MS: Final = 5000
 CONTROLLER_RETRY_MAX_S: Final = 0.2
 READ_CHUNK_BYTES: Final = 256 * 1024  # one read from the socket
-# Per-item result lists of the admin responses (CreateTopics, DeleteTopics, CreatePartitions,
-# AlterConfigs, IncrementalAlterConfigs) checked for NOT_CONTROLLER.
+# Per-item result lists of the forwarded admin responses (broker/controller_channel.py's
+# FORWARDED table) checked for NOT_CONTROLLER.
 _RESULT_LISTS: Final = ("topics", "responses", "results")
 
 
