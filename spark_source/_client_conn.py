@@ -21,14 +21,14 @@ keeps its pages between allocations: a fresh ``bytearray`` of 8 MiB is zeroed an
 2,000 pages on every fetch, which measured as two thirds of the time to fill it and decode it
 into Arrow.
 
-Every read and write is bounded by the deadline the caller passes (``time.monotonic()``
-seconds).  Any failure (refused, reset, EOF, a deadline passed mid-frame, a frame above the
-limit or that does not decode) closes the connection, so a late answer can never be taken
-for the next request's, and raises :class:`ConnectionFailed` (or :class:`InvalidResponse`);
-the next request opens a new socket.  Nothing here retries: :class:`Attempts` is the clock the
-client's operations retry with (the core's :class:`~kafka_protocol.client.backoff.Backoff`:
-``retry.backoff.ms`` doubling to ``retry.backoff.max.ms``, with Kafka's 20 % jitter, until
-``default.api.timeout.ms``).
+Every read and write is bounded by the deadline the caller passes (monotonic seconds, from
+``kafka_protocol.clock``). Any failure (refused, reset, EOF, a deadline passed mid-frame, a
+frame above the limit or that does not decode) closes the connection, so a late answer can never
+be taken for the next request's, and raises :class:`ConnectionFailed` (or
+:class:`InvalidResponse`); the next request opens a new socket. Nothing here retries:
+:class:`Attempts` is the clock the client's operations retry with (the core's
+:class:`~kafka_protocol.client.backoff.Backoff`: ``retry.backoff.ms`` doubling to
+``retry.backoff.max.ms``, with Kafka's 20 % jitter, until ``default.api.timeout.ms``).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from kafka_protocol.api_versions import API_VERSIONS_VERSION
 from kafka_protocol.client.backoff import Backoff
 from kafka_protocol.client.connection import SIZE_BYTES, ClientConnection, InFlight
 from kafka_protocol.client.metadata import parse_address
+from kafka_protocol.clock import monotonic_s
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import ProtocolError
 from kafka_protocol.framing import API_VERSIONS_KEY
@@ -294,7 +295,7 @@ class BrokerConnection:
 
 
 def _remaining(deadline: float) -> float:
-    return deadline - time.monotonic()
+    return deadline - monotonic_s()
 
 
 class Attempts:
@@ -305,7 +306,7 @@ class Attempts:
         self.config = config
         self.what = what
         self.timeout_ms = config.default_api_timeout_ms if timeout_ms is None else timeout_ms
-        self.deadline = time.monotonic() + self.timeout_ms / 1000
+        self.deadline = monotonic_s() + self.timeout_ms / 1000
         self._backoff = Backoff(config.retry_backoff_ms / 1000, config.retry_backoff_max_ms / 1000)
         self._last: str = "no attempt finished"
         self._last_error: ErrorCode | None = None
@@ -313,7 +314,7 @@ class Attempts:
 
     def request_deadline(self, extra_ms: int = 0) -> float:
         """When one request sent now must have been answered."""
-        per_request = time.monotonic() + (self.config.request_timeout_ms + extra_ms) / 1000
+        per_request = monotonic_s() + (self.config.request_timeout_ms + extra_ms) / 1000
         return min(self.deadline, per_request)
 
     def note(self, failure: ErrorCode | ConnectionFailed | str) -> None:
@@ -327,11 +328,11 @@ class Attempts:
 
     def progressed(self) -> None:
         """Something succeeded: restart the deadline and the backoff."""
-        self.deadline = time.monotonic() + self.timeout_ms / 1000
+        self.deadline = monotonic_s() + self.timeout_ms / 1000
         self._backoff.reset()
 
     def expired(self) -> bool:
-        return time.monotonic() >= self.deadline
+        return monotonic_s() >= self.deadline
 
     def retry(self, failure: ErrorCode | ConnectionFailed | str | None = None) -> None:
         """Back off before the next try, or raise if the deadline has passed."""

@@ -30,13 +30,13 @@ Everything else is a failure to retry or a final outcome::
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Final
 
 from kafka_protocol.client import cursor as core
 from kafka_protocol.client.error_policy import Action, action_for
 from kafka_protocol.client.requests import fetch_request
+from kafka_protocol.clock import monotonic_s
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import CorruptRecordError
 from kafka_protocol.messages import FetchRequest, FetchResponse
@@ -148,7 +148,7 @@ class FetchCursor:
         """Not capped by the cursor's deadline: a fetch that long-polls at the end of it
         must still bring back the high watermark that decides what went wrong."""
         wait_ms = self.config.request_timeout_ms + self.config.fetch_max_wait_ms
-        return time.monotonic() + wait_ms / 1000
+        return monotonic_s() + wait_ms / 1000
 
     def _send(self) -> bool:
         """Send a fetch from the position; False (after backing off) if it could not be."""

@@ -42,12 +42,12 @@ from __future__ import annotations
 import collections
 import logging
 import random
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 from kafka_protocol._codec import Response
+from kafka_protocol.clock import wall_ms
 from kafka_protocol.compression import Compression
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
@@ -214,7 +214,7 @@ class Producer:
             )
         tp = TopicPartition(topic, self._partition(topic, key, partition))
         if timestamp_ms is None:
-            timestamp_ms = int(time.time() * 1000)
+            timestamp_ms = wall_ms()
         record = SimpleRecord(value, key, tuple(headers), timestamp_ms)
         self._append(tp, record, size, sticky=key is None and partition is None)
         if self.buffered_bytes >= self.config.buffer_memory:

@@ -89,13 +89,6 @@ def _new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-def _at_least(cfg: NodeConfig, key: str, default: int, minimum: int) -> int:
-    value = cfg.get_int(key, default)
-    if value < minimum:
-        raise ConfigError(f"{key}={value} must be at least {minimum}")
-    return value
-
-
 def _check_log_defaults(cfg: NodeConfig) -> None:
     """Broker-level log.* defaults become every topic's configs: refuse bad ones at start,
     not at the first topic creation."""
@@ -107,8 +100,8 @@ def _check_log_defaults(cfg: NodeConfig) -> None:
 
 
 def _group_config(cfg: NodeConfig) -> GroupConfig:
-    low = _at_least(cfg, "group.min.session.timeout.ms", 6_000, 1)
-    high = _at_least(cfg, "group.max.session.timeout.ms", 1_800_000, 1)
+    low = cfg.get_bounded_int("group.min.session.timeout.ms")
+    high = cfg.get_bounded_int("group.max.session.timeout.ms")
     if high < low:
         raise ConfigError(
             f"group.max.session.timeout.ms={high} is below group.min.session.timeout.ms={low}"
@@ -116,8 +109,8 @@ def _group_config(cfg: NodeConfig) -> GroupConfig:
     return GroupConfig(
         min_session_timeout_ms=low,
         max_session_timeout_ms=high,
-        initial_rebalance_delay_ms=_at_least(cfg, "group.initial.rebalance.delay.ms", 3_000, 0),
-        max_size=_at_least(cfg, "group.max.size", 2**31 - 1, 1),
+        initial_rebalance_delay_ms=cfg.get_bounded_int("group.initial.rebalance.delay.ms"),
+        max_size=cfg.get_bounded_int("group.max.size"),
     )
 
 
@@ -138,32 +131,28 @@ def broker_config(cfg: NodeConfig) -> BrokerConfig:
         auto_topic_creation=cfg.get_bool("auto.create.topics.enable", True),
         num_partitions=cfg.get_int("num.partitions", 1),
         default_replication_factor=cfg.get_int("default.replication.factor", 1),
-        socket_request_max_bytes=_at_least(cfg, "socket.request.max.bytes", 100 << 20, 1024),
-        retention_check_interval_ms=_at_least(cfg, "log.retention.check.interval.ms", 300_000, 100),
-        replica_lag_time_max_ms=_at_least(cfg, "replica.lag.time.max.ms", 30_000, 20),
-        producer_id_expiration_ms=_at_least(cfg, "producer.id.expiration.ms", 86_400_000, 1),
-        producer_id_expiration_check_interval_ms=_at_least(
-            cfg, "producer.id.expiration.check.interval.ms", 600_000, 1
+        socket_request_max_bytes=cfg.get_bounded_int("socket.request.max.bytes"),
+        retention_check_interval_ms=cfg.get_bounded_int("log.retention.check.interval.ms"),
+        replica_lag_time_max_ms=cfg.get_bounded_int("replica.lag.time.max.ms"),
+        producer_id_expiration_ms=cfg.get_bounded_int("producer.id.expiration.ms"),
+        producer_id_expiration_check_interval_ms=cfg.get_bounded_int(
+            "producer.id.expiration.check.interval.ms"
         ),
-        log_cleaner_backoff_ms=_at_least(cfg, "log.cleaner.backoff.ms", 15_000, 10),
-        replica_fetch_wait_max_ms=_at_least(cfg, "replica.fetch.wait.max.ms", 500, 0),
-        replica_fetch_max_bytes=_at_least(cfg, "replica.fetch.max.bytes", 1 << 20, 1024),
-        replica_fetch_response_max_bytes=_at_least(
-            cfg, "replica.fetch.response.max.bytes", 10 << 20, 1024
-        ),
-        high_watermark_checkpoint_interval_ms=_at_least(
-            cfg, "replica.high.watermark.checkpoint.interval.ms", 5_000, 10
+        log_cleaner_backoff_ms=cfg.get_bounded_int("log.cleaner.backoff.ms"),
+        replica_fetch_wait_max_ms=cfg.get_bounded_int("replica.fetch.wait.max.ms"),
+        replica_fetch_max_bytes=cfg.get_bounded_int("replica.fetch.max.bytes"),
+        replica_fetch_response_max_bytes=cfg.get_bounded_int("replica.fetch.response.max.bytes"),
+        high_watermark_checkpoint_interval_ms=cfg.get_bounded_int(
+            "replica.high.watermark.checkpoint.interval.ms"
         ),
         coordinator=CoordinatorConfig(
-            num_partitions=_at_least(cfg, "offsets.topic.num.partitions", 50, 1),
-            replication_factor=_at_least(cfg, "offsets.topic.replication.factor", 3, 1),
-            segment_bytes=_at_least(cfg, "offsets.topic.segment.bytes", 100 << 20, 1024),
-            retention_ms=_at_least(cfg, "offsets.retention.minutes", 10_080, 1) * 60_000,
-            retention_check_interval_ms=_at_least(
-                cfg, "offsets.retention.check.interval.ms", 600_000, 10
-            ),
-            commit_timeout_ms=_at_least(cfg, "offsets.commit.timeout.ms", 5_000, 1),
-            metadata_max_bytes=_at_least(cfg, "offset.metadata.max.bytes", 4096, 0),
+            num_partitions=cfg.get_bounded_int("offsets.topic.num.partitions"),
+            replication_factor=cfg.get_bounded_int("offsets.topic.replication.factor"),
+            segment_bytes=cfg.get_bounded_int("offsets.topic.segment.bytes"),
+            retention_ms=cfg.get_bounded_int("offsets.retention.minutes") * 60_000,
+            retention_check_interval_ms=cfg.get_bounded_int("offsets.retention.check.interval.ms"),
+            commit_timeout_ms=cfg.get_bounded_int("offsets.commit.timeout.ms"),
+            metadata_max_bytes=cfg.get_bounded_int("offset.metadata.max.bytes"),
             groups=_group_config(cfg),
         ),
         broker_defaults=dict(cfg.values),

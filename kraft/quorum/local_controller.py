@@ -26,11 +26,11 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from kafka_protocol._codec import Request, Response
+from kafka_protocol.clock import monotonic_ms
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     AllocateProducerIdsRequest,
@@ -48,10 +48,6 @@ from metadata_log.log import LocalMetadataLog, PendingAppend
 
 R = TypeVar("R")
 Command = Callable[[ClusterImage], ControllerResult[R]]
-
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 class LocalController:

@@ -19,7 +19,6 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -30,6 +29,7 @@ from broker.controller_channel import NewTopic
 from broker.deferred import Deferred
 from broker.log.errors import LogError, OffsetOutOfRangeError
 from broker.replica_manager import AppendOutcome, Partition
+from kafka_protocol.clock import wall_ms
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import ProduceRequest, ProduceResponse
 from kafka_protocol.partitioner import DefaultPartitioner
@@ -230,7 +230,7 @@ async def forward_run(
     leader = leaders.view.leader_of(TopicPartition(topic, index))
     if isinstance(leader, ErrorCode):
         return AppendOutcome(leader, message=f"{topic}-{index} has no live leader now")
-    data = build_batch([item.record for item in run], now_ms=int(time.time() * 1000))
+    data = build_batch([item.record for item in run], now_ms=wall_ms())
     request = ProduceRequest(
         acks=1,
         timeout_ms=FORWARD_PRODUCE_TIMEOUT_MS,
@@ -284,7 +284,7 @@ def append_run(
             ErrorCode.NOT_LEADER_OR_FOLLOWER,
             message=f"this broker does not lead {topic.name}-{index}",
         )
-    now_ms = int(time.time() * 1000)
+    now_ms = wall_ms()
     data = build_batch([item.record for item in run], now_ms=now_ms)
     batch = validate_batch(part, memoryview(data))
     if isinstance(batch, AppendOutcome):

@@ -125,6 +125,7 @@ def test_the_contracts_keep_every_rule_of_the_layer_tests_they_replace() -> None
         "time",
     }
     assert set(pure["source_modules"]) >= {
+        "kafka_protocol.client",  # the sans-I/O client core (issue 15)
         "kraft.controller",
         *(f"metadata_log.{m}" for m in ("records", "image", "delta", "configs", "exceptions")),
         "spark_source.options",

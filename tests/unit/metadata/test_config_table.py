@@ -12,7 +12,7 @@ import pytest
 import kraft.node.run
 from broker.log.config import STORAGE_MINIMUMS, TOPIC_CONFIG_KEYS, LogConfig
 from kraft.node.config import ConfigError, load_config
-from metadata_log.configs import BROKER_CONFIGS, INT_MAX, LONG_MAX, TOPIC_CONFIGS, Range
+from metadata_log.configs import INT_MAX, LONG_MAX, TOPIC_CONFIGS, Range
 
 
 def test_the_log_defaults_are_the_topic_config_defaults() -> None:
@@ -56,21 +56,55 @@ def test_bounded_node_keys_come_from_the_table() -> None:
         low.get_bounded_int("replica.fetch.max.bytes")
 
 
-def _at_least_calls() -> list[tuple[str, int, int]]:
-    """``_at_least(cfg, KEY, DEFAULT, MINIMUM)`` as kraft/node/run.py states them today."""
+# What kraft/node/run.py enforced before it read these keys from the table (issue 15): each
+# key's default and minimum, which the node must keep.
+NODE_STARTUP_BOUNDS = [
+    ("group.min.session.timeout.ms", 6_000, 1),
+    ("group.max.session.timeout.ms", 1_800_000, 1),
+    ("group.initial.rebalance.delay.ms", 3_000, 0),
+    ("group.max.size", 2**31 - 1, 1),
+    ("socket.request.max.bytes", 100 << 20, 1024),
+    ("log.retention.check.interval.ms", 300_000, 100),
+    ("replica.lag.time.max.ms", 30_000, 20),
+    ("producer.id.expiration.ms", 86_400_000, 1),
+    ("producer.id.expiration.check.interval.ms", 600_000, 1),
+    ("log.cleaner.backoff.ms", 15_000, 10),
+    ("replica.fetch.wait.max.ms", 500, 0),
+    ("replica.fetch.max.bytes", 1 << 20, 1024),
+    ("replica.fetch.response.max.bytes", 10 << 20, 1024),
+    ("replica.high.watermark.checkpoint.interval.ms", 5_000, 10),
+    ("offsets.topic.num.partitions", 50, 1),
+    ("offsets.topic.replication.factor", 3, 1),
+    ("offsets.topic.segment.bytes", 100 << 20, 1024),
+    ("offsets.retention.minutes", 10_080, 1),
+    ("offsets.retention.check.interval.ms", 600_000, 10),
+    ("offsets.commit.timeout.ms", 5_000, 1),
+    ("offset.metadata.max.bytes", 4096, 0),
+]
+
+
+def _bounded_keys_read_by_the_node() -> set[str]:
     tree = ast.parse(Path(kraft.node.run.__file__).read_text())
-    calls = []
-    for call in ast.walk(tree):
-        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "_at_least":
-            key, default, minimum = (ast.unparse(a) for a in call.args[1:])
-            calls.append((ast.literal_eval(key), eval(default, {}), eval(minimum, {})))
-    return calls
+    return {
+        ast.literal_eval(call.args[0])
+        for call in ast.walk(tree)
+        if isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "get_bounded_int"
+    }
 
 
-def test_the_node_startup_checks_agree_with_the_table() -> None:
-    """Until run.py reads them with ``get_bounded_int``, its stated defaults and minimums must be
-    the table's (the table is what DescribeConfigs reports)."""
-    calls = _at_least_calls()
-    for key, default, minimum in calls:
-        definition = BROKER_CONFIGS[key]
-        assert (definition.default_value, definition.bounds[0]) == (default, minimum), key
+@pytest.mark.parametrize(("key", "default", "minimum"), NODE_STARTUP_BOUNDS)
+def test_the_node_keeps_its_startup_defaults_and_minimums(
+    key: str, default: int, minimum: int
+) -> None:
+    base = {"node.id": "1", "process.roles": "broker"}
+    assert load_config(overrides=base, environ={}).get_bounded_int(key) == default
+    at_minimum = load_config(overrides={**base, key: str(minimum)}, environ={})
+    assert at_minimum.get_bounded_int(key) == minimum
+    below = load_config(overrides={**base, key: str(minimum - 1)}, environ={})
+    with pytest.raises(ConfigError, match=rf"^{key}={minimum - 1} must be at least {minimum}$"):
+        below.get_bounded_int(key)
+
+
+def test_the_node_reads_every_bounded_key_from_the_table() -> None:
+    """run.py states no default or minimum of its own for these keys."""
+    assert _bounded_keys_read_by_the_node() == {key for key, _, _ in NODE_STARTUP_BOUNDS}
