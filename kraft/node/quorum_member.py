@@ -5,7 +5,8 @@ controller state machine (:class:`QuorumController`) and the CONTROLLER listener
 brokers talk to (:class:`ControllerApis`).  The node's own admin requests (its REST API's
 writes) go through :class:`QuorumForwarder`: run here when this controller is the active one,
 else forwarded to the active one like a broker's, over the controller listeners named by
-``controller.quorum.bootstrap.servers`` (Kafka 3.9's key, optional on a controller).
+``controller.quorum.bootstrap.servers`` (Kafka 3.9's key, optional on a controller) or, without
+that key, through a live broker.
 
 ``BrokerMember`` (``process.roles`` has ``broker``): a broker that follows the quorum. It
 starts its Kafka listener, tails the committed metadata log (every change reaches the
@@ -20,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -60,9 +62,10 @@ CONTROLLED_SHUTDOWN_TIMEOUT_S: Final = 10.0
 STATUS_TIMEOUT_S: Final = 2.0
 CONTROLLER_REQUEST_TIMEOUT_MS: Final = 1500  # then the next controller (see BrokerMember)
 NO_ACTIVE_KNOWN: Final = (
-    "this controller is not the active one and cannot reach it:"
-    " set controller.quorum.bootstrap.servers on the controllers"
+    "this controller is not the active one and no broker is alive to forward through:"
+    " set controller.quorum.bootstrap.servers on the controllers to reach the active one directly"
 )
+BROKER_ROUTE_TIMEOUT_MS: Final = 60_000
 RAFT_SUBDIR: Final = "raft"
 
 
@@ -101,24 +104,62 @@ def parse_bootstrap(value: str) -> list[tuple[str, int]]:
 
 
 class QuorumForwarder:
-    """The controller path of a controller node's own admin requests: the rule runs here when
-    this controller is the active one; otherwise ``remote`` (a controller client, as a broker's)
-    takes the request to the active one.  The same answers as a broker's forwarding."""
+    """The controller path of a controller node's own admin requests (its REST API's writes).
 
-    def __init__(self, apis: ControllerApis, remote: Forwarder | None) -> None:
+    The rule runs here when this controller is the active one.  Otherwise the request goes to
+    the active one the way a broker's does: over the CONTROLLER listeners named by
+    ``controller.quorum.bootstrap.servers`` when the node has that key (``remote``), else
+    through a live broker of the image, which forwards it on as it forwards its own clients'
+    requests (a controller knows its peers only by their Raft addresses).  The answers are a
+    broker's: per-item errors, or every item failed with one error code."""
+
+    def __init__(
+        self,
+        apis: ControllerApis,
+        remote: Forwarder | None,
+        image: Callable[[], ClusterImage] | None = None,
+        client_id: str = "controller",
+    ) -> None:
         self.apis = apis
         self.remote = remote
+        self.image = image
+        self.client_id = client_id
 
     async def forward(self, request: Request, version: int) -> Response:
         response = await self.apis.run_forwarded(request)
         if response is not None:
             return response
-        if self.remote is None:
+        if self.remote is not None:
+            return await self.remote.forward(request, version)
+        return await self._through_a_broker(request, version)
+
+    async def _through_a_broker(self, request: Request, version: int) -> Response:
+        brokers = [] if self.image is None else live_broker_addresses(self.image())
+        if not brokers:
             failed: Response = forwarded_api(request).failed(
                 request, ErrorCode.NOT_CONTROLLER, NO_ACTIVE_KNOWN
             )
             return failed
-        return await self.remote.forward(request, version)
+        # One attempt per broker may last the whole request: a broker waits out a controller
+        # election itself, and a resent write would find its own effect (TOPIC_ALREADY_EXISTS).
+        client = ControllerClient(
+            brokers, client_id=self.client_id, request_timeout_ms=BROKER_ROUTE_TIMEOUT_MS
+        )
+        try:
+            return await RemoteControllerChannel(client, _NotABroker()).forward(request, version)
+        finally:
+            client.close()
+
+
+def live_broker_addresses(image: ClusterImage) -> list[tuple[str, int]]:
+    """The PLAINTEXT endpoints of the image's unfenced brokers, by broker id."""
+    out = []
+    for broker_id in sorted(image.brokers):
+        registration = image.brokers[broker_id]
+        endpoint = None if registration.fenced else registration.listener("PLAINTEXT")
+        if endpoint is not None:
+            out.append((endpoint.host, endpoint.port))
+    return out
 
 
 class _NotABroker:
@@ -193,7 +234,9 @@ class QuorumMember:
                 request_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS,
             )
             remote = RemoteControllerChannel(client, _NotABroker())
-        forwarder = QuorumForwarder(apis, remote)
+        forwarder = QuorumForwarder(
+            apis, remote, lambda: controller.image, client_id=f"controller-{cfg.node_id}"
+        )
         member = cls(controller, apis, listener, dispatcher, advertised, forwarder, client)
         member._task = asyncio.create_task(controller.run(), name="controller")
         return member

@@ -114,6 +114,8 @@ class LocalCluster:
         n_controllers: int = 3,
         n_brokers: int = 3,
         extra: dict[str, str] | None = None,
+        *,
+        controllers_know_controllers: bool = True,
     ) -> LocalCluster:
         cluster = cls(root)
         cluster_id = secrets.token_urlsafe(16)[:22]
@@ -135,7 +137,12 @@ class LocalCluster:
                     "controller.quorum.voters": voters,
                     "controller.quorum.password": password,
                     # lets a standby controller's REST API forward writes to the active one
-                    "controller.quorum.bootstrap.servers": bootstrap,
+                    # directly (without it, they go through a broker)
+                    **(
+                        {"controller.quorum.bootstrap.servers": bootstrap}
+                        if controllers_know_controllers
+                        else {}
+                    ),
                     "listeners": f"CONTROLLER://127.0.0.1:{kafka[i]}",
                     "metadata.log.dir": str(root / f"controller-{i}" / "metadata"),
                     "log.dirs": str(root / f"controller-{i}" / "logs"),

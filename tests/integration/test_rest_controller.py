@@ -134,6 +134,37 @@ def test_a_standby_controller_serves_topic_writes_and_records(cluster: LocalClus
     assert call(controller, "GET", f"/v1/topics/{TOPIC}")[0] == 404
 
 
+def test_without_the_controllers_addresses_a_standby_writes_through_a_broker(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Controllers configured as INTERFACE.md has it (no controller.quorum.bootstrap.servers):
+    a standby forwards its REST writes through a live broker, which forwards them on."""
+    root = tmp_path_factory.mktemp("rest-controller-plain")
+    plain = LocalCluster.create(root, 3, 1, controllers_know_controllers=False).start()
+    try:
+        standby, _ = standby_and_active(plain)
+        assert "controller.quorum.bootstrap.servers" not in standby.properties
+        wait_for("the broker in the standby's image", lambda: brokers_seen(standby), 30, plain)
+        status, body = call(standby, "POST", "/v1/topics", {"name": "plain", "partitions": 2})
+        assert status == 201, body
+        assert (body["name"], len(body["partitions"])) == ("plain", 2)
+        status, body = call(standby, "POST", "/v1/topics/plain/partitions", {"count": 3})
+        assert (status, len(body["partitions"])) == (200, 3), body
+        status, body = call(standby, "DELETE", "/v1/topics/plain")
+        assert status in (202, 204), body
+        broker = plain.any_broker()
+        wait_for(
+            "the topic gone", lambda: call(broker, "GET", "/v1/topics/plain")[0] == 404, 30, plain
+        )
+    finally:
+        plain.kill_all()
+
+
+def brokers_seen(node: ServerProcess) -> bool:
+    status, body = call(node, "GET", "/v1/cluster")
+    return status == 200 and any(not b["fenced"] for b in body["brokers"])
+
+
 def test_the_active_controller_runs_writes_itself(cluster: LocalCluster) -> None:
     _, active = standby_and_active(cluster)
     status, body = call(active, "POST", "/v1/topics", {"name": "on-active", "partitions": 1})
