@@ -30,6 +30,7 @@ import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kafka_protocol.metadata import (
     BrokerRegistrationChangeRecord,
@@ -57,6 +58,9 @@ from metadata_log.image import (
     frozen_map,
 )
 from metadata_log.records import MetadataRecord
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 logger = logging.getLogger(__name__)
 
@@ -294,13 +298,7 @@ class ConfigurationDelta:
         self.changes: dict[str, str | None] = {}
 
     def apply(self) -> dict[str, str]:
-        data = {} if self.cleared else dict(self.base)
-        for key, value in self.changes.items():
-            if value is None:
-                data.pop(key, None)
-            else:
-                data[key] = value
-        return data
+        return _overlay({} if self.cleared else self.base, self.changes)
 
 
 class ConfigurationsDelta:
@@ -326,14 +324,10 @@ class ConfigurationsDelta:
         delta.changes.clear()
 
     def apply(self) -> Mapping[ConfigResource, Mapping[str, str]]:
-        data = dict(self.image)
-        for resource, delta in self.changes.items():
-            values = delta.apply()
-            if values:
-                data[resource] = frozen_map(values)
-            else:
-                data.pop(resource, None)
-        return frozen_map(data)
+        applied = {resource: delta.apply() for resource, delta in self.changes.items()}
+        # a resource left with no configs drops out of the image
+        changed = {resource: frozen_map(v) if v else None for resource, v in applied.items()}
+        return frozen_map(_overlay(self.image, changed))
 
 
 # --- brokers and features ---------------------------------------------------------------------
@@ -403,13 +397,7 @@ class BrokersDelta:
         )
 
     def apply(self) -> Mapping[int, BrokerRegistration]:
-        data = dict(self.image)
-        for broker_id, registration in self.changed_brokers.items():
-            if registration is None:
-                data.pop(broker_id, None)
-            else:
-                data[broker_id] = registration
-        return frozen_map(data)
+        return frozen_map(_overlay(self.image, self.changed_brokers))
 
 
 class FeaturesDelta:
@@ -423,13 +411,19 @@ class FeaturesDelta:
         self.changes[record.name] = record.feature_level or None  # level 0 removes the feature
 
     def apply(self) -> Mapping[str, int]:
-        data = dict(self.image)
-        for name, level in self.changes.items():
-            if level is None:
-                data.pop(name, None)
-            else:
-                data[name] = level
-        return frozen_map(data)
+        return frozen_map(_overlay(self.image, self.changes))
+
+
+def _overlay(base: Mapping[K, V], changes: Mapping[K, V | None]) -> dict[K, V]:
+    """``base`` with ``changes`` laid over it, None removing a key: how every delta of a map
+    (configs, brokers, features) gives its next image."""
+    data = dict(base)
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    return data
 
 
 # --- the whole delta --------------------------------------------------------------------------
