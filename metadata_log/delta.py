@@ -30,7 +30,6 @@ import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypeVar
 
 from kafka_protocol.metadata import (
     BrokerRegistrationChangeRecord,
@@ -56,11 +55,9 @@ from metadata_log.image import (
     TopicPartition,
     TopicsImage,
     frozen_map,
+    overlay,
 )
 from metadata_log.records import MetadataRecord
-
-K = TypeVar("K")
-V = TypeVar("V")
 
 logger = logging.getLogger(__name__)
 
@@ -298,7 +295,7 @@ class ConfigurationDelta:
         self.changes: dict[str, str | None] = {}
 
     def apply(self) -> dict[str, str]:
-        return _overlay({} if self.cleared else self.base, self.changes)
+        return overlay({} if self.cleared else self.base, self.changes)
 
 
 class ConfigurationsDelta:
@@ -327,7 +324,7 @@ class ConfigurationsDelta:
         applied = {resource: delta.apply() for resource, delta in self.changes.items()}
         # a resource left with no configs drops out of the image
         changed = {resource: frozen_map(v) if v else None for resource, v in applied.items()}
-        return frozen_map(_overlay(self.image, changed))
+        return frozen_map(overlay(self.image, changed))
 
 
 # --- brokers and features ---------------------------------------------------------------------
@@ -397,7 +394,7 @@ class BrokersDelta:
         )
 
     def apply(self) -> Mapping[int, BrokerRegistration]:
-        return frozen_map(_overlay(self.image, self.changed_brokers))
+        return frozen_map(overlay(self.image, self.changed_brokers))
 
 
 class FeaturesDelta:
@@ -411,19 +408,7 @@ class FeaturesDelta:
         self.changes[record.name] = record.feature_level or None  # level 0 removes the feature
 
     def apply(self) -> Mapping[str, int]:
-        return frozen_map(_overlay(self.image, self.changes))
-
-
-def _overlay(base: Mapping[K, V], changes: Mapping[K, V | None]) -> dict[K, V]:
-    """``base`` with ``changes`` laid over it, None removing a key: how every delta of a map
-    (configs, brokers, features) gives its next image."""
-    data = dict(base)
-    for key, value in changes.items():
-        if value is None:
-            data.pop(key, None)
-        else:
-            data[key] = value
-    return data
+        return frozen_map(overlay(self.image, self.changes))
 
 
 # --- the whole delta --------------------------------------------------------------------------

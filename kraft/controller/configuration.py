@@ -32,7 +32,7 @@ from metadata_log.configs import (
     validate_broker_config,
     validate_topic_configs,
 )
-from metadata_log.image import ClusterImage, ConfigResource, ConfigResourceType
+from metadata_log.image import ClusterImage, ConfigResource, ConfigResourceType, overlay
 from metadata_log.records import MetadataRecord
 
 C = TypeVar("C")
@@ -83,23 +83,13 @@ def _check_broker_name(name: str) -> ApiError | None:
     return None
 
 
-def _new_configs(current: Mapping[str, str], changes: _Changes) -> dict[str, str]:
-    out = dict(current)
-    for key, value in changes.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = value
-    return out
-
-
 def _validate(
     resource: ConfigResource,
     current: Mapping[str, str],
     changes: _Changes,
     config: ControllerConfig,
 ) -> ApiError | None:
-    new = _new_configs(current, changes)
+    new = overlay(current, changes)
     if resource.resource_type == ConfigResourceType.TOPIC:
         invalid = validate_topic_configs(new)
     else:
