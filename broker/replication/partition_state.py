@@ -57,15 +57,47 @@ PENDING: Literal["pending"] = "pending"
 AcksAllResult = ErrorCode | None | Literal["pending"]
 
 
-def _check_epochs(
-    leader_epoch: int, partition_epoch: int, new_leader_epoch: int, new_partition_epoch: int
-) -> ErrorCode | None:
-    """Metadata older than what this replica knows is refused (a missed election)."""
-    if new_leader_epoch < leader_epoch:
-        return ErrorCode.FENCED_LEADER_EPOCH
-    if new_leader_epoch == leader_epoch and new_partition_epoch < partition_epoch:
-        return ErrorCode.FENCED_LEADER_EPOCH
-    return None
+class _Role:
+    """What the leader's and a follower's state of one partition share: the epochs they were
+    made at, and becoming the leader with newer ones (a new leadership over this replica's own
+    log; a re-elected leader forgets its followers' offsets)."""
+
+    __slots__ = ()
+    replica_id: int
+    leader_epoch: int
+    partition_epoch: int
+    log_end_offset: int
+    high_watermark: int
+
+    def check_epochs(self, leader_epoch: int, partition_epoch: int) -> ErrorCode | None:
+        """Metadata older than what this replica knows is refused (a missed election)."""
+        if leader_epoch < self.leader_epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if leader_epoch == self.leader_epoch and partition_epoch < self.partition_epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        return None
+
+    def become_leader(
+        self,
+        replicas: Iterable[int],
+        isr: Iterable[int],
+        leader_epoch: int,
+        partition_epoch: int,
+        now_ms: int,
+    ) -> PartitionState | ErrorCode:
+        error = self.check_epochs(leader_epoch, partition_epoch)
+        if error is not None:
+            return error
+        return PartitionState.new_leader(
+            self.replica_id,
+            replicas,
+            isr,
+            leader_epoch,
+            partition_epoch,
+            self.log_end_offset,
+            self.high_watermark,
+            now_ms,
+        )
 
 
 # --- leader side -------------------------------------------------------------------------------
@@ -116,7 +148,7 @@ class FetchDecision:
 
 
 @dataclass(slots=True)
-class PartitionState:
+class PartitionState(_Role):
     """The leader's replication state of one partition."""
 
     replica_id: int  # this broker, the leader
@@ -333,9 +365,7 @@ class PartitionState:
     def become_follower(
         self, leader_id: int, leader_epoch: int, partition_epoch: int
     ) -> FollowerState | ErrorCode:
-        error = _check_epochs(
-            self.leader_epoch, self.partition_epoch, leader_epoch, partition_epoch
-        )
+        error = self.check_epochs(leader_epoch, partition_epoch)
         if error is not None:
             return error
         return FollowerState(
@@ -346,17 +376,6 @@ class PartitionState:
             self.log_end_offset,
             self.high_watermark,
         )
-
-    def become_leader(
-        self,
-        replicas: Iterable[int],
-        isr: Iterable[int],
-        leader_epoch: int,
-        partition_epoch: int,
-        now_ms: int,
-    ) -> PartitionState | ErrorCode:
-        """Re-elected with a newer epoch: a new leadership, followers' offsets forgotten."""
-        return _promote(self, replicas, isr, leader_epoch, partition_epoch, now_ms)
 
 
 # --- follower side -----------------------------------------------------------------------------
@@ -372,7 +391,7 @@ class Truncation:
 
 
 @dataclass(slots=True)
-class FollowerState:
+class FollowerState(_Role):
     replica_id: int
     leader_id: int
     leader_epoch: int
@@ -421,9 +440,7 @@ class FollowerState:
         self, leader_id: int, leader_epoch: int, partition_epoch: int
     ) -> ErrorCode | None:
         """A new leader (or newer metadata): the caller then truncates via the epoch rule."""
-        error = _check_epochs(
-            self.leader_epoch, self.partition_epoch, leader_epoch, partition_epoch
-        )
+        error = self.check_epochs(leader_epoch, partition_epoch)
         if error is not None:
             return error
         self.leader_id, self.leader_epoch, self.partition_epoch = (
@@ -432,41 +449,6 @@ class FollowerState:
             partition_epoch,
         )
         return None
-
-    def become_leader(
-        self,
-        replicas: Iterable[int],
-        isr: Iterable[int],
-        leader_epoch: int,
-        partition_epoch: int,
-        now_ms: int,
-    ) -> PartitionState | ErrorCode:
-        return _promote(self, replicas, isr, leader_epoch, partition_epoch, now_ms)
-
-
-def _promote(
-    role: PartitionState | FollowerState,
-    replicas: Iterable[int],
-    isr: Iterable[int],
-    leader_epoch: int,
-    partition_epoch: int,
-    now_ms: int,
-) -> PartitionState | ErrorCode:
-    """Either role elected leader with a newer epoch: a new leadership over its own log,
-    followers' offsets forgotten."""
-    error = _check_epochs(role.leader_epoch, role.partition_epoch, leader_epoch, partition_epoch)
-    if error is not None:
-        return error
-    return PartitionState.new_leader(
-        role.replica_id,
-        replicas,
-        isr,
-        leader_epoch,
-        partition_epoch,
-        role.log_end_offset,
-        role.high_watermark,
-        now_ms,
-    )
 
 
 def _check_high_watermark(high_watermark: int, log_end_offset: int) -> None:
