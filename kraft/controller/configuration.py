@@ -212,17 +212,12 @@ def _alter_one(
 # --- IncrementalAlterConfigs ------------------------------------------------------------------
 
 
-def incremental_alter_configs(
-    config: ControllerConfig, request: IncrementalAlterConfigsRequest, image: ClusterImage
-) -> ControllerResult[IncrementalAlterConfigsResponse]:
-    return _alter_each(IncrementalAlterConfigsResponse, request, image, config, _incremental)
-
-
 def _incremental(
     resource: ConfigResource,
     ops: Sequence[IncrementalAlterConfigsRequest.AlterableConfig],
     current: Mapping[str, str],
 ) -> _Changes | ApiError:
+    """IncrementalAlterConfigs: each named key is set, deleted, appended to or subtracted from."""
     if len({op.name for op in ops}) != len(ops):
         return ApiError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
     changes: _Changes = {}
@@ -264,17 +259,12 @@ def _apply_op(
 # --- AlterConfigs (legacy: replaces the whole config set) -------------------------------------
 
 
-def alter_configs(
-    config: ControllerConfig, request: AlterConfigsRequest, image: ClusterImage
-) -> ControllerResult[AlterConfigsResponse]:
-    return _alter_each(AlterConfigsResponse, request, image, config, _replacement)
-
-
 def _replacement(
     resource: ConfigResource,
     configs: Sequence[AlterConfigsRequest.AlterableConfig],
     current: Mapping[str, str],
 ) -> _Changes | ApiError:
+    """AlterConfigs: the given set replaces the whole; a key it does not name is deleted."""
     nulls = [c.name for c in configs if c.value is None]
     if nulls:
         return ApiError(
@@ -284,3 +274,21 @@ def _replacement(
     for key in current:
         changes.setdefault(key, None)
     return changes
+
+
+# --- the two APIs: their answer type and how their items become changes ----------------------
+
+
+def _config_api(
+    kind: type[_Answer], changes_of: _ChangesOf[C]
+) -> Callable[[ControllerConfig, _AlterRequest[C], ClusterImage], ControllerResult[_Answer]]:
+    def handle(
+        config: ControllerConfig, request: _AlterRequest[C], image: ClusterImage
+    ) -> ControllerResult[_Answer]:
+        return _alter_each(kind, request, image, config, changes_of)
+
+    return handle
+
+
+incremental_alter_configs = _config_api(IncrementalAlterConfigsResponse, _incremental)
+alter_configs = _config_api(AlterConfigsResponse, _replacement)
