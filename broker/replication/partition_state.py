@@ -205,24 +205,21 @@ class PartitionState(_Role):
 
     def check_invariants(self) -> None:
         """Broken, they stop the broker (``broker.fatal``): it would serve a wrong partition."""
-        isr, pending, replicas = self.isr, self.pending_isr, set(self.replicas)
-        if self.replica_id not in isr or not isr <= replicas:
-            fatal(
-                "partition.leader-in-isr-within-replicas",
-                "the leader must be in the ISR, and the ISR among the replicas",
-                leader=self.replica_id,
-                isr=sorted(isr),
-                replicas=self.replicas,
-            )
-        if pending is not None and (self.replica_id not in pending or not pending <= replicas):
-            fatal(
-                "partition.leader-in-pending-isr-within-replicas",
-                "the leader must be in the pending ISR, and it among the replicas",
-                leader=self.replica_id,
-                pending_isr=sorted(pending),
-                replicas=self.replicas,
-            )
+        self._check_leader_within("isr", self.isr, "the ISR, and the ISR")
+        if self.pending_isr is not None:
+            self._check_leader_within("pending_isr", self.pending_isr, "the pending ISR, and it")
         _check_high_watermark(self.high_watermark, self.log_end_offset)
+
+    def _check_leader_within(self, name: str, members: frozenset[int], what: str) -> None:
+        """The committed ISR and the one proposed alike: the leader in it, it in the replicas."""
+        if self.replica_id not in members or not members <= set(self.replicas):
+            fatal(
+                f"partition.leader-in-{name.replace('_', '-')}-within-replicas",
+                f"the leader must be in {what} among the replicas",
+                leader=self.replica_id,
+                **{name: sorted(members)},
+                replicas=self.replicas,
+            )
 
     def maybe_increment_high_watermark(self) -> bool:
         """``Partition.maybeIncrementLeaderHW``: the smallest log end offset over the maximal
