@@ -55,6 +55,7 @@ from metadata_log.image import (
     TopicPartition,
     TopicsImage,
     frozen_map,
+    overlay,
 )
 from metadata_log.records import MetadataRecord
 
@@ -294,13 +295,7 @@ class ConfigurationDelta:
         self.changes: dict[str, str | None] = {}
 
     def apply(self) -> dict[str, str]:
-        data = {} if self.cleared else dict(self.base)
-        for key, value in self.changes.items():
-            if value is None:
-                data.pop(key, None)
-            else:
-                data[key] = value
-        return data
+        return overlay({} if self.cleared else self.base, self.changes)
 
 
 class ConfigurationsDelta:
@@ -326,14 +321,10 @@ class ConfigurationsDelta:
         delta.changes.clear()
 
     def apply(self) -> Mapping[ConfigResource, Mapping[str, str]]:
-        data = dict(self.image)
-        for resource, delta in self.changes.items():
-            values = delta.apply()
-            if values:
-                data[resource] = frozen_map(values)
-            else:
-                data.pop(resource, None)
-        return frozen_map(data)
+        applied = {resource: delta.apply() for resource, delta in self.changes.items()}
+        # a resource left with no configs drops out of the image
+        changed = {resource: frozen_map(v) if v else None for resource, v in applied.items()}
+        return frozen_map(overlay(self.image, changed))
 
 
 # --- brokers and features ---------------------------------------------------------------------
@@ -403,13 +394,7 @@ class BrokersDelta:
         )
 
     def apply(self) -> Mapping[int, BrokerRegistration]:
-        data = dict(self.image)
-        for broker_id, registration in self.changed_brokers.items():
-            if registration is None:
-                data.pop(broker_id, None)
-            else:
-                data[broker_id] = registration
-        return frozen_map(data)
+        return frozen_map(overlay(self.image, self.changed_brokers))
 
 
 class FeaturesDelta:
@@ -423,13 +408,7 @@ class FeaturesDelta:
         self.changes[record.name] = record.feature_level or None  # level 0 removes the feature
 
     def apply(self) -> Mapping[str, int]:
-        data = dict(self.image)
-        for name, level in self.changes.items():
-            if level is None:
-                data.pop(name, None)
-            else:
-                data[name] = level
-        return frozen_map(data)
+        return frozen_map(overlay(self.image, self.changes))
 
 
 # --- the whole delta --------------------------------------------------------------------------

@@ -83,6 +83,18 @@ def frozen_map(items: Mapping[K, V] | None = None) -> Mapping[K, V]:
     return MappingProxyType(dict(items or {}))
 
 
+def overlay(base: Mapping[K, V], changes: Mapping[K, V | None]) -> dict[K, V]:
+    """``base`` with ``changes`` laid over it, None removing a key: how every delta of a map
+    (configs, brokers, features; the controller's new config sets) gives its next image."""
+    data = dict(base)
+    for key, value in changes.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    return data
+
+
 # --- partitions and topics --------------------------------------------------------------------
 
 

@@ -270,52 +270,53 @@ def _named_spec(raw: str, name: str, allowed: tuple[str, ...]) -> int | None:
 
 
 def parse_starting(options: Mapping[str, str], default: int) -> OffsetSpec:
-    """``startingTimestamp`` > ``startingOffsetsByTimestamp`` > ``startingOffsets`` (Spark's
-    precedence)."""
+    """Where a query starts; ``startingOffsetsByTimestampStrategy`` says what a timestamp
+    that matches no record gives."""
     strategy = (_get(options, "startingOffsetsByTimestampStrategy") or "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise OptionError("option startingOffsetsByTimestampStrategy must be error or latest")
     no_match: Literal["error", "latest"] = "latest" if strategy == "latest" else "error"
-    if (raw := _get(options, "startingTimestamp")) is not None:
-        try:
-            stamp = int(raw)
-        except ValueError:
-            raise OptionError(f"option startingTimestamp must be epoch ms: {raw!r}") from None
-        return OffsetSpec(default, timestamp_for_all=stamp, no_match=no_match)
-    if _get(options, "startingOffsetsByTimestamp") is not None:
-        stamps = _per_partition(options, "startingOffsetsByTimestamp")
-        return OffsetSpec(default, timestamps=stamps, no_match=no_match)
-    raw = _get(options, "startingOffsets")
-    if raw is None:
-        return OffsetSpec(default)
-    named = _named_spec(raw, "startingOffsets", ("earliest", "latest"))
-    if named is not None:
-        return OffsetSpec(named)
-    offsets = _per_partition(options, "startingOffsets")
-    if any(o < EARLIEST for o in offsets.values()):
-        raise OptionError("option startingOffsets: offsets are >= 0, -2 (earliest) or -1 (latest)")
-    return OffsetSpec(default, offsets=offsets)
+    named = ("earliest", "latest")
+    allowed = ">= 0, -2 (earliest) or -1 (latest)"
+    return _parse_spec(options, "starting", default, no_match, named, allowed)
 
 
 def parse_ending(options: Mapping[str, str]) -> OffsetSpec:
-    if (raw := _get(options, "endingTimestamp")) is not None:
+    """Where a batch query ends: a timestamp that matches no record gives the latest offset."""
+    return _parse_spec(options, "ending", LATEST, "latest", ("latest",), ">= 0 or -1 (latest)")
+
+
+def _parse_spec(
+    options: Mapping[str, str],
+    side: str,
+    default: int,
+    no_match: Literal["error", "latest"],
+    named: tuple[str, ...],
+    allowed: str,
+) -> OffsetSpec:
+    """Either end of a query: ``{side}Timestamp`` > ``{side}OffsetsByTimestamp`` >
+    ``{side}Offsets`` (Spark's precedence); per-partition offsets are at least the lowest
+    ``named`` offset (``allowed`` says so in the error)."""
+    if (raw := _get(options, f"{side}Timestamp")) is not None:
         try:
-            return OffsetSpec(LATEST, timestamp_for_all=int(raw), no_match="latest")
+            stamp = int(raw)
         except ValueError:
-            raise OptionError(f"option endingTimestamp must be epoch ms: {raw!r}") from None
-    if _get(options, "endingOffsetsByTimestamp") is not None:
-        stamps = _per_partition(options, "endingOffsetsByTimestamp")
-        return OffsetSpec(LATEST, timestamps=stamps, no_match="latest")
-    raw = _get(options, "endingOffsets")
+            raise OptionError(f"option {side}Timestamp must be epoch ms: {raw!r}") from None
+        return OffsetSpec(default, timestamp_for_all=stamp, no_match=no_match)
+    if _get(options, f"{side}OffsetsByTimestamp") is not None:
+        stamps = _per_partition(options, f"{side}OffsetsByTimestamp")
+        return OffsetSpec(default, timestamps=stamps, no_match=no_match)
+    raw = _get(options, f"{side}Offsets")
     if raw is None:
-        return OffsetSpec(LATEST)
-    named = _named_spec(raw, "endingOffsets", ("latest",))
-    if named is not None:
-        return OffsetSpec(named)
-    offsets = _per_partition(options, "endingOffsets")
-    if any(o < LATEST for o in offsets.values()):
-        raise OptionError("option endingOffsets: offsets are >= 0 or -1 (latest)")
-    return OffsetSpec(LATEST, offsets=offsets)
+        return OffsetSpec(default)
+    spec = _named_spec(raw, f"{side}Offsets", named)
+    if spec is not None:
+        return OffsetSpec(spec)
+    offsets = _per_partition(options, f"{side}Offsets")
+    lowest = EARLIEST if "earliest" in named else LATEST
+    if any(o < lowest for o in offsets.values()):
+        raise OptionError(f"option {side}Offsets: offsets are {allowed}")
+    return OffsetSpec(default, offsets=offsets)
 
 
 def derived_group_id(prefix: str, subscription: Subscription, starting: OffsetSpec) -> str:

@@ -27,6 +27,9 @@ from broker.coordinator.classic_groups import GroupCall
 from broker.coordinator.offsets import explicit_expiry
 from broker.coordinator.runtime import GroupCoordinator, OffsetCommit
 from broker.dispatcher import ApiHandler, RequestContext
+from broker.group.classic import ClassicGroup
+from broker.group.classic_member import Token
+from broker.group.classic_outcome import Outcome
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     DeleteGroupsRequest,
@@ -56,6 +59,7 @@ from kafka_protocol.types import BrokerId, GroupId, TopicName
 
 GROUP_KEY = 0
 _R = TypeVar("_R", JoinGroupResponse, SyncGroupResponse, HeartbeatResponse, LeaveGroupResponse)
+_Q = TypeVar("_Q", SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest)
 MULTI_GROUP_FETCH_VERSION = 8
 PER_PARTITION_ERROR_VERSION = 2  # OffsetFetch v2+ has a top-level error code too
 
@@ -98,30 +102,29 @@ class GroupHandlers:
         )
 
     async def sync_group(self, ctx: RequestContext, req: SyncGroupRequest) -> SyncGroupResponse:
-        return await self._ask(
-            req.group_id,
-            False,
-            lambda g, token, now: g.sync(token, req, ctx.api_version, now),
-            lambda error: SyncGroupResponse(error_code=error),
-            SyncGroupResponse,
-        )
+        return await self._member_request(ctx, req, ClassicGroup.sync, SyncGroupResponse)
 
     async def heartbeat(self, ctx: RequestContext, req: HeartbeatRequest) -> HeartbeatResponse:
-        return await self._ask(
-            req.group_id,
-            False,
-            lambda g, token, now: g.heartbeat(token, req, ctx.api_version, now),
-            lambda error: HeartbeatResponse(error_code=error),
-            HeartbeatResponse,
-        )
+        return await self._member_request(ctx, req, ClassicGroup.heartbeat, HeartbeatResponse)
 
     async def leave_group(self, ctx: RequestContext, req: LeaveGroupRequest) -> LeaveGroupResponse:
+        return await self._member_request(ctx, req, ClassicGroup.leave, LeaveGroupResponse)
+
+    async def _member_request(
+        self,
+        ctx: RequestContext,
+        req: _Q,
+        method: Callable[[ClassicGroup, Token, _Q, int, int], Outcome],
+        kind: type[_R],
+    ) -> _R:
+        """SyncGroup, Heartbeat and LeaveGroup: a request of an existing group (never creates
+        one), answered by ``method`` of its state machine, failed with only an error code."""
         return await self._ask(
             req.group_id,
             False,
-            lambda g, token, now: g.leave(token, req, ctx.api_version, now),
-            lambda error: LeaveGroupResponse(error_code=error),
-            LeaveGroupResponse,
+            lambda g, token, now: method(g, token, req, ctx.api_version, now),
+            lambda error: kind(error_code=error),
+            kind,
         )
 
     async def _ask(

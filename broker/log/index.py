@@ -80,10 +80,14 @@ class _SparseIndex:
         self._written = 0
         self.loaded = True
 
-    def _read_file(self) -> tuple[array[int], array[int]]:
+    def _file_size(self) -> int:
         size = self._handle.size()
         if size % self.ENTRY.size:
             raise CorruptIndexError(f"{self.path}: {size} bytes is not a whole number of entries")
+        return size
+
+    def _read_file(self) -> tuple[array[int], array[int]]:
+        size = self._file_size()
         data = self._handle.read(0, size)
         if len(data) != size:
             raise CorruptIndexError(f"{self.path}: read {len(data)} of {size} bytes")
@@ -93,11 +97,22 @@ class _SparseIndex:
             values.append(value)
         return keys, values
 
+    def _load_checked(
+        self, keys: array[int], values: array[int], offsets: array[int], next_offset: int
+    ) -> None:
+        """Either index, read from its file: its relative ``offsets`` column (the keys or the
+        values) lies below the segment's next offset, and both columns strictly increase."""
+        limit = next_offset - self.base_offset
+        if offsets and not (offsets[0] >= 0 and offsets[-1] < limit):
+            raise CorruptIndexError(f"{self.path}: offsets outside [{self.base_offset}, {limit})")
+        if not (_strictly_increasing(keys) and _strictly_increasing(values)):
+            raise CorruptIndexError(f"{self.path}: entries are not in increasing order")
+        self._keys, self._values, self._written = keys, values, len(keys)
+        self.loaded = True
+
     def last_entry_on_disk(self) -> tuple[int, int] | None:
         """The file's last entry, read without loading the rest (the cheap check at open)."""
-        size = self._handle.size()
-        if size % self.ENTRY.size:
-            raise CorruptIndexError(f"{self.path}: {size} bytes is not a whole number of entries")
+        size = self._file_size()
         if size == 0:
             return None
         key, value = self.ENTRY.unpack(self._handle.read(size - self.ENTRY.size, self.ENTRY.size))
@@ -147,15 +162,9 @@ class OffsetIndex(_SparseIndex):
     def load(self, *, next_offset: int, log_size_bytes: int) -> None:
         """Read and check every entry; raise ``CorruptIndexError`` on any inconsistency."""
         keys, positions = self._read_file()
-        limit = next_offset - self.base_offset
-        if keys and not (keys[0] >= 0 and keys[-1] < limit):
-            raise CorruptIndexError(f"{self.path}: offsets outside [{self.base_offset}, {limit})")
         if positions and not (positions[0] >= 0 and positions[-1] < log_size_bytes):
             raise CorruptIndexError(f"{self.path}: positions beyond the log's {log_size_bytes}")
-        if not (_strictly_increasing(keys) and _strictly_increasing(positions)):
-            raise CorruptIndexError(f"{self.path}: entries are not in increasing order")
-        self._keys, self._values, self._written = keys, positions, len(keys)
-        self.loaded = True
+        self._load_checked(keys, positions, keys, next_offset)
 
     def check_last_entry(self, *, next_offset: int, log_size_bytes: int) -> None:
         last = self.last_entry_on_disk()
@@ -210,13 +219,7 @@ class TimeIndex(_SparseIndex):
     def load(self, *, next_offset: int, log_size_bytes: int) -> None:
         del log_size_bytes  # entries hold no positions
         timestamps, offsets = self._read_file()
-        limit = next_offset - self.base_offset
-        if offsets and not (offsets[0] >= 0 and offsets[-1] < limit):
-            raise CorruptIndexError(f"{self.path}: offsets outside [{self.base_offset}, {limit})")
-        if not (_strictly_increasing(timestamps) and _strictly_increasing(offsets)):
-            raise CorruptIndexError(f"{self.path}: entries are not in increasing order")
-        self._keys, self._values, self._written = timestamps, offsets, len(timestamps)
-        self.loaded = True
+        self._load_checked(timestamps, offsets, offsets, next_offset)
 
     def check_last_entry(self, *, next_offset: int, log_size_bytes: int) -> tuple[int, int] | None:
         """The last entry as ``(timestamp, absolute offset)``, after checking it."""

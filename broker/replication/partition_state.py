@@ -57,15 +57,47 @@ PENDING: Literal["pending"] = "pending"
 AcksAllResult = ErrorCode | None | Literal["pending"]
 
 
-def _check_epochs(
-    leader_epoch: int, partition_epoch: int, new_leader_epoch: int, new_partition_epoch: int
-) -> ErrorCode | None:
-    """Metadata older than what this replica knows is refused (a missed election)."""
-    if new_leader_epoch < leader_epoch:
-        return ErrorCode.FENCED_LEADER_EPOCH
-    if new_leader_epoch == leader_epoch and new_partition_epoch < partition_epoch:
-        return ErrorCode.FENCED_LEADER_EPOCH
-    return None
+class _Role:
+    """What the leader's and a follower's state of one partition share: the epochs they were
+    made at, and becoming the leader with newer ones (a new leadership over this replica's own
+    log; a re-elected leader forgets its followers' offsets)."""
+
+    __slots__ = ()
+    replica_id: int
+    leader_epoch: int
+    partition_epoch: int
+    log_end_offset: int
+    high_watermark: int
+
+    def check_epochs(self, leader_epoch: int, partition_epoch: int) -> ErrorCode | None:
+        """Metadata older than what this replica knows is refused (a missed election)."""
+        if leader_epoch < self.leader_epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if leader_epoch == self.leader_epoch and partition_epoch < self.partition_epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        return None
+
+    def become_leader(
+        self,
+        replicas: Iterable[int],
+        isr: Iterable[int],
+        leader_epoch: int,
+        partition_epoch: int,
+        now_ms: int,
+    ) -> PartitionState | ErrorCode:
+        error = self.check_epochs(leader_epoch, partition_epoch)
+        if error is not None:
+            return error
+        return PartitionState.new_leader(
+            self.replica_id,
+            replicas,
+            isr,
+            leader_epoch,
+            partition_epoch,
+            self.log_end_offset,
+            self.high_watermark,
+            now_ms,
+        )
 
 
 # --- leader side -------------------------------------------------------------------------------
@@ -116,7 +148,7 @@ class FetchDecision:
 
 
 @dataclass(slots=True)
-class PartitionState:
+class PartitionState(_Role):
     """The leader's replication state of one partition."""
 
     replica_id: int  # this broker, the leader
@@ -173,24 +205,21 @@ class PartitionState:
 
     def check_invariants(self) -> None:
         """Broken, they stop the broker (``broker.fatal``): it would serve a wrong partition."""
-        isr, pending, replicas = self.isr, self.pending_isr, set(self.replicas)
-        if self.replica_id not in isr or not isr <= replicas:
-            fatal(
-                "partition.leader-in-isr-within-replicas",
-                "the leader must be in the ISR, and the ISR among the replicas",
-                leader=self.replica_id,
-                isr=sorted(isr),
-                replicas=self.replicas,
-            )
-        if pending is not None and (self.replica_id not in pending or not pending <= replicas):
-            fatal(
-                "partition.leader-in-pending-isr-within-replicas",
-                "the leader must be in the pending ISR, and it among the replicas",
-                leader=self.replica_id,
-                pending_isr=sorted(pending),
-                replicas=self.replicas,
-            )
+        self._check_leader_within("isr", self.isr, "the ISR, and the ISR")
+        if self.pending_isr is not None:
+            self._check_leader_within("pending_isr", self.pending_isr, "the pending ISR, and it")
         _check_high_watermark(self.high_watermark, self.log_end_offset)
+
+    def _check_leader_within(self, name: str, members: frozenset[int], what: str) -> None:
+        """The committed ISR and the one proposed alike: the leader in it, it in the replicas."""
+        if self.replica_id not in members or not members <= set(self.replicas):
+            fatal(
+                f"partition.leader-in-{name.replace('_', '-')}-within-replicas",
+                f"the leader must be in {what} among the replicas",
+                leader=self.replica_id,
+                **{name: sorted(members)},
+                replicas=self.replicas,
+            )
 
     def maybe_increment_high_watermark(self) -> bool:
         """``Partition.maybeIncrementLeaderHW``: the smallest log end offset over the maximal
@@ -333,9 +362,7 @@ class PartitionState:
     def become_follower(
         self, leader_id: int, leader_epoch: int, partition_epoch: int
     ) -> FollowerState | ErrorCode:
-        error = _check_epochs(
-            self.leader_epoch, self.partition_epoch, leader_epoch, partition_epoch
-        )
+        error = self.check_epochs(leader_epoch, partition_epoch)
         if error is not None:
             return error
         return FollowerState(
@@ -346,17 +373,6 @@ class PartitionState:
             self.log_end_offset,
             self.high_watermark,
         )
-
-    def become_leader(
-        self,
-        replicas: Iterable[int],
-        isr: Iterable[int],
-        leader_epoch: int,
-        partition_epoch: int,
-        now_ms: int,
-    ) -> PartitionState | ErrorCode:
-        """Re-elected with a newer epoch: a new leadership, followers' offsets forgotten."""
-        return _promote(self, replicas, isr, leader_epoch, partition_epoch, now_ms)
 
 
 # --- follower side -----------------------------------------------------------------------------
@@ -372,7 +388,7 @@ class Truncation:
 
 
 @dataclass(slots=True)
-class FollowerState:
+class FollowerState(_Role):
     replica_id: int
     leader_id: int
     leader_epoch: int
@@ -421,9 +437,7 @@ class FollowerState:
         self, leader_id: int, leader_epoch: int, partition_epoch: int
     ) -> ErrorCode | None:
         """A new leader (or newer metadata): the caller then truncates via the epoch rule."""
-        error = _check_epochs(
-            self.leader_epoch, self.partition_epoch, leader_epoch, partition_epoch
-        )
+        error = self.check_epochs(leader_epoch, partition_epoch)
         if error is not None:
             return error
         self.leader_id, self.leader_epoch, self.partition_epoch = (
@@ -432,41 +446,6 @@ class FollowerState:
             partition_epoch,
         )
         return None
-
-    def become_leader(
-        self,
-        replicas: Iterable[int],
-        isr: Iterable[int],
-        leader_epoch: int,
-        partition_epoch: int,
-        now_ms: int,
-    ) -> PartitionState | ErrorCode:
-        return _promote(self, replicas, isr, leader_epoch, partition_epoch, now_ms)
-
-
-def _promote(
-    role: PartitionState | FollowerState,
-    replicas: Iterable[int],
-    isr: Iterable[int],
-    leader_epoch: int,
-    partition_epoch: int,
-    now_ms: int,
-) -> PartitionState | ErrorCode:
-    """Either role elected leader with a newer epoch: a new leadership over its own log,
-    followers' offsets forgotten."""
-    error = _check_epochs(role.leader_epoch, role.partition_epoch, leader_epoch, partition_epoch)
-    if error is not None:
-        return error
-    return PartitionState.new_leader(
-        role.replica_id,
-        replicas,
-        isr,
-        leader_epoch,
-        partition_epoch,
-        role.log_end_offset,
-        role.high_watermark,
-        now_ms,
-    )
 
 
 def _check_high_watermark(high_watermark: int, log_end_offset: int) -> None:

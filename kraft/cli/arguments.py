@@ -46,6 +46,14 @@ def common_options() -> argparse.ArgumentParser:
     return common
 
 
+def command_family(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, help_text: str
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    """``kraft NAME ACTION``: the family's parser, whose chosen action is ``NAME_command``."""
+    family = sub.add_parser(name, help=help_text)
+    return family.add_subparsers(dest=f"{name}_command", metavar="ACTION", required=True)
+
+
 def bootstrap_addresses(text: str) -> list[tuple[str, int]]:
     """``host:port[,host:port...]`` (IPv6 hosts in brackets)."""
     out = []

@@ -14,8 +14,8 @@ import sys
 import urllib.parse
 from typing import Any, Final
 
-from kraft.cli.arguments import non_negative_int
-from kraft.cli.output import format_table, print_json
+from kraft.cli.arguments import command_family, non_negative_int
+from kraft.cli.output import format_table, print_json, print_result
 from kraft.cli.rest_client import AdminClient, AdminError, command
 
 OFFSET_COLUMNS: Final = (
@@ -50,12 +50,9 @@ def group_of(args: argparse.Namespace) -> str:
 @command
 def groups_list(args: argparse.Namespace, client: AdminClient) -> int:
     groups = client.call("GET", "/v1/groups").body
-    if args.json:
-        print_json(groups)
-        return 0
     rows = [(g["group_id"], g["state"], g["protocol_type"], g["coordinator"]) for g in groups]
-    print(format_table(("GROUP", "STATE", "PROTOCOL-TYPE", "COORDINATOR"), rows))
-    return 0
+    headers = ("GROUP", "STATE", "PROTOCOL-TYPE", "COORDINATOR")
+    return print_result(args.json, groups, lambda: format_table(headers, rows))
 
 
 @command
@@ -151,11 +148,8 @@ def group_state_text(group: dict[str, Any]) -> str:
 def groups_delete(args: argparse.Namespace, client: AdminClient) -> int:
     group = group_of(args)
     client.call("DELETE", group_path(group))
-    if args.json:
-        print_json({"group_id": group, "deleted": True})
-    else:
-        print(f"Deletion of requested consumer groups ('{group}') was successful.")
-    return 0
+    done = f"Deletion of requested consumer groups ('{group}') was successful."
+    return print_result(args.json, {"group_id": group, "deleted": True}, lambda: done)
 
 
 @command
@@ -216,10 +210,9 @@ def _add_group_argument(parser: argparse.ArgumentParser) -> None:
 def add_parser(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
-    groups = sub.add_parser(
-        "groups", help="list, describe, delete consumer groups and reset their offsets"
+    actions = command_family(
+        sub, "groups", "list, describe, delete consumer groups and reset their offsets"
     )
-    actions = groups.add_subparsers(dest="groups_command", metavar="ACTION", required=True)
     actions.add_parser("list", parents=[common], help="list groups").set_defaults(func=groups_list)
 
     describe = actions.add_parser(

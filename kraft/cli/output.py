@@ -5,11 +5,21 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 def print_json(value: object) -> None:
     print(json.dumps(value, indent=2))
+
+
+def print_result(as_json: bool, value: object, text: Callable[[], str]) -> int:
+    """What an admin command prints on success: the REST answer as JSON with ``--json``, else
+    its human text (built only then).  Returns the command's exit status."""
+    if as_json:
+        print_json(value)
+    else:
+        print(text())
+    return 0
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

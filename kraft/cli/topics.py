@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, Final
 
-from kraft.cli.arguments import key_value, positive_int
-from kraft.cli.output import fail, format_table, print_json
+from kraft.cli.arguments import command_family, key_value, positive_int
+from kraft.cli.output import fail, format_table, print_json, print_result
 from kraft.cli.rest_client import AdminClient, command, topic_path
 
 
@@ -23,32 +23,22 @@ def topics_create(args: argparse.Namespace, client: AdminClient) -> int:
     if args.replication_factor is not None:
         body["replication_factor"] = args.replication_factor
     topic = client.call("POST", "/v1/topics", body).body
-    if args.json:
-        print_json(topic)
-    else:
-        print(f"Created topic {args.name}.")
-    return 0
+    return print_result(args.json, topic, lambda: f"Created topic {args.name}.")
 
 
 @command
 def topics_list(args: argparse.Namespace, client: AdminClient) -> int:
     topics = client.call("GET", "/v1/topics").body
-    if args.json:
-        print_json(topics)
-        return 0
     rows = [(t["name"], t["partitions"], t["replication_factor"]) for t in topics]
-    print(format_table(("NAME", "PARTITIONS", "REPLICATION_FACTOR"), rows))
-    return 0
+    return print_result(
+        args.json, topics, lambda: format_table(("NAME", "PARTITIONS", "REPLICATION_FACTOR"), rows)
+    )
 
 
 @command
 def topics_describe(args: argparse.Namespace, client: AdminClient) -> int:
     topic = client.call("GET", topic_path(args.name)).body
-    if args.json:
-        print_json(topic)
-    else:
-        print(describe_text(topic))
-    return 0
+    return print_result(args.json, topic, lambda: describe_text(topic))
 
 
 PARTITION_COLUMNS: Final = (
@@ -97,18 +87,13 @@ def topics_alter(args: argparse.Namespace, client: AdminClient) -> int:
     if args.partitions is not None:
         count = {"count": args.partitions}
         topic = client.call("POST", topic_path(args.name, "partitions"), count).body
-    if args.json:
-        print_json(topic)
-    else:
-        print(f"Altered topic {args.name}.")
-    return 0
+    return print_result(args.json, topic, lambda: f"Altered topic {args.name}.")
 
 
 def add_parser(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
-    topics = sub.add_parser("topics", help="create, list, describe, alter and delete topics")
-    actions = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
+    actions = command_family(sub, "topics", "create, list, describe, alter and delete topics")
 
     create = actions.add_parser("create", parents=[common], help="create a topic")
     create.add_argument("name")

@@ -35,16 +35,15 @@ The request carries no version here: topics addressed by id are read as v2+, by 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import AlterPartitionRequest, AlterPartitionResponse
 from kafka_protocol.metadata import PartitionChangeRecord
 from kafka_protocol.types import BrokerId
-from kraft.controller.partitions import active_brokers, elect_leader
+from kraft.controller.partitions import PartitionChanges, active_brokers, elect_leader
 from kraft.controller.result import ZERO_UUID, ControllerResult
 from metadata_log.image import ClusterImage, LeaderRecoveryState, PartitionImage, TopicImage
-from metadata_log.records import MetadataRecord
 
 NO_BROKER_EPOCH = -1  # BrokerState.broker_epoch: the broker epoch is not checked
 
@@ -53,18 +52,10 @@ PartitionResult = AlterPartitionResponse.PartitionData
 
 
 @dataclass(slots=True)
-class _Alteration:
-    """State shared by the partitions of one request: the records so far, and the partitions
-    they changed (so that a partition named twice sees its first change)."""
+class _Alteration(PartitionChanges):
+    """One AlterPartition request: the broker that sent it, and its changes so far."""
 
-    image: ClusterImage
     broker_id: int
-    records: list[MetadataRecord] = field(default_factory=list)
-    changed: dict[tuple[uuid.UUID, int], PartitionImage] = field(default_factory=dict)
-
-    def partition(self, topic: TopicImage, partition_id: int) -> PartitionImage | None:
-        changed = self.changed.get((topic.topic_id, partition_id))
-        return changed if changed is not None else topic.partitions.get(partition_id)
 
 
 def alter_partition(
@@ -117,9 +108,7 @@ def _alter_one(
         return PartitionResult(partition_index=partition_id, error_code=error)
     record = _change(state.image, topic.topic_id, partition_id, partition, request)
     if record is not None:
-        state.records.append(record)
-        partition = partition.merge(record)
-        state.changed[(topic.topic_id, partition_id)] = partition
+        partition = state.add(topic, partition_id, partition, record)
     return PartitionResult(
         partition_index=partition_id,
         error_code=ErrorCode.NONE,

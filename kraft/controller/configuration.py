@@ -13,8 +13,8 @@ from __future__ import annotations
 import enum
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping
-from typing import TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol, TypeVar
 
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
@@ -32,10 +32,12 @@ from metadata_log.configs import (
     validate_broker_config,
     validate_topic_configs,
 )
-from metadata_log.image import ClusterImage, ConfigResource, ConfigResourceType
+from metadata_log.image import ClusterImage, ConfigResource, ConfigResourceType, overlay
 from metadata_log.records import MetadataRecord
 
 C = TypeVar("C")
+C_co = TypeVar("C_co", covariant=True)
+_Answer = TypeVar("_Answer", IncrementalAlterConfigsResponse, AlterConfigsResponse)
 
 
 class OpType(enum.IntEnum):
@@ -81,23 +83,13 @@ def _check_broker_name(name: str) -> ApiError | None:
     return None
 
 
-def _new_configs(current: Mapping[str, str], changes: _Changes) -> dict[str, str]:
-    out = dict(current)
-    for key, value in changes.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = value
-    return out
-
-
 def _validate(
     resource: ConfigResource,
     current: Mapping[str, str],
     changes: _Changes,
     config: ControllerConfig,
 ) -> ApiError | None:
-    new = _new_configs(current, changes)
+    new = overlay(current, changes)
     if resource.resource_type == ConfigResourceType.TOPIC:
         invalid = validate_topic_configs(new)
     else:
@@ -129,75 +121,112 @@ def _records(
     ]
 
 
-# --- IncrementalAlterConfigs ------------------------------------------------------------------
+# --- both APIs: each resource succeeds or fails alone ----------------------------------------
 
 
-def incremental_alter_configs(
-    config: ControllerConfig, request: IncrementalAlterConfigsRequest, image: ClusterImage
-) -> ControllerResult[IncrementalAlterConfigsResponse]:
+class _AlterResource(Protocol[C_co]):
+    """A resource of either config API's request, with its config items."""
+
+    @property
+    def resource_type(self) -> int: ...
+
+    @property
+    def resource_name(self) -> str: ...
+
+    @property
+    def configs(self) -> Sequence[C_co]: ...
+
+
+class _AlterRequest(Protocol[C_co]):
+    @property
+    def resources(self) -> Sequence[_AlterResource[C_co]]: ...
+
+    @property
+    def validate_only(self) -> bool: ...
+
+
+# How one API turns a resource's items into changes, given the resource's current configs.
+_ChangesOf = Callable[[ConfigResource, Sequence[C], Mapping[str, str]], _Changes | ApiError]
+
+
+def _alter_each(
+    kind: type[_Answer],
+    request: _AlterRequest[C],
+    image: ClusterImage,
+    config: ControllerConfig,
+    changes_of: _ChangesOf[C],
+) -> ControllerResult[_Answer]:
+    """IncrementalAlterConfigs and AlterConfigs alike: each resource once, in request order; a
+    resource named twice in one request is refused as a whole (Kafka's INVALID_REQUEST
+    "Duplicate resource."); ``validate_only`` answers without records."""
+    named = [
+        (ConfigResource(r.resource_type, r.resource_name), r.configs) for r in request.resources
+    ]
+    counts = Counter(resource for resource, _ in named)
+    answered: set[ConfigResource] = set()
     records: list[MetadataRecord] = []
-    outcomes = _each_resource(
-        [(ConfigResource(r.resource_type, r.resource_name), r.configs) for r in request.resources],
-        lambda resource, ops: _alter_incrementally(resource, ops, image, config, records),
-    )
-    response = IncrementalAlterConfigsResponse(
-        responses=[
-            IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
+    entries = []
+    for resource, items in named:
+        if resource in answered:
+            continue
+        answered.add(resource)
+        if counts[resource] > 1:
+            error = ApiError(ErrorCode.INVALID_REQUEST, "Duplicate resource.")
+        else:
+            error = _alter_one(resource, items, image, config, records, changes_of)
+        entries.append(
+            kind.AlterConfigsResourceResponse(
                 error_code=error.code,
                 error_message=error.message,
                 resource_type=resource.resource_type,
                 resource_name=resource.name,
             )
-            for resource, error in outcomes
-        ]
-    )
-    return ControllerResult([] if request.validate_only else records, response)
+        )
+    return ControllerResult([] if request.validate_only else records, kind(responses=entries))
 
 
-def _each_resource(
-    resources: list[tuple[ConfigResource, C]],
-    alter: Callable[[ConfigResource, C], ApiError],
-) -> list[tuple[ConfigResource, ApiError]]:
-    """Apply ``alter`` to each resource once, in request order; a resource named twice in one
-    request is refused as a whole (Kafka's INVALID_REQUEST "Duplicate resource.")."""
-    counts = Counter(resource for resource, _ in resources)
-    answered: set[ConfigResource] = set()
-    outcomes = []
-    for resource, configs in resources:
-        if resource in answered:
-            continue
-        answered.add(resource)
-        if counts[resource] > 1:
-            outcomes.append((resource, ApiError(ErrorCode.INVALID_REQUEST, "Duplicate resource.")))
-        else:
-            outcomes.append((resource, alter(resource, configs)))
-    return outcomes
-
-
-def _alter_incrementally(
+def _alter_one(
     resource: ConfigResource,
-    ops: list[IncrementalAlterConfigsRequest.AlterableConfig],
+    items: Sequence[C],
     image: ClusterImage,
     config: ControllerConfig,
     records: list[MetadataRecord],
+    changes_of: _ChangesOf[C],
 ) -> ApiError:
+    """One resource: checked, its changes computed, the new config set validated as a whole,
+    then its ConfigRecords added to ``records``."""
     error = check_resource(resource, image)
     if error is not None:
         return error
+    current = image.configs.get(resource, {})
+    changes = changes_of(resource, items, current)
+    if isinstance(changes, ApiError):
+        return changes
+    error = _validate(resource, current, changes, config)
+    if error is not None:
+        return error
+    records.extend(_records(resource, current, changes))
+    return ApiError(ErrorCode.NONE)
+
+
+# --- IncrementalAlterConfigs ------------------------------------------------------------------
+
+
+def _incremental(
+    resource: ConfigResource,
+    ops: Sequence[IncrementalAlterConfigsRequest.AlterableConfig],
+    current: Mapping[str, str],
+) -> _Changes | ApiError:
+    """IncrementalAlterConfigs: each named key is set, deleted, appended to or subtracted from."""
     if len({op.name for op in ops}) != len(ops):
         return ApiError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
-    current = image.configs.get(resource, {})
     changes: _Changes = {}
     for op in ops:
         value = _apply_op(resource, op, current.get(op.name))
         if isinstance(value, ApiError):
             return value
         changes[op.name] = value
-    error = _validate(resource, current, changes, config)
-    if error is not None:
-        return error
-    records.extend(_records(resource, current, changes))
-    return ApiError(ErrorCode.NONE)
+    return changes
 
 
 def _apply_op(
@@ -230,49 +259,36 @@ def _apply_op(
 # --- AlterConfigs (legacy: replaces the whole config set) -------------------------------------
 
 
-def alter_configs(
-    config: ControllerConfig, request: AlterConfigsRequest, image: ClusterImage
-) -> ControllerResult[AlterConfigsResponse]:
-    records: list[MetadataRecord] = []
-    outcomes = _each_resource(
-        [(ConfigResource(r.resource_type, r.resource_name), r.configs) for r in request.resources],
-        lambda resource, configs: _replace_configs(resource, configs, image, config, records),
-    )
-    response = AlterConfigsResponse(
-        responses=[
-            AlterConfigsResponse.AlterConfigsResourceResponse(
-                error_code=error.code,
-                error_message=error.message,
-                resource_type=resource.resource_type,
-                resource_name=resource.name,
-            )
-            for resource, error in outcomes
-        ]
-    )
-    return ControllerResult([] if request.validate_only else records, response)
-
-
-def _replace_configs(
+def _replacement(
     resource: ConfigResource,
-    configs: list[AlterConfigsRequest.AlterableConfig],
-    image: ClusterImage,
-    config: ControllerConfig,
-    records: list[MetadataRecord],
-) -> ApiError:
-    error = check_resource(resource, image)
-    if error is not None:
-        return error
+    configs: Sequence[AlterConfigsRequest.AlterableConfig],
+    current: Mapping[str, str],
+) -> _Changes | ApiError:
+    """AlterConfigs: the given set replaces the whole; a key it does not name is deleted."""
     nulls = [c.name for c in configs if c.value is None]
     if nulls:
         return ApiError(
             ErrorCode.INVALID_REQUEST, f"Null value not supported for: {','.join(nulls)}"
         )
-    current = image.configs.get(resource, {})
     changes: _Changes = {c.name: c.value for c in configs}
     for key in current:
         changes.setdefault(key, None)
-    error = _validate(resource, current, changes, config)
-    if error is not None:
-        return error
-    records.extend(_records(resource, current, changes))
-    return ApiError(ErrorCode.NONE)
+    return changes
+
+
+# --- the two APIs: their answer type and how their items become changes ----------------------
+
+
+def _config_api(
+    kind: type[_Answer], changes_of: _ChangesOf[C]
+) -> Callable[[ControllerConfig, _AlterRequest[C], ClusterImage], ControllerResult[_Answer]]:
+    def handle(
+        config: ControllerConfig, request: _AlterRequest[C], image: ClusterImage
+    ) -> ControllerResult[_Answer]:
+        return _alter_each(kind, request, image, config, changes_of)
+
+    return handle
+
+
+incremental_alter_configs = _config_api(IncrementalAlterConfigsResponse, _incremental)
+alter_configs = _config_api(AlterConfigsResponse, _replacement)

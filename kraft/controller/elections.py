@@ -45,7 +45,7 @@ from __future__ import annotations
 import enum
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from kafka_protocol.errors import ErrorCode
@@ -54,6 +54,7 @@ from kafka_protocol.metadata import ConfigRecord, PartitionChangeRecord
 from kafka_protocol.types import BrokerId, TopicName
 from kraft.controller.partitions import (
     IsActive,
+    PartitionChanges,
     UncleanPolicy,
     active_brokers,
     all_partitions,
@@ -65,7 +66,7 @@ from kraft.controller.partitions import (
 from kraft.controller.result import ControllerResult
 from metadata_log.configs import BrokerConfigSources, effective_topic_value
 from metadata_log.delta import replay_records
-from metadata_log.image import NO_LEADER, ClusterImage, PartitionImage, TopicImage, TopicPartition
+from metadata_log.image import NO_LEADER, ClusterImage, PartitionImage, TopicPartition
 from metadata_log.records import MetadataRecord
 
 UNCLEAN_LEADER_ELECTION_ENABLE: Final = "unclean.leader.election.enable"
@@ -127,19 +128,11 @@ def elections_after_config_change(
 
 
 @dataclass(slots=True)
-class _Election:
-    """State shared by the partitions of one request: the records so far, and the partitions
-    they changed (so that a partition named twice sees its first election)."""
+class _Election(PartitionChanges):
+    """One ElectLeaders request: its election type, the live brokers, and its elections so far."""
 
-    image: ClusterImage
     election_type: ElectionType
     is_active: IsActive
-    records: list[MetadataRecord] = field(default_factory=list)
-    changed: dict[tuple[uuid.UUID, int], PartitionImage] = field(default_factory=dict)
-
-    def partition(self, topic: TopicImage, partition_id: int) -> PartitionImage | None:
-        changed = self.changed.get((topic.topic_id, partition_id))
-        return changed if changed is not None else topic.partitions.get(partition_id)
 
 
 def elect_leaders(
@@ -213,8 +206,7 @@ def _elect_one(
         record = _unclean_or_clean(topic.topic_id, partition_id, partition, state.is_active)
     if record is None:
         return _not_available(topic_name, partition_id, partition, preferred)
-    state.records.append(record)
-    state.changed[(topic.topic_id, partition_id)] = partition.merge(record)
+    state.add(topic, partition_id, partition, record)
     return ErrorCode.NONE, None
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 from kafka_protocol.metadata import PartitionChangeRecord
 from kafka_protocol.types import BrokerId
@@ -32,6 +33,7 @@ from metadata_log.image import (
     PartitionImage,
     TopicImage,
 )
+from metadata_log.records import MetadataRecord
 
 IsActive = Callable[[int], bool]
 UncleanPolicy = Callable[[str], bool]  # topic name -> may elect a leader outside the ISR
@@ -179,3 +181,30 @@ def leaderless_elections(
 
 def leads_any_partition(image: ClusterImage, broker_id: int) -> bool:
     return any(p.leader == broker_id for _, _, p in all_partitions(image))
+
+
+@dataclass(slots=True)
+class PartitionChanges:
+    """The records of one request that changes partitions (AlterPartition, ElectLeaders) and
+    the partitions they changed, so that a partition named twice sees its first change."""
+
+    image: ClusterImage
+    records: list[MetadataRecord] = field(default_factory=list, init=False)
+    changed: dict[tuple[uuid.UUID, int], PartitionImage] = field(default_factory=dict, init=False)
+
+    def partition(self, topic: TopicImage, partition_id: int) -> PartitionImage | None:
+        changed = self.changed.get((topic.topic_id, partition_id))
+        return changed if changed is not None else topic.partitions.get(partition_id)
+
+    def add(
+        self,
+        topic: TopicImage,
+        partition_id: int,
+        partition: PartitionImage,
+        change: PartitionChangeRecord,
+    ) -> PartitionImage:
+        """One more change of ``partition``: the partition as it now stands."""
+        self.records.append(change)
+        merged = partition.merge(change)
+        self.changed[(topic.topic_id, partition_id)] = merged
+        return merged
