@@ -30,7 +30,7 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 
 from broker.dispatcher import ApiHandler, RequestContext
 from kafka_protocol._codec import Request, Response
-from kafka_protocol.errors import ErrorCode
+from kafka_protocol.errors import ErrorCode, KafkaError
 from kafka_protocol.messages import (
     AlterConfigsRequest,
     AlterConfigsResponse,
@@ -52,13 +52,9 @@ Q = TypeVar("Q", bound=Request)
 R = TypeVar("R", bound=Response)
 
 
-class ControllerRequestError(Exception):
+class ControllerRequestError(KafkaError):
     """A controller call that has no per-item answer failed with ``error_code``
     (``allocate_producer_ids``: controller unreachable, stale broker epoch, ...)."""
-
-    def __init__(self, error_code: ErrorCode, message: str | None = None) -> None:
-        super().__init__(f"{error_code.name}: {message or error_code.message}")
-        self.error_code = error_code
 
 
 class Forwarder(Protocol):
@@ -144,38 +140,34 @@ def _partitions_failed(
     )
 
 
-def _configs_failed(
-    request: AlterConfigsRequest, error: ErrorCode, message: str
-) -> AlterConfigsResponse:
-    Result = AlterConfigsResponse.AlterConfigsResourceResponse
-    return AlterConfigsResponse(
-        responses=[
-            Result(
-                resource_type=r.resource_type,
-                resource_name=r.resource_name,
-                error_code=error,
-                error_message=message,
-            )
-            for r in request.resources
-        ]
-    )
+def _each_resource_failed(
+    response_type: type[Any], result_type: type[Any]
+) -> Callable[[Any, ErrorCode, str], Any]:
+    """Every resource of a config change answered ``error`` (both config APIs answer per
+    resource in the same shape)."""
+
+    def failed(request: Any, error: ErrorCode, message: str) -> Any:
+        return response_type(
+            responses=[
+                result_type(
+                    resource_type=r.resource_type,
+                    resource_name=r.resource_name,
+                    error_code=error,
+                    error_message=message,
+                )
+                for r in request.resources
+            ]
+        )
+
+    return failed
 
 
-def _config_changes_failed(
-    request: IncrementalAlterConfigsRequest, error: ErrorCode, message: str
-) -> IncrementalAlterConfigsResponse:
-    Result = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
-    return IncrementalAlterConfigsResponse(
-        responses=[
-            Result(
-                resource_type=r.resource_type,
-                resource_name=r.resource_name,
-                error_code=error,
-                error_message=message,
-            )
-            for r in request.resources
-        ]
-    )
+_configs_failed: Final = _each_resource_failed(
+    AlterConfigsResponse, AlterConfigsResponse.AlterConfigsResourceResponse
+)
+_config_changes_failed: Final = _each_resource_failed(
+    IncrementalAlterConfigsResponse, IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+)
 
 
 def _elections_failed(

@@ -37,6 +37,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Final
 
+from broker.failure_streak import FailureStreak
 from broker.kafka_client import Backoff, ControllerClient
 from broker.metadata_follower import MetadataFollower
 from kafka_protocol.errors import ErrorCode
@@ -103,7 +104,7 @@ class BrokerLifecycle:
         self.is_caught_up = False  # as the controller last said
         self.should_shut_down = False
         self._want_shut_down = False
-        self._unanswered = 0  # heartbeats in a row that no controller answered
+        self._unanswered = FailureStreak(log)  # heartbeats no controller answered
         self._unfence_backoff = Backoff(
             min(UNFENCE_FIRST_RETRY_S, self.heartbeat_interval_s), self.heartbeat_interval_s
         )
@@ -231,23 +232,16 @@ class BrokerLifecycle:
         return response
 
     def _heartbeat_unanswered(self) -> None:
-        self._unanswered += 1
-        level = logging.WARNING if self._unanswered == 1 else logging.DEBUG
-        log.log(
-            level,
+        self._unanswered.failed(
             "broker %d: no controller answered a heartbeat within %g s; retrying",
             self.broker_id,
             self.request_deadline_s,
         )
 
     def _heartbeat_answered(self) -> None:
-        if self._unanswered:
-            log.info(
-                "broker %d heartbeats answered again after %d unanswered",
-                self.broker_id,
-                self._unanswered,
-            )
-        self._unanswered = 0
+        self._unanswered.ended(
+            "broker %d heartbeats answered again after %d unanswered", self.broker_id
+        )
 
     def _heard(self, response: BrokerHeartbeatResponse) -> None:
         if self.is_fenced != response.is_fenced:

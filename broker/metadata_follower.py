@@ -41,6 +41,7 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
+from broker.failure_streak import FailureStreak
 from broker.kafka_client import Backoff, ControllerClient
 from kafka_protocol._codec import Buffer, Chunk, FileRegion, Request, Response
 from kafka_protocol.errors import ErrorCode
@@ -106,8 +107,7 @@ class MetadataFollower:
         self._high_watermark = -1
         self._answered = False
         self._changed = asyncio.Event()
-        self._failing: str | None = None  # the current streak of failures, if any
-        self._failures = 0
+        self._failures = FailureStreak(log)  # fetches in a row that failed
 
     @property
     def image(self) -> ClusterImage:
@@ -152,7 +152,7 @@ class MetadataFollower:
                     self.next_offset,
                     exc,
                 )
-                self._failures += 1
+                self._failures.count += 1  # logged at ERROR above, every time
                 self.client.rotate(to_active=False, reason="sent corrupt metadata")
             else:
                 self._succeeded()
@@ -331,23 +331,14 @@ class MetadataFollower:
         self._changed = asyncio.Event()
 
     def _failed(self, reason: str) -> None:
-        self._failures += 1
-        if self._failing is None:
-            log.warning("metadata fetch failing, retrying: %s", reason)
-            self._failing = reason
-        else:
-            log.debug("metadata fetch still failing: %s", reason)
+        self._failures.failed("metadata fetch failing, retrying: %s", reason)
 
     def _succeeded(self) -> None:
-        if self._failures:
-            log.info(
-                "metadata fetch working again after %d failures (offset %d, high watermark %d)",
-                self._failures,
-                self.next_offset,
-                self._high_watermark,
-            )
-        self._failing = None
-        self._failures = 0
+        self._failures.ended(
+            "metadata fetch working again (offset %d, high watermark %d) after %d failures",
+            self.next_offset,
+            self._high_watermark,
+        )
 
 
 def _received_bytes(chunk: Chunk | None) -> Buffer:

@@ -620,3 +620,14 @@ _TABLE: Final[dict[ErrorCode, tuple[bool, str]]] = {
     ErrorCode.STREAMS_TOPOLOGY_FENCED: (False, "The supplied topology epoch is outdated."),
     ErrorCode.SHARE_SESSION_LIMIT_REACHED: (True, "The limit of share sessions has been reached."),
 }
+
+
+class KafkaError(Exception):
+    """A local failure named by a Kafka error code (Kafka's ``ApiException``), for callers that
+    want a value rather than a response with per-item codes: ``error_code``, and ``message``
+    (the code's own message unless one is given); ``str()`` is ``"NAME: message"``."""
+
+    def __init__(self, error_code: ErrorCode, message: str | None = None) -> None:
+        self.error_code = error_code
+        self.message = message or error_code.message
+        super().__init__(f"{error_code.name}: {self.message}")

@@ -205,17 +205,15 @@ def fence_records(
 def unfence_records(
     image: ClusterImage, broker: BrokerRegistration, unclean: UncleanPolicy
 ) -> list[MetadataRecord]:
-    records: list[MetadataRecord] = [_registration_change(broker, fenced=_UNFENCE)]
-    records.extend(records_for_broker_joining(image, broker.id, unclean))
-    return records
+    change = _registration_change(broker, fenced=_UNFENCE)
+    return [change, *records_for_broker_joining(image, broker.id, unclean)]
 
 
 def controlled_shutdown_records(
     image: ClusterImage, broker: BrokerRegistration, unclean: UncleanPolicy
 ) -> list[MetadataRecord]:
-    records: list[MetadataRecord] = [_registration_change(broker, shutdown=_IN_CONTROLLED_SHUTDOWN)]
-    records.extend(records_for_broker_leaving(image, broker.id, unclean))
-    return records
+    change = _registration_change(broker, shutdown=_IN_CONTROLLED_SHUTDOWN)
+    return [change, *records_for_broker_leaving(image, broker.id, unclean)]
 
 
 def fence_brokers(

@@ -185,7 +185,7 @@ def leads_any_partition(image: ClusterImage, broker_id: int) -> bool:
 
 @dataclass(slots=True)
 class PartitionChanges:
-    """The records of one request that changes partitions (AlterPartition, ElectLeaders) and
+    """The records of one request that changes partitions (an ISR change, a leader election) and
     the partitions they changed, so that a partition named twice sees its first change."""
 
     image: ClusterImage

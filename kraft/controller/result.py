@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from kafka_protocol.errors import ErrorCode
+from kafka_protocol.errors import KafkaError
 from metadata_log.configs import BROKER_CONFIGS, parse_value
 from metadata_log.image import ConfigResource
 from metadata_log.records import MetadataRecord
@@ -20,13 +20,9 @@ ZERO_UUID = uuid.UUID(int=0)
 METADATA_TOPIC_ID = uuid.UUID(int=1)
 
 
-class ControllerApiError(Exception):
+class ControllerApiError(KafkaError):
     """A command refused with a Kafka error code, where the caller wants a value, not a
     response (``LocalController.allocate_producer_ids``)."""
-
-    def __init__(self, error_code: ErrorCode, message: str | None = None) -> None:
-        super().__init__(f"{error_code.name}: {message or error_code.message}")
-        self.error_code = error_code
 
 
 @dataclass(frozen=True, slots=True)

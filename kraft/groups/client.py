@@ -48,7 +48,7 @@ from kafka_protocol.client.requests import (
     offset_commit_errors,
     offset_commit_request,
 )
-from kafka_protocol.errors import ErrorCode
+from kafka_protocol.errors import ErrorCode, KafkaError
 from kafka_protocol.exceptions import CorruptRecordError, ProtocolError
 from kafka_protocol.messages import (
     FetchResponse,
@@ -112,13 +112,12 @@ class Fetched:
     log_start_offset: int
 
 
-class GroupError(Exception):
+class GroupError(KafkaError):
     """An operation failed with ``error`` (a Kafka error code) and ``message``."""
 
-    def __init__(self, error: ErrorCode, message: str) -> None:
-        super().__init__(f"{error.name}: {message}")
-        self.error = error
-        self.message = message
+    @property
+    def error(self) -> ErrorCode:
+        return self.error_code
 
 
 class Retriable(GroupError):

@@ -52,6 +52,7 @@ NOT_CONTROLLER: Final = int(ErrorCode.NOT_CONTROLLER)
 NOT_ACTIVE: Final = "this controller is not the active one"
 
 R = TypeVar("R")
+S = TypeVar("S", BrokerRegistrationResponse, BrokerHeartbeatResponse)
 
 
 class ControllerApis:
@@ -95,22 +96,32 @@ class ControllerApis:
         self, ctx: RequestContext, req: BrokerRegistrationRequest
     ) -> BrokerRegistrationResponse:
         handle = self.qc.controller.handle_register_broker
-        response = await self._run(lambda image: handle(req, image, self.qc.has_valid_session))
-        if response is None:
-            return BrokerRegistrationResponse(error_code=NOT_CONTROLLER)
-        if response.error_code == ErrorCode.NONE:
-            self.qc.touch_session(req.broker_id)
-        return response
+        return await self._broker_session(
+            req.broker_id,
+            lambda image: handle(req, image, self.qc.has_valid_session),
+            BrokerRegistrationResponse(error_code=NOT_CONTROLLER),
+        )
 
     async def broker_heartbeat(
         self, ctx: RequestContext, req: BrokerHeartbeatRequest
     ) -> BrokerHeartbeatResponse:
         handle = self.qc.controller.handle_broker_heartbeat
-        response = await self._run(lambda image: handle(req, image))
+        return await self._broker_session(
+            req.broker_id,
+            lambda image: handle(req, image),
+            BrokerHeartbeatResponse(error_code=NOT_CONTROLLER, is_fenced=True),
+        )
+
+    async def _broker_session(
+        self, broker_id: int, command: Callable[[ClusterImage], ControllerResult[S]], standby: S
+    ) -> S:
+        """A registration or heartbeat: an accepted one renews the broker's session here; a
+        standby controller answers ``standby``."""
+        response = await self._run(command)
         if response is None:
-            return BrokerHeartbeatResponse(error_code=NOT_CONTROLLER, is_fenced=True)
+            return standby
         if response.error_code == ErrorCode.NONE:
-            self.qc.touch_session(req.broker_id)
+            self.qc.touch_session(broker_id)
         return response
 
     async def alter_partition(
