@@ -106,15 +106,28 @@ class ForwardedApi(Generic[Q, R]):
         return self.max_version if self.pinned else min(client_version, self.max_version)
 
 
-def _topics_failed(
-    request: CreateTopicsRequest, error: ErrorCode, message: str
-) -> CreateTopicsResponse:
-    Result = CreateTopicsResponse.CreatableTopicResult
-    return CreateTopicsResponse(
-        topics=[
-            Result(name=t.name, error_code=error, error_message=message) for t in request.topics
+def _each_topic_failed(
+    response_type: type[Any], results_field: str, result_type: type[Any]
+) -> Callable[[Any, ErrorCode, str], Any]:
+    """Every topic of a request answered ``error``, by name (topic creations and partition
+    increases answer per topic in the same shape)."""
+
+    def failed(request: Any, error: ErrorCode, message: str) -> Any:
+        results = [
+            result_type(name=t.name, error_code=error, error_message=message)
+            for t in request.topics
         ]
-    )
+        return response_type(**{results_field: results})
+
+    return failed
+
+
+_topics_failed: Final = _each_topic_failed(
+    CreateTopicsResponse, "topics", CreateTopicsResponse.CreatableTopicResult
+)
+_partitions_failed: Final = _each_topic_failed(
+    CreatePartitionsResponse, "results", CreatePartitionsResponse.CreatePartitionsTopicResult
+)
 
 
 def _deletions_failed(
@@ -127,17 +140,6 @@ def _deletions_failed(
         for t in request.topics
     ]
     return DeleteTopicsResponse(responses=by_name + by_state)
-
-
-def _partitions_failed(
-    request: CreatePartitionsRequest, error: ErrorCode, message: str
-) -> CreatePartitionsResponse:
-    Result = CreatePartitionsResponse.CreatePartitionsTopicResult
-    return CreatePartitionsResponse(
-        results=[
-            Result(name=t.name, error_code=error, error_message=message) for t in request.topics
-        ]
-    )
 
 
 def _each_resource_failed(

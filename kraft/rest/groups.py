@@ -17,6 +17,7 @@ The reset body (``POST /v1/groups/{group}/offsets``)::
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Awaitable
 from typing import Any, Final, TypeVar
@@ -77,12 +78,7 @@ def setup_groups(app: web.Application, node: AdminNode) -> None:
 
 
 def listing_json(group: GroupListing) -> dict[str, Any]:
-    return {
-        "group_id": group.group_id,
-        "state": group.state,
-        "protocol_type": group.protocol_type,
-        "coordinator": group.coordinator,
-    }
+    return dataclasses.asdict(group)
 
 
 def assignment_json(assignment: tuple[TopicPartition, ...] | None) -> list[dict[str, Any]] | None:
@@ -95,13 +91,7 @@ def assignment_json(assignment: tuple[TopicPartition, ...] | None) -> list[dict[
 
 
 def member_json(member: MemberDescription) -> dict[str, Any]:
-    return {
-        "member_id": member.member_id,
-        "group_instance_id": member.group_instance_id,
-        "client_id": member.client_id,
-        "host": member.host,
-        "assignment": assignment_json(member.assignment),
-    }
+    return {**dataclasses.asdict(member), "assignment": assignment_json(member.assignment)}
 
 
 def description_json(group: GroupDescription) -> dict[str, Any]:
