@@ -20,6 +20,7 @@ committed in ``__consumer_offsets``.  OffsetFetch v8 asks for several groups at 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -60,6 +61,7 @@ from kafka_protocol.types import BrokerId, GroupId, TopicName
 GROUP_KEY = 0
 _R = TypeVar("_R", JoinGroupResponse, SyncGroupResponse, HeartbeatResponse, LeaveGroupResponse)
 _Q = TypeVar("_Q", SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest)
+_M = TypeVar("_M")
 MULTI_GROUP_FETCH_VERSION = 8
 PER_PARTITION_ERROR_VERSION = 2  # OffsetFetch v2+ has a top-level error code too
 
@@ -321,25 +323,15 @@ class GroupHandlers:
             for topic in group.topics:
                 for p in topic.partitions:
                     p.error_code = error
-        return OffsetFetchResponse(
-            error_code=error,
-            topics=[
-                OffsetFetchResponse.OffsetFetchResponseTopic(
-                    name=t.name,
-                    partitions=[
-                        OffsetFetchResponse.OffsetFetchResponsePartition(
-                            partition_index=p.partition_index,
-                            committed_offset=p.committed_offset,
-                            committed_leader_epoch=p.committed_leader_epoch,
-                            metadata=p.metadata,
-                            error_code=p.error_code,
-                        )
-                        for p in t.partitions
-                    ],
-                )
-                for t in group.topics
-            ],
-        )
+        # v0-7 carry one group's topics at the top level, in classes of their own with the
+        # same fields as v8's per-group ones
+        Topic = OffsetFetchResponse.OffsetFetchResponseTopic
+        Partition = OffsetFetchResponse.OffsetFetchResponsePartition
+        topics = [
+            Topic(name=t.name, partitions=[_copy_fields(Partition, p) for p in t.partitions])
+            for t in group.topics
+        ]
+        return OffsetFetchResponse(error_code=error, topics=topics)
 
     def _fetch_group(
         self, group_id: str, asked: list[tuple[str, list[int]]] | None
@@ -373,6 +365,11 @@ def _asked(
 ) -> list[tuple[str, list[int]]] | None:
     """The (topic, partitions) asked for; None: every partition with a committed offset."""
     return None if topics is None else [(str(t.name), t.partition_indexes) for t in topics]
+
+
+def _copy_fields(cls: type[_M], source: object) -> _M:
+    """A ``cls`` holding ``source``'s values of ``cls``'s fields."""
+    return cls(**{f.name: getattr(source, f.name) for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
 
 
 def _no_offset(partition: int) -> OffsetFetchResponse.OffsetFetchResponsePartitions:
