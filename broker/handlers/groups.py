@@ -21,8 +21,8 @@ committed in ``__consumer_offsets``.  OffsetFetch v8 asks for several groups at 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from broker.coordinator.classic_groups import GroupCall
 from broker.coordinator.offsets import explicit_expiry
@@ -62,6 +62,7 @@ GROUP_KEY = 0
 _R = TypeVar("_R", JoinGroupResponse, SyncGroupResponse, HeartbeatResponse, LeaveGroupResponse)
 _Q = TypeVar("_Q", SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest)
 _M = TypeVar("_M")
+_T = TypeVar("_T")
 MULTI_GROUP_FETCH_VERSION = 8
 PER_PARTITION_ERROR_VERSION = 2  # OffsetFetch v2+ has a top-level error code too
 
@@ -209,22 +210,13 @@ class GroupHandlers:
     ) -> OffsetDeleteResponse:
         asked = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
         error, per_partition = await self.coordinator.delete_offsets(req.group_id, asked)
-        return OffsetDeleteResponse(
-            error_code=error,
-            topics=[
-                OffsetDeleteResponse.OffsetDeleteResponseTopic(
-                    name=t.name,
-                    partitions=[
-                        OffsetDeleteResponse.OffsetDeleteResponsePartition(
-                            partition_index=p.partition_index,
-                            error_code=per_partition.get((t.name, p.partition_index), error),
-                        )
-                        for p in t.partitions
-                    ],
-                )
-                for t in req.topics
-            ],
+        topics = _each_partition_answered(
+            req.topics,
+            OffsetDeleteResponse.OffsetDeleteResponseTopic,
+            OffsetDeleteResponse.OffsetDeleteResponsePartition,
+            lambda topic, partition: per_partition.get((topic, partition), error),
         )
+        return OffsetDeleteResponse(error_code=error, topics=topics)
 
     # --- FindCoordinator ----------------------------------------------------------------------
 
@@ -293,21 +285,13 @@ class GroupHandlers:
             commits,
             expire,
         )
-        return OffsetCommitResponse(
-            topics=[
-                OffsetCommitResponse.OffsetCommitResponseTopic(
-                    name=t.name,
-                    partitions=[
-                        OffsetCommitResponse.OffsetCommitResponsePartition(
-                            partition_index=p.partition_index,
-                            error_code=results[(t.name, p.partition_index)],
-                        )
-                        for p in t.partitions
-                    ],
-                )
-                for t in req.topics
-            ]
+        topics = _each_partition_answered(
+            req.topics,
+            OffsetCommitResponse.OffsetCommitResponseTopic,
+            OffsetCommitResponse.OffsetCommitResponsePartition,
+            lambda topic, partition: results[(topic, partition)],
         )
+        return OffsetCommitResponse(topics=topics)
 
     # --- OffsetFetch --------------------------------------------------------------------------
 
@@ -365,6 +349,29 @@ def _asked(
 ) -> list[tuple[str, list[int]]] | None:
     """The (topic, partitions) asked for; None: every partition with a committed offset."""
     return None if topics is None else [(str(t.name), t.partition_indexes) for t in topics]
+
+
+def _each_partition_answered(
+    asked: Iterable[Any],
+    topic_type: Callable[..., _T],
+    partition_type: Callable[..., Any],
+    error_of: Callable[[str, int], ErrorCode],
+) -> list[_T]:
+    """The answer to each asked partition (``asked``: a request's topics, each with its
+    ``partitions``), in request order: its index and ``error_of(topic, partition)``."""
+    return [
+        topic_type(
+            name=t.name,
+            partitions=[
+                partition_type(
+                    partition_index=p.partition_index,
+                    error_code=error_of(t.name, p.partition_index),
+                )
+                for p in t.partitions
+            ],
+        )
+        for t in asked
+    ]
 
 
 def _copy_fields(cls: type[_M], source: object) -> _M:
