@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from broker.coordinator.classic_groups import GroupCall
-from broker.coordinator.offsets import explicit_expiry
+from broker.coordinator.offsets import CommittedOffset, explicit_expiry
 from broker.coordinator.runtime import GroupCoordinator, OffsetCommit
 from broker.dispatcher import ApiHandler, RequestContext
 from broker.group.classic import ClassicGroup
@@ -328,17 +328,8 @@ class GroupHandlers:
                 by_topic.setdefault(t, []).append(_no_offset(p))
             return _group(group_id, by_topic, found)
         for (t, p), committed in sorted(found.items()):
-            if committed is None:
-                by_topic.setdefault(t, []).append(_no_offset(p))
-            else:
-                by_topic.setdefault(t, []).append(
-                    OffsetFetchResponse.OffsetFetchResponsePartitions(
-                        partition_index=p,
-                        committed_offset=committed.offset,
-                        committed_leader_epoch=committed.leader_epoch,
-                        metadata=committed.metadata,
-                    )
-                )
+            answer = _no_offset(p) if committed is None else _committed(p, committed)
+            by_topic.setdefault(t, []).append(answer)
         return _group(group_id, by_topic, ErrorCode.NONE)
 
 
@@ -382,6 +373,17 @@ def _copy_fields(cls: type[_M], source: object) -> _M:
 def _no_offset(partition: int) -> OffsetFetchResponse.OffsetFetchResponsePartitions:
     return OffsetFetchResponse.OffsetFetchResponsePartitions(
         partition_index=partition, committed_offset=-1, committed_leader_epoch=-1, metadata=""
+    )
+
+
+def _committed(
+    partition: int, committed: CommittedOffset
+) -> OffsetFetchResponse.OffsetFetchResponsePartitions:
+    return OffsetFetchResponse.OffsetFetchResponsePartitions(
+        partition_index=partition,
+        committed_offset=committed.offset,
+        committed_leader_epoch=committed.leader_epoch,
+        metadata=committed.metadata,
     )
 
 
