@@ -64,7 +64,7 @@ class LocalControllerChannel:
         try:
             return await self.controller.allocate_producer_ids(broker_id, count)
         except ControllerApiError as exc:
-            raise ControllerRequestError(exc.error_code, str(exc)) from None
+            raise ControllerRequestError(exc.error_code, exc.message) from None
 
     # --- this node's broker -------------------------------------------------------------------
 
