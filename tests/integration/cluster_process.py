@@ -45,6 +45,21 @@ def http_json(url: str, method: str = "GET", body: Any = None, timeout_s: float 
     return json.loads(payload) if payload else None
 
 
+def rest_call(node: ServerProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    """``(status, body)`` of a REST call to ``node``, errors included: the body is JSON when it
+    looks like JSON, else text (``/metrics``)."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(node.admin + path, data=data, method=method)
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            payload, status = response.read(), response.status
+    except urllib.error.HTTPError as exc:
+        payload, status = exc.read(), exc.code
+    text = payload.decode()
+    return status, json.loads(text) if text and text[0] in "[{" else text
+
+
 @dataclass
 class ServerProcess(ProcessControl):
     node_id: int

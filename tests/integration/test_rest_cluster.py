@@ -3,13 +3,10 @@ serves every partition, reaching the ones led elsewhere over the Kafka protocol.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,21 +15,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from integration.cluster_process import LocalCluster, ServerProcess, wait_for
+from integration.cluster_process import rest_call as call
 
 pytestmark = pytest.mark.integration
 
 TOPIC = "spread"
-
-
-def call(node: ServerProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(node.admin + path, data=data, method=method)
-    request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
 
 
 @pytest.fixture(scope="module")

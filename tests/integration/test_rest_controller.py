@@ -6,33 +6,17 @@ Every effect is checked through a broker as well."""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from integration.cluster_process import LocalCluster, ServerProcess, wait_for
+from integration.cluster_process import rest_call as call
 
 pytestmark = pytest.mark.integration
 
 TOPIC = "via-controller"
-
-
-def call(node: ServerProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(node.admin + path, data=data, method=method)
-    request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            payload = response.read()
-            status = response.status
-    except urllib.error.HTTPError as exc:
-        payload, status = exc.read(), exc.code
-    text = payload.decode()
-    return status, json.loads(text) if text and text[0] in "[{" else text
 
 
 @pytest.fixture(scope="module")
