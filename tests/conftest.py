@@ -20,6 +20,10 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
+# Spark's driver and workers bind to loopback, as every other test peer does: Spark otherwise
+# resolves the machine's host name, which a minimal machine or container may not resolve.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
 
 # In-process, a broken invariant must not end the test run: it raises instead. Installed for
 # the whole session (threads of module-scoped fixtures run between tests too); each test gets

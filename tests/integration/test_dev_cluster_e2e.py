@@ -22,8 +22,17 @@ READY = re.compile(r"READY bootstrap=(\S+) admin=(\S+)")
 
 
 def _children(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
-    return [int(p) for p in out.stdout.split()]
+    """The child processes of ``pid`` as ``pgrep -P`` lists them, read from /proc (a minimal
+    machine has no procps)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        if int(fields[1]) == pid:  # the parent's pid follows the state
+            children.append(int(stat.parent.name))
+    return children
 
 
 def test_a_three_by_three_dev_cluster(tmp_path: Path) -> None:
