@@ -218,10 +218,16 @@ def _validate(values: dict[str, str], sources: dict[str, str]) -> NodeConfig:
             by_name[x.name] = Listener(x.name, host, x.port)
     admin = None
     if raw := values.get("admin.listener", "").strip():
-        m = re.fullmatch(r"https?://(\[[^\]]*\]|[^:/]*):(\d+)/?", raw)
+        m = re.fullmatch(r"(https?)://(\[[^\]]*\]|[^:/]*):(\d+)/?", raw, re.IGNORECASE)
         if m is None:
             raise ConfigError(f"admin.listener={raw!r} is not http://host:port")
-        admin = (m.group(1).strip("[]"), _port(int(m.group(2)), "admin.listener"))
+        if m.group(1).lower() == "https":  # never serve plain HTTP on an https:// address
+            raise ConfigError(
+                f"admin.listener={raw!r}: https needs TLS settings and TLS is not configured"
+                " (this version serves the admin API over http:// only; use http://, behind a"
+                " TLS-terminating proxy if it must be reached over a network)"
+            )
+        admin = (m.group(2).strip("[]"), _port(int(m.group(3)), "admin.listener"))
     log_dirs = tuple(
         Path(p.strip())
         for p in values.get("log.dirs", values.get("log.dir", "./kraft-data")).split(",")
