@@ -454,7 +454,7 @@ class KafkaListener:
             limits.max_connections_per_ip_overrides,
         )
         self.budget = RequestMemoryBudget(limits.queued_max_request_bytes, self._memory_released)
-        self._waiting_for_memory: list[Connection] = []
+        self._waiting_for_memory: dict[Connection, None] = {}  # in the order they began waiting
         self._refusals = RateLimitedWarning()
         self._accept_failures = RateLimitedWarning()
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -542,13 +542,13 @@ class KafkaListener:
     # --- request memory -----------------------------------------------------------------------
 
     def wait_for_memory(self, conn: Connection) -> None:
-        self._waiting_for_memory.append(conn)
+        self._waiting_for_memory[conn] = None
 
     def _memory_released(self) -> None:
         """The budget dropped below its limit: let the waiting connections read again (on the
         next loop pass: this runs inside whichever connection released memory)."""
         if self._waiting_for_memory:
-            waiting, self._waiting_for_memory = self._waiting_for_memory, []
+            waiting, self._waiting_for_memory = self._waiting_for_memory, {}
             for conn in waiting:
                 self.loop.call_soon(conn.memory_available)
 
@@ -557,6 +557,7 @@ class KafkaListener:
     def forget(self, conn: Connection) -> None:
         if conn in self._connections:
             self._connections.discard(conn)
+            self._waiting_for_memory.pop(conn, None)
             self.quotas.release(conn.ip)
 
     def close(self) -> None:

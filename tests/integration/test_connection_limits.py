@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from integration.cluster_process import LocalCluster
 from integration.node_process import NodeProcess
 from integration.raw_client import RawConnection
 from kafka_protocol.messages import MetadataRequest
@@ -215,3 +216,39 @@ def test_reading_pauses_while_queued_request_bytes_are_exhausted(tmp_path: Path)
         assert metadata_works(node)
     finally:
         assert node.stop() == 0, node.log_tail()
+
+
+def test_the_controller_listener_applies_the_same_limits(tmp_path: Path) -> None:
+    """A controller's CONTROLLER listener (its own process, with a broker registered at it)
+    refuses over max.connections.per.ip.overrides and closes idle connections as well."""
+    extra = {
+        "max.connections.per.ip.overrides": "127.0.0.2:2",
+        "connections.max.idle.ms": "3000",
+        "broker.heartbeat.interval.ms": "500",  # the broker's own connection is never idle
+    }
+    cluster = LocalCluster.create(tmp_path, 1, 1, extra).start()
+    try:
+        controller = cluster.controllers[1]
+        port = int(controller.properties["listeners"].rsplit(":", 1)[1])
+
+        def connect_to_controller() -> socket.socket:
+            sock = socket.socket()
+            sock.bind(("127.0.0.2", 0))
+            sock.settimeout(10)
+            sock.connect(("127.0.0.1", port))
+            return sock
+
+        kept = [connect_to_controller() for _ in range(2)]
+        refused = connect_to_controller()
+        assert closed_by_peer(refused, timeout_s=5)
+        refused.close()
+        assert not closed_by_peer(kept[0], timeout_s=0.05)
+        assert all(closed_by_peer(s, timeout_s=6) for s in kept), "idle connections were kept"
+        for s in kept:
+            s.close()
+        log_text = controller.log_tail(400)
+        assert "connection refused listener=CONTROLLER peer=127.0.0.2:" in log_text
+        broker = cluster.any_broker()
+        assert not any(b["fenced"] for b in broker.get("/v1/cluster")["brokers"])
+    finally:
+        cluster.stop()
