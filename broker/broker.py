@@ -33,7 +33,7 @@ from broker.partition import Partition, Registration
 from broker.replica_manager import ReplicaManager
 from broker.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker.replication.partition_state import PartitionState
-from broker.server import KafkaListener, ListenerLimits
+from broker.server import KafkaListener
 from broker.storage import Storage
 from kafka_protocol.messages import ApiVersionsResponse
 from metadata_log.configs import effective_topic_config
@@ -304,7 +304,7 @@ class Broker:
     # --- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        limits = ListenerLimits(max_frame_bytes=self.config.socket_request_max_bytes)
+        limits = self.config.listener_limits
         self.listener = KafkaListener(self.dispatcher, self.config.host, self.config.port, limits)
         self._started = True
         self.coordinator.start()

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.coordinator.runtime import CoordinatorConfig
+from broker.server import ListenerLimits
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,7 @@ class BrokerConfig:
     auto_topic_creation: bool = True  # auto.create.topics.enable
     num_partitions: int = 1
     default_replication_factor: int = 1
-    socket_request_max_bytes: int = 100 * 1024 * 1024
+    listener_limits: ListenerLimits = field(default_factory=ListenerLimits)
     retention_check_interval_ms: int = 300_000
     replica_lag_time_max_ms: int = 30_000
     producer_id_expiration_ms: int = 86_400_000

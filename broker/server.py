@@ -6,9 +6,12 @@ Each connection is a non-blocking socket driven by ``loop.add_reader``/``add_wri
 asyncio transport: a transport owns its socket, and we need the raw socket for
 ``os.sendfile``, which uvloop's transports do not offer).
 
-Reading: bytes go into a :class:`FrameReader` (which enforces ``socket.request.max.bytes``);
-every complete frame gets a *slot* at the tail of the connection's pending queue and is handed
-to the dispatcher.  The dispatcher answers with the response chunks, ``None`` (acks=0: no
+Reading: bytes are received into one scratch buffer the listener's connections share, and a
+:class:`FrameReader` per connection cuts the frames out of it (enforcing
+``socket.request.max.bytes``), so an idle connection holds no receive buffer at all; a frame
+that arrives in pieces gets its own allocation, sized from its size prefix.  Every complete
+frame gets a *slot* at the tail of the connection's pending queue and is handed to the
+dispatcher.  The dispatcher answers with the response chunks, ``None`` (acks=0: no
 response at all), or a future of either (long-poll fetch, a controller round trip).  Kafka
 clients pipeline requests and match responses by order, so a slot is written only once every
 slot before it has been written.
@@ -22,6 +25,14 @@ Backpressure: a connection stops reading while it has ``max_inflight_requests`` 
 requests or more than ``max_buffered_response_bytes`` queued for the socket, and resumes once
 below both.  A frame that cannot be decoded closes the connection after the responses already
 owed have been written; other connections are unaffected.
+
+Limits across connections (:mod:`broker.connection_limits`): a connection over
+``max.connections`` or ``max.connections.per.ip`` is closed as soon as it is accepted, with a
+rate-limited warning; one idle (nothing read or written, nothing owed) for
+``connections.max.idle.ms`` is closed; and the bytes a listener holds for requests (received,
+not yet answered: :meth:`Connection._recharge`) are charged to its ``queued.max.request.bytes``
+budget, new reading pausing on every connection while it is exhausted.  A connection in the
+middle of a frame keeps reading: finishing the frame is how its memory gets released.
 """
 
 from __future__ import annotations
@@ -33,14 +44,22 @@ import logging
 import os
 import socket
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias
 
+from broker.connection_limits import (
+    UNBOUNDED,
+    ConnectionQuotas,
+    RateLimitedWarning,
+    RequestMemoryBudget,
+    idle_connection_check_interval_s,
+    normalize_ip,
+)
 from broker.deferred import Deferred
 from kafka_protocol._codec import Chunk, FileRegion
 from kafka_protocol.exceptions import ProtocolError
-from kafka_protocol.framing import FrameReader
+from kafka_protocol.framing import DEFAULT_RECEIVE_BUFFER_BYTES, FrameReader
 
 log = logging.getLogger("broker.server")
 
@@ -50,6 +69,8 @@ ReplyValue: TypeAlias = "list[Chunk] | CloseConnection | None"
 Reply: TypeAlias = "list[Chunk] | Deferred[ReplyValue] | None"
 MAX_IOVECS = 512
 MAX_SENDMSG_BYTES = 4 * 1024 * 1024
+ACCEPT_PAUSE_S = 0.1  # out of file descriptors: accept again after this
+ACCEPT_FAILURES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 class CloseConnection(Exception):
@@ -62,16 +83,24 @@ class Dispatcher(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ListenerLimits:
+    """One listener's limits; the keys are Kafka's (defaults: ``metadata_log.configs``)."""
+
     max_frame_bytes: int = 100 * 1024 * 1024  # socket.request.max.bytes
     max_inflight_requests: int = 100
     max_buffered_response_bytes: int = 64 * 1024 * 1024
-    max_connections: int = 10_000
+    max_connections: int = UNBOUNDED  # max.connections
+    max_connections_per_ip: int = UNBOUNDED  # max.connections.per.ip
+    max_connections_per_ip_overrides: Mapping[str, int] = field(default_factory=dict)
+    connections_max_idle_ms: int = 600_000  # connections.max.idle.ms; < 0: never
+    queued_max_request_bytes: int = 256 * 1024 * 1024  # queued.max.request.bytes; <= 0: none
+    receive_buffer_bytes: int = DEFAULT_RECEIVE_BUFFER_BYTES  # shared by the connections
 
 
 class _Slot:
-    __slots__ = ("abandoned", "chunks", "close_after", "ready")
+    __slots__ = ("abandoned", "chunks", "close_after", "frame_bytes", "ready")
 
-    def __init__(self) -> None:
+    def __init__(self, frame_bytes: int) -> None:
+        self.frame_bytes = frame_bytes  # charged to the budget until the answer is ready
         self.ready = False
         self.chunks: list[Chunk] | None = None
         self.close_after = False
@@ -89,8 +118,10 @@ class Connection:
         "_buffered",
         "_closing",
         "_dead",
+        "_dispatched",
         "_fd",
         "_frames",
+        "_held",
         "_listener",
         "_loop",
         "_out",
@@ -99,16 +130,24 @@ class Connection:
         "_reading",
         "_sock",
         "_writing",
+        "ip",
+        "last_active_s",
         "peer",
+        "waiting_for_memory",
     )
 
-    def __init__(self, listener: KafkaListener, sock: socket.socket, peer: str) -> None:
+    def __init__(self, listener: KafkaListener, sock: socket.socket, ip: str, peer: str) -> None:
         self._listener = listener
         self._loop = listener.loop
         self._sock = sock
         self._fd = sock.fileno()
+        self.ip = ip
         self.peer = peer
-        self._frames = FrameReader(listener.limits.max_frame_bytes)
+        self._frames = FrameReader(listener.limits.max_frame_bytes, scratch=listener.scratch)
+        self._dispatched = 0  # bytes of frames dispatched whose answer is not ready yet
+        self._held = 0  # bytes charged to the listener's budget
+        self.waiting_for_memory = False
+        self.last_active_s = self._loop.time()
         self._pending: deque[_Slot] = deque()
         self._out: deque[Chunk] = deque()
         self._buffered = 0
@@ -132,6 +171,9 @@ class Connection:
             self._reading = False
 
     def _on_readable(self) -> None:
+        if self._listener.budget.exhausted and not self._frames.in_frame():
+            self._wait_for_memory()
+            return
         try:
             received = self._sock.recv_into(self._frames.get_buffer())
         except (BlockingIOError, InterruptedError):
@@ -147,7 +189,28 @@ class Connection:
             self.abort("peer closed the connection")
             return
         self._frames.buffer_updated(received)
+        self.last_active_s = self._loop.time()
         self._take_frames()
+
+    def _wait_for_memory(self) -> None:
+        """The listener's request memory is exhausted: read again once some is released."""
+        self._pause_reading()
+        if not self.waiting_for_memory:
+            self.waiting_for_memory = True
+            self._listener.wait_for_memory(self)
+
+    def memory_available(self) -> None:
+        self.waiting_for_memory = False
+        if not self._dead:
+            self._apply_backpressure()
+
+    def _recharge(self) -> None:
+        """Charge the listener's budget with what this connection now holds for requests:
+        frames being received or not yet dispatched, and those not answered yet."""
+        held = self._frames.held_bytes() + self._dispatched
+        if held != self._held:
+            delta, self._held = held - self._held, held
+            self._listener.budget.change(delta)
 
     def _take_frames(self) -> None:
         """Dispatch buffered frames while the connection is under its limits.  Checked per
@@ -162,36 +225,46 @@ class Connection:
             if frame is None:
                 break
             self._handle(frame)
+        self._recharge()
         self._apply_backpressure()
 
     def _handle(self, frame: bytes | bytearray) -> None:
-        slot = _Slot()
+        slot = _Slot(len(frame))
+        self._dispatched += slot.frame_bytes
         self._pending.append(slot)
         try:
             reply = self._listener.dispatcher.dispatch(frame, self.peer)
         except CloseConnection:
-            slot.ready, slot.close_after = True, True
+            self._answered(slot)
+            slot.close_after = True
             self._close_after_owed()
         except Exception:  # a handler bug: answer nothing more on this connection
             log.exception("request failed peer=%s", self.peer)
-            slot.ready, slot.close_after = True, True
+            self._answered(slot)
+            slot.close_after = True
             self._close_after_owed()
         else:
             if isinstance(reply, Deferred):
                 reply.then(functools.partial(self._resolved, slot))
             else:
-                slot.ready, slot.chunks = True, reply
+                self._answered(slot)
+                slot.chunks = reply
         self._pump()
 
-    def _resolved(self, slot: _Slot, value: ReplyValue) -> None:
+    def _answered(self, slot: _Slot) -> None:
         slot.ready = True
+        self._dispatched -= slot.frame_bytes
+
+    def _resolved(self, slot: _Slot, value: ReplyValue) -> None:
         if isinstance(value, CloseConnection):
             slot.close_after = True
         else:
             slot.chunks = value
         if self._dead or slot.abandoned:
+            slot.ready = True
             _close_regions(slot.chunks)
             return
+        self._answered(slot)
         if not self._pump_scheduled:  # one write for every response settled in this pass
             self._pump_scheduled = True
             self._loop.call_soon(self._scheduled_pump)
@@ -199,6 +272,7 @@ class Connection:
     def _scheduled_pump(self) -> None:
         self._pump_scheduled = False
         if not self._dead:
+            self._recharge()
             self._pump()
             self._apply_backpressure()
 
@@ -218,6 +292,8 @@ class Connection:
     def _apply_backpressure(self) -> None:
         if self._busy():
             self._pause_reading()
+        elif self.waiting_for_memory:
+            pass  # memory_available() comes back here
         elif not self._reading and not self._closing and not self._dead:
             self._resume_reading()
             if self._frames.pending_bytes():
@@ -247,8 +323,11 @@ class Connection:
     def _abandon_pending(self) -> None:
         for slot in self._pending:
             slot.abandoned = True
+            if not slot.ready:
+                self._dispatched -= slot.frame_bytes
             _close_regions(slot.chunks)
         self._pending.clear()
+        self._recharge()
 
     def _write(self) -> None:
         out = self._out
@@ -267,6 +346,7 @@ class Connection:
         except OSError as exc:
             self.abort(f"write failed: {exc}")
             return
+        self.last_active_s = self._loop.time()
         if self._writing:
             self._loop.remove_writer(self._fd)
             self._writing = False
@@ -315,6 +395,17 @@ class Connection:
 
     # --- closing ------------------------------------------------------------------------------
 
+    def is_idle(self, now_s: float, max_idle_s: float) -> bool:
+        """Nothing read or written for ``max_idle_s``, nothing owed, and not kept from reading
+        by the listener's memory budget."""
+        return (
+            now_s - self.last_active_s >= max_idle_s
+            and not self._pending
+            and not self._out
+            and not self.waiting_for_memory
+            and not self._dead
+        )
+
     def abort(self, reason: str) -> None:
         if self._dead:
             return
@@ -330,6 +421,9 @@ class Connection:
                 os.close(c.fd)
         self._out.clear()
         self._abandon_pending()
+        self._frames = FrameReader(0)  # what was received is dropped
+        self._dispatched = 0
+        self._recharge()
         self._sock.close()
         self._listener.forget(self)
 
@@ -344,15 +438,30 @@ class KafkaListener:
         port: int,
         limits: ListenerLimits | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        name: str = "PLAINTEXT",
     ) -> None:
         self.dispatcher = dispatcher
-        self.limits = limits or ListenerLimits()
+        self.limits = limits = limits or ListenerLimits()
         self.loop = loop or asyncio.get_running_loop()
+        self.name = name
         self._sock = socket.create_server((host, port), reuse_port=False, backlog=1024)
         self._sock.setblocking(False)
         self._connections: set[Connection] = set()
-        self.loop.add_reader(self._sock.fileno(), self._on_accept)
-        self.on_connection_count: Callable[[int], None] | None = None
+        self.scratch = bytearray(limits.receive_buffer_bytes)  # every connection receives here
+        self.quotas = ConnectionQuotas(
+            limits.max_connections,
+            limits.max_connections_per_ip,
+            limits.max_connections_per_ip_overrides,
+        )
+        self.budget = RequestMemoryBudget(limits.queued_max_request_bytes, self._memory_released)
+        self._waiting_for_memory: dict[Connection, None] = {}  # in the order they began waiting
+        self._refusals = RateLimitedWarning()
+        self._accept_failures = RateLimitedWarning()
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._accept_timer: asyncio.TimerHandle | None = None
+        self._accepting = False
+        self._resume_accepting()
+        self._schedule_idle_check()
 
     @property
     def port(self) -> int:
@@ -362,6 +471,12 @@ class KafkaListener:
     def connection_count(self) -> int:
         return len(self._connections)
 
+    def _resume_accepting(self) -> None:
+        self._accept_timer = None
+        if not self._accepting and self._sock.fileno() >= 0:
+            self.loop.add_reader(self._sock.fileno(), self._on_accept)
+            self._accepting = True
+
     def _on_accept(self) -> None:
         for _ in range(64):  # bounded so a connection storm cannot starve the loop
             try:
@@ -369,21 +484,90 @@ class KafkaListener:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                log.warning("accept failed: %s", exc)
+                self._accept_failed(exc)
                 return
-            if len(self._connections) >= self.limits.max_connections:
-                log.warning("refusing connection from %s: %d open", addr, len(self._connections))
+            ip = normalize_ip(addr[0])
+            peer = f"{addr[0]}:{addr[1]}"
+            refused = self.quotas.admit(ip)
+            if refused is not None:
                 sock.close()
+                limit = (
+                    self.quotas.max_connections
+                    if refused == "max.connections"
+                    else self.quotas.limit_for(ip)
+                )
+                self._refusals.warn(
+                    self.loop.time(),
+                    "connection refused listener=%s peer=%s reason=%s limit=%d open=%d",
+                    self.name,
+                    peer,
+                    refused,
+                    limit,
+                    self.quotas.total,
+                )
                 continue
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._connections.add(Connection(self, sock, f"{addr[0]}:{addr[1]}"))
+            self._connections.add(Connection(self, sock, ip, peer))
+
+    def _accept_failed(self, exc: OSError) -> None:
+        """Out of file descriptors (or memory) the pending connection stays in the backlog and
+        the socket stays readable: stop accepting for a moment instead of spinning."""
+        self._accept_failures.warn(
+            self.loop.time(),
+            "accept failed listener=%s error=%r open=%d",
+            self.name,
+            exc.strerror or str(exc),
+            len(self._connections),
+        )
+        if exc.errno in ACCEPT_FAILURES and self._accepting:
+            self.loop.remove_reader(self._sock.fileno())
+            self._accepting = False
+            self._accept_timer = self.loop.call_later(ACCEPT_PAUSE_S, self._resume_accepting)
+
+    # --- idle connections ---------------------------------------------------------------------
+
+    def _schedule_idle_check(self) -> None:
+        interval_s = idle_connection_check_interval_s(self.limits.connections_max_idle_ms)
+        if interval_s is not None:
+            self._idle_timer = self.loop.call_later(interval_s, self._close_idle)
+
+    def _close_idle(self) -> None:
+        max_idle_s = self.limits.connections_max_idle_ms / 1000
+        now_s = self.loop.time()
+        for conn in [c for c in self._connections if c.is_idle(now_s, max_idle_s)]:
+            conn.abort(f"idle for more than connections.max.idle.ms={max_idle_s * 1000:.0f}")
+        self._schedule_idle_check()
+
+    # --- request memory -----------------------------------------------------------------------
+
+    def wait_for_memory(self, conn: Connection) -> None:
+        self._waiting_for_memory[conn] = None
+
+    def _memory_released(self) -> None:
+        """The budget dropped below its limit: let the waiting connections read again (on the
+        next loop pass: this runs inside whichever connection released memory)."""
+        if self._waiting_for_memory:
+            waiting, self._waiting_for_memory = self._waiting_for_memory, {}
+            for conn in waiting:
+                self.loop.call_soon(conn.memory_available)
+
+    # --- closing ------------------------------------------------------------------------------
 
     def forget(self, conn: Connection) -> None:
-        self._connections.discard(conn)
+        if conn in self._connections:
+            self._connections.discard(conn)
+            self._waiting_for_memory.pop(conn, None)
+            self.quotas.release(conn.ip)
 
     def close(self) -> None:
-        self.loop.remove_reader(self._sock.fileno())
+        if self._accepting:
+            self.loop.remove_reader(self._sock.fileno())
+            self._accepting = False
+        for timer in (self._idle_timer, self._accept_timer):
+            if timer is not None:
+                timer.cancel()
+        self._idle_timer = self._accept_timer = None
         self._sock.close()
         for conn in list(self._connections):
             conn.abort("listener closed")

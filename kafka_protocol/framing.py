@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import struct
+from collections import deque
 from dataclasses import dataclass
 from functools import cache
 
@@ -26,6 +27,7 @@ from kafka_protocol._codec import Buffer, Chunk, Request, Response, Writer
 from kafka_protocol.exceptions import (
     FrameTooLargeError,
     InvalidFrameError,
+    ProtocolError,
     UnsupportedVersionError,
 )
 from kafka_protocol.messages import APIS, RequestHeader, ResponseHeader
@@ -33,7 +35,9 @@ from kafka_protocol.messages import APIS, RequestHeader, ResponseHeader
 API_VERSIONS_KEY = 18
 CONTROLLED_SHUTDOWN_KEY = 7
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024  # socket.request.max.bytes
-DEFAULT_RECEIVE_BUFFER_BYTES = 256 * 1024
+DEFAULT_RECEIVE_BUFFER_BYTES = 256 * 1024  # one receive's worth; shared by a listener's readers
+FRAME_TRUST_BYTES = 1024 * 1024  # a frame's first allocation: producers' default max.request.size
+DIRECT_RECEIVE_BYTES = 64 * 1024  # this much of a frame still to come: receive it in place
 _SIZE = struct.Struct(">i")
 _HEADER_PREFIX = struct.Struct(">hhi")
 
@@ -149,110 +153,174 @@ class FrameReader:
 
     Receiving copies nothing it need not (the shape of asyncio's ``BufferedProtocol``): the
     caller ``recv_into``s :meth:`get_buffer` and reports the count with :meth:`buffer_updated`.
-    Small frames are cut from one reusable buffer with a single copy; a frame larger than that
-    buffer gets an allocation of its exact size (known from its size prefix, which is checked
-    against the limit first) and the rest of it is received straight into it.  Frames are never
-    written to again once returned, so zero-copy record slices of them stay valid.
+
+    Memory is held on demand, so that an idle connection costs almost nothing:
+
+    * Bytes are received into a *scratch* buffer that many readers may share (a listener's
+      connections all run on one thread).  :meth:`buffer_updated` cuts every complete frame out
+      of it with one copy and moves the start of an incomplete frame to that frame's own
+      allocation, so nothing refers to the scratch once it returns.  Without a shared scratch a
+      reader allocates its own on first use.
+    * A frame being received gets an allocation of its exact size (its size prefix is checked
+      against the limit first), up to :data:`FRAME_TRUST_BYTES`: a size prefix above that is not
+      trusted, and the allocation doubles as bytes arrive, so a peer announcing 100 MiB and
+      sending nothing costs 1 MiB, not 100.  Once :data:`DIRECT_RECEIVE_BYTES` or more of a frame
+      are still to come, :meth:`get_buffer` hands out the frame's own allocation, so the bulk of
+      a large request is received in place, never copied.
+    * Complete frames wait in a queue until :meth:`next_frame` takes them.  Frames are never
+      written to again once complete, so zero-copy record slices of them stay valid.
+
+    A size prefix out of bounds is reported by :meth:`next_frame` once the frames before it have
+    been taken; the bytes after it are dropped.
     """
 
-    __slots__ = ("_big", "_big_filled", "_big_size", "_buf", "_end", "_start", "max_frame_bytes")
+    __slots__ = (
+        "_direct",
+        "_error",
+        "_filled",
+        "_frame",
+        "_frame_size",
+        "_frames",
+        "_head",
+        "_queued_bytes",
+        "_scratch",
+        "_scratch_bytes",
+        "max_frame_bytes",
+    )
 
     def __init__(
         self,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         buffer_bytes: int = DEFAULT_RECEIVE_BUFFER_BYTES,
+        *,
+        scratch: bytearray | None = None,
     ) -> None:
-        assert buffer_bytes >= 4
+        assert buffer_bytes >= 1 and (scratch is None or len(scratch) >= 1)
         self.max_frame_bytes = max_frame_bytes
-        self._buf = bytearray(buffer_bytes)
-        self._start = 0  # first unconsumed byte of _buf
-        self._end = 0  # end of received bytes in _buf
-        self._big: bytearray | None = None  # a large frame being received in place
-        self._big_filled = 0
-        self._big_size = 0  # its size; the allocation grows towards it as bytes arrive
+        self._scratch = scratch  # shared, or allocated by the first get_buffer()
+        self._scratch_bytes = buffer_bytes
+        self._direct = False  # the last get_buffer() was the frame's own allocation
+        self._head = b""  # the first bytes (fewer than 4) of a size prefix
+        self._frame: bytearray | None = None  # a frame being received, grown as bytes arrive
+        self._frame_size = 0
+        self._filled = 0  # bytes of it received
+        self._frames: deque[bytes | bytearray] = deque()  # complete, not yet taken
+        self._queued_bytes = 0
+        self._error: ProtocolError | None = None
 
     def get_buffer(self) -> memoryview:
-        """Where the next received bytes go (non-empty)."""
-        if self._big is not None:
-            return self._big_target()
-        if self._end == len(self._buf):  # compact: move the partial frame to the front
-            pending = self._end - self._start
-            self._buf[:pending] = self._buf[self._start : self._end]
-            self._start, self._end = 0, pending
-            if pending == len(self._buf):  # one frame larger than the buffer
-                self._start_big_frame()
-                assert self._big is not None, "call next_frame() before receiving more"
-                return self._big_target()
-        return memoryview(self._buf)[self._end :]
+        """Where the next received bytes go (non-empty); valid until :meth:`buffer_updated`."""
+        frame = self._frame
+        if frame is not None and self._frame_size - self._filled >= DIRECT_RECEIVE_BYTES:
+            if self._filled == len(frame):
+                frame = self._grow_frame(self._filled + 1)
+            self._direct = True
+            return memoryview(frame)[self._filled :]
+        self._direct = False
+        if self._scratch is None:
+            self._scratch = bytearray(self._scratch_bytes)
+        return memoryview(self._scratch)
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self._big is not None:
-            self._big_filled += nbytes
-        else:
-            self._end += nbytes
+        if self._direct:
+            self._direct = False
+            self._filled += nbytes
+            if self._filled == self._frame_size:
+                self._complete_frame()
+            return
+        assert self._scratch is not None, "buffer_updated() without get_buffer()"
+        with memoryview(self._scratch) as view:
+            self._consume(view[:nbytes])
 
     def feed(self, data: Buffer) -> None:
-        """Copy ``data`` in (for callers that already hold the bytes)."""
-        view = memoryview(data)
-        while view:
-            target = self.get_buffer()
-            n = min(len(target), len(view))
-            target[:n] = view[:n]
-            self.buffer_updated(n)
-            view = view[n:]
+        """Take bytes the caller already holds (copied where kept)."""
+        with memoryview(data) as view:
+            self._consume(view.cast("B") if view.format != "B" else view)
 
     def pending_bytes(self) -> int:
-        big = self._big_filled if self._big is not None else 0
-        return self._end - self._start + big
+        """Bytes received and not yet returned as frames."""
+        return self._queued_bytes + self._filled + len(self._head)
+
+    def held_bytes(self) -> int:
+        """Memory this reader holds for received requests (allocations, not just bytes
+        received), not counting a shared scratch buffer."""
+        frame = 0 if self._frame is None else len(self._frame)
+        return self._queued_bytes + frame + len(self._head)
+
+    def in_frame(self) -> bool:
+        """Part of a frame (or of its size prefix) has arrived and the rest has not."""
+        return self._frame is not None or bool(self._head)
 
     def next_frame(self) -> bytes | bytearray | None:
         """The next complete frame, or None if more bytes are needed."""
-        if self._big is not None:
-            if self._big_filled < self._big_size:
-                return None
-            frame, self._big = self._big, None
+        if self._frames:
+            frame = self._frames.popleft()
+            self._queued_bytes -= len(frame)
             return frame
-        available = self._end - self._start
-        if available < 4:
-            return None
-        size = self._checked_size()
-        if available < 4 + size:
-            self._start_big_frame()
-            return None
-        begin = self._start + 4
-        self._start = begin + size
-        if self._start == self._end:
-            self._start = self._end = 0
-        return bytes(memoryview(self._buf)[begin : begin + size])
+        if self._error is not None:
+            raise self._error
+        return None
 
-    def _checked_size(self) -> int:
-        (size,) = _SIZE.unpack_from(self._buf, self._start)
-        if size < 0:
-            raise InvalidFrameError(f"negative frame size {size}")
-        if size > self.max_frame_bytes:
-            raise FrameTooLargeError(size, self.max_frame_bytes)
-        return int(size)
-
-    def _big_target(self) -> memoryview:
-        """Room for the next bytes of a large frame.  The allocation doubles as data arrives
-        instead of trusting the size prefix: a peer announcing 100 MiB and sending nothing
-        costs one buffer's worth, not 100 MiB."""
-        assert self._big is not None
-        if self._big_filled == len(self._big):  # a new allocation: the old may be exported
-            grown = bytearray(min(self._big_size, 2 * len(self._big)))
-            grown[: self._big_filled] = self._big
-            self._big = grown
-        return memoryview(self._big)[self._big_filled :]
-
-    def _start_big_frame(self) -> None:
-        """If the frame at the front cannot fit the buffer, move it to its own allocation."""
-        if self._big is not None or self._end - self._start < 4:
+    def _consume(self, data: memoryview) -> None:
+        """Queue every frame ``data`` completes; keep (a copy of) an incomplete one."""
+        if self._error is not None:
             return
-        size = self._checked_size()
-        if 4 + size <= len(self._buf):
-            return
-        have = self._end - self._start - 4
-        big = bytearray(max(have, min(size, len(self._buf))))
-        big[:have] = memoryview(self._buf)[self._start + 4 : self._end]
-        self._big, self._big_filled, self._big_size = big, have, size
-        self._start = self._end = 0
+        pos, end = 0, len(data)
+        if self._frame is not None:
+            pos = min(self._frame_size - self._filled, end)
+            self._append_to_frame(data[:pos])
+            if self._filled < self._frame_size:
+                return
+            self._complete_frame()
+        elif self._head:  # rare: a size prefix split between receives
+            joined = self._head + bytes(data)
+            self._head = b""
+            data, end = memoryview(joined), len(joined)
+        while end - pos >= 4:
+            (size,) = _SIZE.unpack_from(data, pos)
+            if size < 0 or size > self.max_frame_bytes:
+                self._error = (
+                    InvalidFrameError(f"negative frame size {size}")
+                    if size < 0
+                    else FrameTooLargeError(size, self.max_frame_bytes)
+                )
+                return
+            begin = pos + 4
+            if end - begin < size:
+                self._begin_frame(size, data[begin:end])
+                return
+            self._frames.append(bytes(data[begin : begin + size]))
+            self._queued_bytes += size
+            pos = begin + size
+        if pos < end:
+            self._head = bytes(data[pos:end])
+
+    def _begin_frame(self, size: int, have: memoryview) -> None:
+        frame = bytearray(max(len(have), min(size, FRAME_TRUST_BYTES)))
+        frame[: len(have)] = have
+        self._frame, self._frame_size, self._filled = frame, size, len(have)
+
+    def _append_to_frame(self, chunk: memoryview) -> None:
+        frame = self._frame
+        assert frame is not None
+        end = self._filled + len(chunk)
+        if end > len(frame):
+            frame = self._grow_frame(end)
+        frame[self._filled : end] = chunk
+        self._filled = end
+
+    def _grow_frame(self, need: int) -> bytearray:
+        """A larger allocation for the frame being received (a new one: the old may still be
+        exported by a memoryview the caller holds)."""
+        assert self._frame is not None and need <= self._frame_size
+        grown = bytearray(min(self._frame_size, max(need, 2 * len(self._frame))))
+        grown[: self._filled] = memoryview(self._frame)[: self._filled]
+        self._frame = grown
+        return grown
+
+    def _complete_frame(self) -> None:
+        frame = self._frame
+        assert frame is not None and len(frame) == self._frame_size == self._filled
+        self._frames.append(frame)
+        self._queued_bytes += self._frame_size
+        self._frame, self._frame_size, self._filled = None, 0, 0

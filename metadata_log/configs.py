@@ -169,6 +169,18 @@ def level(minimum: int, maximum: int, default: int) -> Validator:
     return check
 
 
+def at_least_or(minimum: int, special: int) -> Validator:
+    """At least ``minimum``, or exactly ``special`` (a value that switches the limit off)."""
+
+    def check(v: object) -> str | None:
+        assert isinstance(v, int)
+        if v == special or v >= minimum:
+            return None
+        return f"Value must be at least {minimum} or equal to {special}"
+
+    return check
+
+
 def throttled_replicas(v: object) -> str | None:
     assert isinstance(v, list)
     if v == ["*"] or all(_THROTTLED_REPLICA.fullmatch(item) for item in v):
@@ -357,6 +369,14 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("auto.create.topics.enable", _T.BOOLEAN, "true"),
     ConfigDef("delete.topic.enable", _T.BOOLEAN, "true"),
     ConfigDef("socket.request.max.bytes", _T.INT, "104857600", at_least(1024)),
+    # Connections of every Kafka listener (Kafka's SocketServerConfigs); -1 idle: never closed.
+    ConfigDef("connections.max.idle.ms", _T.LONG, "600000", at_least_or(10, -1)),
+    ConfigDef("max.connections", _T.INT, str(INT_MAX), at_least(0)),
+    ConfigDef("max.connections.per.ip", _T.INT, str(INT_MAX), at_least(0)),
+    ConfigDef("max.connections.per.ip.overrides", _T.STRING, ""),
+    # Kafka's default is -1 (no limit; 0 or less is none); ours bounds what a flood of
+    # requests can hold, at 2.5 maximum-size requests (socket.request.max.bytes).
+    ConfigDef("queued.max.request.bytes", _T.LONG, "268435456", at_least(-1)),
     ConfigDef("broker.heartbeat.interval.ms", _T.INT, "2000", at_least(1)),
     ConfigDef("broker.session.timeout.ms", _T.INT, "9000", at_least(1)),
     ConfigDef("offsets.topic.replication.factor", _T.SHORT, "3", at_least(1)),

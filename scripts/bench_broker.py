@@ -209,7 +209,9 @@ def wait_listening(port: int, proc: subprocess.Popen[bytes], log_path: Path) -> 
     raise RuntimeError(f"broker not listening on {port}: {log_path.read_text()[-2000:]}")
 
 
-def start_ours(tmp: Path, name: str, use_uvloop: bool, extra_env: dict[str, str]) -> BrokerProc:
+def start_ours(
+    tmp: Path, name: str, use_uvloop: bool, extra_env: dict[str, str], repo: Path = REPO
+) -> BrokerProc:
     data = tmp / name
     log_path = tmp / f"{name}.log"
     args = ["dev", "--data-dir", str(data), "--port", "0", "--admin-port", "0"]
@@ -218,9 +220,9 @@ def start_ours(tmp: Path, name: str, use_uvloop: bool, extra_env: dict[str, str]
     else:  # an ImportError for uvloop: kraft.node.run.run falls back to asyncio
         shim = "import sys; sys.modules['uvloop'] = None; from kraft.cli.main import main; "
         cmd = [sys.executable, "-c", shim + "sys.exit(main(sys.argv[1:]))", *args]
-    env = {**os.environ, "KRAFT_LOG_LEVEL": "WARNING", "PYTHONPATH": str(REPO), **extra_env}
+    env = {**os.environ, "KRAFT_LOG_LEVEL": "WARNING", "PYTHONPATH": str(repo), **extra_env}
     log = open(log_path, "wb")  # noqa: SIM115 - the broker writes to it until stopped
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=log)
+    proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=log)
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], READY_TIMEOUT_S)
     line = proc.stdout.readline().decode() if ready else ""
@@ -976,7 +978,8 @@ def main() -> int:
     parser.add_argument(
         "--brokers",
         default="ours,tansu",
-        help="comma-separated: ours (uvloop if installed), ours-asyncio, tansu",
+        help="comma-separated: ours (uvloop if installed), ours-asyncio, tansu, ours@DIR (the"
+        " broker of another checkout in DIR, e.g. `git archive` of the commit before a change)",
     )
     parser.add_argument(
         "--repeat", type=int, help="passes over the throughput workloads (0: e2e only)"
@@ -1053,6 +1056,10 @@ def main() -> int:
                 elif name in ("ours", "ours-asyncio"):
                     env = dict(kv.split("=", 1) for kv in args.ours_env)
                     brokers.append(start_ours(tmp, name, name == "ours", env))
+                elif name.startswith("ours@"):  # another checkout, e.g. the commit before a change
+                    env = dict(kv.split("=", 1) for kv in args.ours_env)
+                    tree = Path(name[len("ours@") :]).resolve()
+                    brokers.append(start_ours(tmp, f"ours@{tree.name}", True, env, tree))
                 else:
                     parser.error(f"unknown broker {name!r}")
             report["brokers"] = {b.name: b.version for b in brokers}

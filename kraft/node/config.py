@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker.connection_limits import parse_ip_overrides
+from broker.server import ListenerLimits
 from metadata_log.configs import BROKER_CONFIGS
 
 ENV_PREFIX = "KRAFT_"
@@ -138,6 +141,8 @@ class NodeConfig:
         minimum, _ = definition.bounds
         if value < minimum:
             raise ConfigError(f"{key}={value} must be at least {minimum}")
+        if (error := definition.validate(str(value))) is not None:
+            raise ConfigError(error)
         return value
 
     def get_bool(self, key: str, default: bool) -> bool:
@@ -213,10 +218,16 @@ def _validate(values: dict[str, str], sources: dict[str, str]) -> NodeConfig:
             by_name[x.name] = Listener(x.name, host, x.port)
     admin = None
     if raw := values.get("admin.listener", "").strip():
-        m = re.fullmatch(r"https?://(\[[^\]]*\]|[^:/]*):(\d+)/?", raw)
+        m = re.fullmatch(r"(https?)://(\[[^\]]*\]|[^:/]*):(\d+)/?", raw, re.IGNORECASE)
         if m is None:
             raise ConfigError(f"admin.listener={raw!r} is not http://host:port")
-        admin = (m.group(1).strip("[]"), _port(int(m.group(2)), "admin.listener"))
+        if m.group(1).lower() == "https":  # never serve plain HTTP on an https:// address
+            raise ConfigError(
+                f"admin.listener={raw!r}: https needs TLS settings and TLS is not configured"
+                " (this version serves the admin API over http:// only; use http://, behind a"
+                " TLS-terminating proxy if it must be reached over a network)"
+            )
+        admin = (m.group(2).strip("[]"), _port(int(m.group(3)), "admin.listener"))
     log_dirs = tuple(
         Path(p.strip())
         for p in values.get("log.dirs", values.get("log.dir", "./kraft-data")).split(",")
@@ -236,3 +247,42 @@ def _validate(values: dict[str, str], sources: dict[str, str]) -> NodeConfig:
         values=dict(values),
         sources=dict(sources),
     )
+
+
+def listener_limits(cfg: NodeConfig) -> ListenerLimits:
+    """The limits of every Kafka listener of the node (the broker's and the controller's)."""
+    max_frame_bytes = cfg.get_bounded_int("socket.request.max.bytes")
+    queued = cfg.get_bounded_int("queued.max.request.bytes")
+    if 0 < queued < max_frame_bytes:  # Kafka's KafkaConfig rule: one request must fit
+        raise ConfigError(
+            f"queued.max.request.bytes={queued} must be at least"
+            f" socket.request.max.bytes={max_frame_bytes} (or -1: no limit)"
+        )
+    per_ip = cfg.get_bounded_int("max.connections.per.ip")
+    raw_overrides = cfg.get("max.connections.per.ip.overrides") or ""
+    try:
+        overrides = parse_ip_overrides(raw_overrides, _addresses_of)
+    except ValueError as exc:
+        raise ConfigError(f"max.connections.per.ip.overrides: {exc}") from None
+    if per_ip == 0 and not overrides:  # Kafka's rule, too
+        raise ConfigError(
+            "max.connections.per.ip=0 refuses every connection:"
+            " give max.connections.per.ip.overrides, or a limit above 0"
+        )
+    return ListenerLimits(
+        max_frame_bytes=max_frame_bytes,
+        max_connections=cfg.get_bounded_int("max.connections"),
+        max_connections_per_ip=per_ip,
+        max_connections_per_ip_overrides=overrides,
+        connections_max_idle_ms=cfg.get_bounded_int("connections.max.idle.ms"),
+        queued_max_request_bytes=queued,
+    )
+
+
+def _addresses_of(host: str) -> list[str]:
+    """Every address of ``host`` (max.connections.per.ip.overrides names hosts, too)."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ValueError(f"cannot resolve {host!r}: {exc}") from None
+    return sorted({str(info[4][0]) for info in infos})

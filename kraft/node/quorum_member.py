@@ -41,7 +41,7 @@ from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
 from kafka_protocol.types import TopicName
 from kraft.controller.result import ControllerConfig
-from kraft.node.config import ConfigError, NodeConfig
+from kraft.node.config import ConfigError, NodeConfig, listener_limits
 from kraft.node.controller_apis import ControllerApis
 from kraft.quorum.quorum_controller import DEFAULT_SNAPSHOT_INTERVAL_BYTES, QuorumController
 from kraft.quorum.raft import RaftSettings
@@ -195,6 +195,7 @@ class QuorumMember:
         listener_cfg = cfg.listener("CONTROLLER")
         if listener_cfg is None:
             raise ConfigError("listeners: a controller needs a CONTROLLER listener")
+        limits = listener_limits(cfg)
         me = voters[cfg.node_id]
         settings = RaftSettings(
             self_address=me,
@@ -219,7 +220,13 @@ class QuorumMember:
         dispatcher = RequestDispatcher(apis.specs(), BrokerMetrics())
         apis.dispatcher = dispatcher
         try:
-            listener = KafkaListener(dispatcher, listener_cfg.host, listener_cfg.port)
+            listener = KafkaListener(
+                dispatcher,
+                listener_cfg.host,
+                listener_cfg.port,
+                limits,
+                name=listener_cfg.name,
+            )
         except OSError:
             controller.close()
             raise

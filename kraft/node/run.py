@@ -39,7 +39,7 @@ from broker.log.errors import LogError
 from broker.metrics import BrokerMetrics
 from broker.storage import FileStorage
 from kraft.controller.result import ControllerConfig
-from kraft.node.config import ConfigError, NodeConfig, StartupError
+from kraft.node.config import ConfigError, NodeConfig, StartupError, listener_limits
 from kraft.node.local_channel import ControllerError, LocalControllerChannel
 from kraft.node.quorum_member import BrokerLifecycleError, BrokerMember, QuorumMember
 from metadata_log.configs import effective_topic_config
@@ -131,7 +131,7 @@ def broker_config(cfg: NodeConfig) -> BrokerConfig:
         auto_topic_creation=cfg.get_bool("auto.create.topics.enable", True),
         num_partitions=cfg.get_int("num.partitions", 1),
         default_replication_factor=cfg.get_int("default.replication.factor", 1),
-        socket_request_max_bytes=cfg.get_bounded_int("socket.request.max.bytes"),
+        listener_limits=listener_limits(cfg),
         retention_check_interval_ms=cfg.get_bounded_int("log.retention.check.interval.ms"),
         replica_lag_time_max_ms=cfg.get_bounded_int("replica.lag.time.max.ms"),
         producer_id_expiration_ms=cfg.get_bounded_int("producer.id.expiration.ms"),

@@ -21,7 +21,13 @@ from aiohttp import web
 
 from kraft.node.config import ConfigError
 from kraft.rest.cluster import get_cluster, get_health, get_metrics, get_openapi, get_ready
-from kraft.rest.common import NODE, AdminNode, error_middleware
+from kraft.rest.common import (
+    MAX_BODY_BYTES,
+    NODE,
+    AdminNode,
+    error_middleware,
+    json_only_middleware,
+)
 from kraft.rest.groups import (
     delete_group,
     describe_group,
@@ -43,7 +49,6 @@ __all__ = ["MAX_BODY_BYTES", "ROUTES", "build_app", "start_admin_api"]
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES: Final = 8 * 1024 * 1024  # aiohttp answers 413 above this
 SHUTDOWN_TIMEOUT_S: Final = 1.0  # in-flight requests (long polls) at shutdown
 
 ROUTES: Final = (
@@ -68,7 +73,9 @@ ROUTES: Final = (
 
 
 def build_app(node: AdminNode) -> web.Application:
-    app = web.Application(middlewares=[error_middleware], client_max_size=MAX_BODY_BYTES)
+    app = web.Application(
+        middlewares=[error_middleware, json_only_middleware], client_max_size=MAX_BODY_BYTES
+    )
     app[NODE] = node
     setup_records(app, lambda: node.image)
     setup_groups(app, node)

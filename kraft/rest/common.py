@@ -4,8 +4,17 @@ lookups of the node, its image and topics, and topic creation at the controller.
 Errors are always ``{"error": NAME, "message": TEXT}``: a Kafka error name (the per-item code the
 controller or the log answered, mapped to an HTTP status by :func:`http_status`) or a short code
 of this API (``INVALID_REQUEST`` for malformed bodies, ``NOT_FOUND``, ``METHOD_NOT_ALLOWED``,
-``PAYLOAD_TOO_LARGE``, ``NOT_READY``).  One middleware turns every exception into that shape; an
-unexpected one is logged with its traceback here and answered 500 without it.
+``PAYLOAD_TOO_LARGE``, ``UNSUPPORTED_MEDIA_TYPE``, ``NOT_READY``).  One middleware turns every
+exception into that shape; an unexpected one is logged with its traceback here and answered 500
+without it.
+
+Input limits: a body is at most ``MAX_BODY_BYTES`` (413, aiohttp's ``client_max_size``), nests
+arrays and objects at most :data:`MAX_JSON_DEPTH` deep (400, checked before parsing: the standard
+library's parser recurses), and a POST, PUT, PATCH or DELETE that carries a body or a
+Content-Type must say ``application/json`` (415, :func:`json_only_middleware`).  The last is also
+the API's defence against cross-site requests: a web page can make a browser send a
+``text/plain`` or form POST to a local admin API without asking first (no CORS preflight), but
+not an ``application/json`` one.
 
 Every node serves every route.  Writes go to the active controller through the node's
 :class:`~broker.controller_channel.Forwarder` (a broker's controller channel; on a controller, its
@@ -20,7 +29,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 from collections.abc import Callable
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from aiohttp import web
@@ -45,6 +56,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("kraft.rest")  # the package's logger
 
 IMAGE_WAIT_S: Final = 5.0  # how long a write waits for this node to replay its records
+MAX_BODY_BYTES: Final = 8 * 1024 * 1024  # aiohttp answers 413 above this
+MAX_JSON_DEPTH: Final = 64  # nested arrays and objects in a body (ours need 4)
+JSON_MEDIA_TYPE: Final = "application/json"
+BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 class AdminNode(Protocol):
@@ -162,7 +177,41 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return error_response(500, "UNKNOWN_SERVER_ERROR", message)
 
 
+@web.middleware
+async def json_only_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """415 for a write whose body (or declared Content-Type) is not ``application/json``; an
+    unknown route or method still gets its 404 or 405."""
+    if (
+        request.method in BODY_METHODS
+        and request.match_info.http_exception is None
+        and (request.body_exists or "Content-Type" in request.headers)
+        and request.content_type != JSON_MEDIA_TYPE
+    ):
+        given = request.headers.get("Content-Type", "none")
+        raise ApiError(
+            415,
+            "UNSUPPORTED_MEDIA_TYPE",
+            f"{request.method} {request.path} takes a body of Content-Type {JSON_MEDIA_TYPE},"
+            f" not {given!r}",
+        )
+    return await handler(request)
+
+
 # --- request parsing --------------------------------------------------------------------------
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_NESTING_STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # +1 / -1 as signed bytes
+
+
+def json_nesting_exceeds(raw: bytes, limit: int) -> bool:
+    """Whether JSON text nests arrays and objects deeper than ``limit``: found in linear time
+    and without recursion (string contents do not count), before anything parses it."""
+    brackets = _JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    if brackets.count(b"[") + brackets.count(b"{") <= limit:
+        return False
+    steps = memoryview(brackets.translate(_NESTING_STEPS)).cast("b")
+    return max(accumulate(steps)) > limit
 
 
 async def json_object(request: web.Request) -> Body:
@@ -170,6 +219,8 @@ async def json_object(request: web.Request) -> Body:
     raw = await request.read()
     if not raw:
         raise bad_request("the request needs a JSON object body")
+    if json_nesting_exceeds(raw, MAX_JSON_DEPTH):
+        raise bad_request(f"the body nests arrays or objects more than {MAX_JSON_DEPTH} deep")
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from kraft.rest.common import MAX_BODY_BYTES, MAX_JSON_DEPTH
+
 Schema = dict[str, Any]
 
 JSON: Final = "application/json"
@@ -351,7 +353,10 @@ def _error(description: str) -> Schema:
     return _json_body(_ref("Error"), description)
 
 
-BAD_REQUEST: Final = _error("malformed body or parameters (INVALID_REQUEST) or a Kafka error")
+BAD_REQUEST: Final = _error(
+    "malformed body or parameters (INVALID_REQUEST, also for JSON that nests arrays and"
+    f" objects more than {MAX_JSON_DEPTH} deep) or a Kafka error"
+)
 NOT_FOUND: Final = _error("UNKNOWN_TOPIC_OR_PARTITION")
 UNAVAILABLE: Final = _error("NOT_READY or a retriable Kafka error")
 NAME: Final[Schema] = {"name": "name", "in": "path", "required": True, "schema": STR}
@@ -623,6 +628,25 @@ def _node_paths() -> dict[str, Schema]:
     }
 
 
+def _with_input_limits(paths: dict[str, Schema]) -> dict[str, Schema]:
+    """Every write answers 415 to a body that is not application/json (the API's defence
+    against cross-site requests); one that takes a body also answers 413 above the size limit
+    and 400 when the JSON nests too deep (kraft.rest.common's input limits)."""
+    for item in paths.values():
+        for method in ("post", "put", "patch", "delete"):
+            if method not in item:
+                continue
+            responses = item[method]["responses"]
+            responses.setdefault(
+                "415", _error("UNSUPPORTED_MEDIA_TYPE: a body that is not application/json")
+            )
+            if "requestBody" in item[method]:
+                responses.setdefault("400", BAD_REQUEST)
+                too_large = f"PAYLOAD_TOO_LARGE: a body above {MAX_BODY_BYTES} bytes"
+                responses.setdefault("413", _error(too_large))
+    return paths
+
+
 def openapi_document(version: str) -> dict[str, Any]:
     return {
         "openapi": "3.0.3",
@@ -632,6 +656,8 @@ def openapi_document(version: str) -> dict[str, Any]:
             "description": "Served by every node. Writes go to the active controller. Errors are"
             ' {"error": NAME, "message": TEXT} with a Kafka error name or a short code.',
         },
-        "paths": {**_node_paths(), **_topic_paths(), **_record_paths(), **_group_paths()},
+        "paths": _with_input_limits(
+            {**_node_paths(), **_topic_paths(), **_record_paths(), **_group_paths()}
+        ),
         "components": {"schemas": SCHEMAS},
     }

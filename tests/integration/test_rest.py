@@ -19,6 +19,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +65,12 @@ def http(
     body: Any = None,
     raw: bytes | None = None,
     timeout_s: float = 30.0,
+    content_type: str | None = "application/json",
 ) -> Reply:
     data = raw if raw is not None else None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(node.admin + path, data=data, method=method)
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
+    if data is not None and content_type is not None:
+        request.add_header("Content-Type", content_type)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return Reply(response.status, dict(response.headers), response.read().decode())
@@ -320,6 +322,20 @@ def test_config_and_partition_changes_reject_bad_input(node: NodeProcess) -> Non
         ("GET", "/v1/no-such-route", None, 404, "NOT_FOUND"),
         ("PUT", "/v1/topics", b"{}", 405, "METHOD_NOT_ALLOWED"),
         ("POST", "/v1/topics", b"[" + b" " * MAX_BODY_BYTES + b"]", 413, "PAYLOAD_TOO_LARGE"),
+        pytest.param(
+            "POST", "/v1/topics", b"[" * 100_000, 400, "INVALID_REQUEST", id="100000-nested-["
+        ),
+        pytest.param(
+            "POST", "/v1/topics", b'{"a":' * 50_000, 400, "INVALID_REQUEST", id="50000-nested-{"
+        ),
+        pytest.param(
+            "POST",
+            "/v1/groups/g/offsets",
+            b'{"topics": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+            400,
+            "INVALID_REQUEST",
+            id="5000-nested-valid-json",
+        ),
     ],
 )
 def test_malformed_requests_get_json_errors(
@@ -327,6 +343,84 @@ def test_malformed_requests_get_json_errors(
 ) -> None:
     expect_error(http(node, method, path, raw=raw), status, error)
     assert http(node, "GET", "/v1/health").status == 200
+
+
+def test_json_nested_too_deep_is_refused_before_parsing(node: NodeProcess) -> None:
+    """64 levels are allowed (and then checked as usual), 65 are not; brackets inside strings
+    do not count."""
+    deep = "[" * 63 + "]" * 63
+    reply = http(node, "POST", "/v1/topics", raw=b'{"name": "n", "configs": %s}' % deep.encode())
+    assert "configs" in expect_error(reply, 400, "INVALID_REQUEST")["message"]
+    deeper = "[" * 64 + "]" * 64
+    reply = http(node, "POST", "/v1/topics", raw=b'{"name": "n", "configs": %s}' % deeper.encode())
+    assert "64 deep" in expect_error(reply, 400, "INVALID_REQUEST")["message"]
+    name = "[" * 200
+    reply = http(node, "POST", "/v1/topics", {"name": name, "partitions": 1})
+    assert "64 deep" not in expect_error(reply, 400, "INVALID_TOPIC_EXCEPTION")["message"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "content_type"),
+    [
+        ("POST", "/v1/topics", "text/plain"),
+        ("POST", "/v1/topics", "text/plain;charset=UTF-8"),
+        ("POST", "/v1/topics", "application/x-www-form-urlencoded"),
+        ("POST", "/v1/topics", "multipart/form-data; boundary=x"),
+        ("PATCH", "/v1/topics/csrf/configs", "text/plain"),
+        ("POST", "/v1/topics/csrf/partitions", "text/plain"),
+        ("POST", "/v1/topics/csrf/records", "text/plain"),
+        ("DELETE", "/v1/topics/csrf", "text/plain"),
+        ("POST", "/v1/groups/g/offsets", "text/plain"),
+    ],
+)
+def test_writes_without_a_json_body_get_415_and_change_nothing(
+    node: NodeProcess, method: str, path: str, content_type: str | None
+) -> None:
+    """What a web page can make a browser send cross-site without a CORS preflight (text/plain,
+    forms) is refused: a local admin API cannot be driven from a page the admin visits."""
+    if http(node, "GET", "/v1/topics/csrf").status == 404:
+        create_topic(node, "csrf", configs={"retention.ms": "3600000"})
+    body: dict[str, Any] = {
+        "name": "csrf-created",
+        "partitions": 1,
+        "set": {"retention.ms": "1000"},
+        "count": 3,
+        "records": [{"value": "x"}],
+        "to": "earliest",
+    }
+    raw = json.dumps(body).encode()  # valid JSON, only the media type is wrong
+    reply = http(node, method, path, raw=raw, content_type=content_type)
+    message = expect_error(reply, 415, "UNSUPPORTED_MEDIA_TYPE")["message"]
+    assert "application/json" in message
+    assert http(node, "GET", "/v1/topics/csrf-created").status == 404
+    topic = http(node, "GET", "/v1/topics/csrf").json
+    assert len(topic["partitions"]) == 1 and topic["configs"]["retention.ms"] == "3600000"
+    reply = http(node, "GET", "/v1/topics/csrf/partitions/0/records")
+    assert reply.json["records"] == []
+
+
+def test_json_media_types_with_parameters_and_bodiless_deletes_are_accepted(
+    node: NodeProcess,
+) -> None:
+    body = json.dumps({"name": "media", "partitions": 1}).encode()
+    reply = http(
+        node, "POST", "/v1/topics", raw=body, content_type="Application/JSON; charset=utf-8"
+    )
+    assert reply.status == 201, reply.text
+    assert http(node, "DELETE", "/v1/topics/media").status in (202, 204)
+    expect_error(
+        http(node, "PUT", "/v1/topics", raw=b"x", content_type="text/plain"),
+        405,
+        "METHOD_NOT_ALLOWED",
+    )
+    # a body without any Content-Type (urllib would add a form type: http.client does not)
+    host, port = node.admin.removeprefix("http://").rsplit(":", 1)
+    conn = HTTPConnection(host, int(port), timeout=30)
+    conn.request("POST", "/v1/topics", body=body)
+    response = conn.getresponse()
+    text = response.read().decode()
+    conn.close()
+    assert response.status == 415 and "UNSUPPORTED_MEDIA_TYPE" in text, text
 
 
 # --- records ------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import kraft.node.config
 import kraft.node.run
 from broker.log.config import STORAGE_MINIMUMS, TOPIC_CONFIG_KEYS, LogConfig
 from kraft.node.config import ConfigError, load_config
@@ -80,14 +81,18 @@ NODE_STARTUP_BOUNDS = [
     ("offsets.retention.check.interval.ms", 600_000, 10),
     ("offsets.commit.timeout.ms", 5_000, 1),
     ("offset.metadata.max.bytes", 4096, 0),
+    # issue 16: the Kafka listeners' connection limits (kraft/node/config.py's listener_limits)
+    ("max.connections", 2**31 - 1, 0),
+    ("max.connections.per.ip", 2**31 - 1, 0),
+    ("queued.max.request.bytes", 256 << 20, -1),
 ]
 
 
 def _bounded_keys_read_by_the_node() -> set[str]:
-    tree = ast.parse(Path(kraft.node.run.__file__).read_text())
     return {
         ast.literal_eval(call.args[0])
-        for call in ast.walk(tree)
+        for module in (kraft.node.run, kraft.node.config)
+        for call in ast.walk(ast.parse(Path(module.__file__ or "").read_text()))
         if isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "get_bounded_int"
     }
 
@@ -106,5 +111,18 @@ def test_the_node_keeps_its_startup_defaults_and_minimums(
 
 
 def test_the_node_reads_every_bounded_key_from_the_table() -> None:
-    """run.py states no default or minimum of its own for these keys."""
-    assert _bounded_keys_read_by_the_node() == {key for key, _, _ in NODE_STARTUP_BOUNDS}
+    """run.py and config.py state no default or minimum of their own for these keys."""
+    assert _bounded_keys_read_by_the_node() == {key for key, _, _ in NODE_STARTUP_BOUNDS} | {
+        "connections.max.idle.ms"
+    }
+
+
+def test_the_idle_timeout_is_off_at_minus_one_and_otherwise_at_least_10_ms() -> None:
+    def idle_ms(value: str) -> int:
+        base = {"node.id": "1", "process.roles": "broker", "connections.max.idle.ms": value}
+        return load_config(overrides=base, environ={}).get_bounded_int("connections.max.idle.ms")
+
+    assert idle_ms("600000") == 600_000 and idle_ms("-1") == -1 and idle_ms("10") == 10
+    for bad in ("0", "9", "-2"):
+        with pytest.raises(ConfigError, match="at least 10 or equal to -1"):
+            idle_ms(bad)
