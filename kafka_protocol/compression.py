@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from typing import TypeAlias
 
 import cramjam
 
@@ -52,6 +53,7 @@ XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK_BYTES = 32 * 1024
 _I32 = struct.Struct(">i")
+Decompressed: TypeAlias = bytes | cramjam.Buffer  # cramjam's output, sized, a buffer
 
 
 def compress(codec: Compression, data: Buffer, level: int | None = None) -> bytes:
@@ -87,6 +89,14 @@ def _xerial_compress(data: memoryview) -> bytes:
 
 def decompress(codec: int, data: Buffer, max_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> bytes:
     """Decompress one batch's records section; CompressionError on any failure."""
+    return bytes(decompress_buffer(codec, data, max_bytes))
+
+
+def decompress_buffer(
+    codec: int, data: Buffer, max_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
+) -> Decompressed:
+    """As :func:`decompress`, without copying cramjam's output into ``bytes`` (for a reader
+    that only walks it, such as the record validator)."""
     try:
         out = _decompress(codec, memoryview(data), max_bytes)
     except CompressionError:
@@ -105,20 +115,20 @@ def _codec_name(codec: int) -> str:
         return f"codec {codec}"
 
 
-def _decompress(codec: int, data: memoryview, max_bytes: int) -> bytes:
+def _decompress(codec: int, data: memoryview, max_bytes: int) -> Decompressed:
     if codec == Compression.NONE:
         return bytes(data)
     if codec == Compression.GZIP:
-        return bytes(cramjam.gzip.decompress(data))
+        return cramjam.gzip.decompress(data)
     if codec == Compression.SNAPPY:
         if data[: len(XERIAL_MAGIC)] == XERIAL_MAGIC:
             return _xerial_decompress(data, max_bytes)
         _check_raw_snappy_len(data, max_bytes)
-        return bytes(cramjam.snappy.decompress_raw(data))
+        return cramjam.snappy.decompress_raw(data)
     if codec == Compression.LZ4:
-        return bytes(cramjam.lz4.decompress(data))
+        return cramjam.lz4.decompress(data)
     if codec == Compression.ZSTD:
-        return bytes(cramjam.zstd.decompress(data))
+        return cramjam.zstd.decompress(data)
     raise CompressionError(f"unknown compression codec {codec}")
 
 
