@@ -23,6 +23,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 enum { OK = 0, CUT_SHORT = 1, TOO_LONG = 2 };
 
@@ -191,6 +192,9 @@ describe(const problem_t *pr, Py_ssize_t count)
     case NEGATIVE:
         return PyUnicode_FromFormat("record %zd: %s of %lld", i, f, v);
     case OVERRUNS:
+        if (strcmp(f, "length") == 0)
+            return PyUnicode_FromFormat(
+                "record %zd: length %lld overruns the batch (%lld bytes left)", i, v, x);
         return PyUnicode_FromFormat(
             "record %zd: %s of %lld bytes overruns its record (%lld bytes left)", i, f, v, x);
     case WRONG_DELTA:

@@ -87,14 +87,17 @@ def validate_records(
     if walk.problem is not None:
         return RecordsRefusal(ErrorCode.INVALID_RECORD, walk.problem, walk.bad_index)
     if not log_append_time and batch.records_count:
-        refusal = _timestamp_refusal(
-            batch, walk.min_timestamp_delta, walk.min_timestamp_index, config, now_ms
-        )
-        refusal = refusal or _timestamp_refusal(
-            batch, walk.max_timestamp_delta, walk.max_timestamp_index, config, now_ms
-        )
-        if refusal is not None:
-            return refusal
+        # The earliest and the latest timestamp decide; if both are out, name the first.
+        refusals = [
+            refusal
+            for delta, index in (
+                (walk.min_timestamp_delta, walk.min_timestamp_index),
+                (walk.max_timestamp_delta, walk.max_timestamp_index),
+            )
+            if (refusal := _timestamp_refusal(batch, delta, index, config, now_ms)) is not None
+        ]
+        if refusals:
+            return min(refusals, key=lambda r: r.record_index)
     if walk.first_null_key >= 0 and config.compact:
         return RecordsRefusal(
             ErrorCode.INVALID_RECORD,
