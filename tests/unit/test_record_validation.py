@@ -28,7 +28,7 @@ from broker.log.config import INT64_MAX
 from broker.replica_manager import AppendOutcome, Partition, ReplicaManager
 from broker.storage import FaultyStorage, FileStorage, MemoryStorage
 from kafka_protocol._record_walk import walk_records
-from kafka_protocol.compression import Compression
+from kafka_protocol.compression import Compression, compress, decompress_buffer
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import CompressionError
 from kafka_protocol.record_batch import HEADER_BYTES, NO_TIMESTAMP, RecordBatch
@@ -205,6 +205,20 @@ def test_a_codec_flag_on_data_of_another_codec_is_corrupt(codec: Compression) ->
         walk_batch(RecordBatch(memoryview(sealed)))
     refused = validate_batch(partition(ANY_TIME), memoryview(sealed), NOW_MS)
     assert isinstance(refused, AppendOutcome) and refused.error is ErrorCode.CORRUPT_MESSAGE
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.LZ4, Compression.ZSTD])
+def test_decompression_grows_its_buffer_up_to_the_bound(codec: Compression) -> None:
+    """A batch that compresses 1000:1 decompresses (its buffer grows past the first guess),
+    and one that would pass the bound is refused before it does."""
+    data = b"\x00" * (8 << 20)
+    packed = compress(codec, data)
+    assert len(packed) * 100 < len(data)
+    assert bytes(decompress_buffer(codec, packed)) == data
+    with pytest.raises(CompressionError, match="more than 1048576 bytes"):
+        decompress_buffer(codec, packed, max_bytes=1 << 20)
+    exact = decompress_buffer(codec, compress(codec, data[: 1 << 20]), max_bytes=1 << 20)
+    assert len(exact) == 1 << 20
 
 
 def timed(*deltas: int, base: int = NOW_MS) -> bytes:
