@@ -136,7 +136,7 @@ def _decompress(codec: int, data: memoryview, max_bytes: int) -> Decompressed:
 # buffer too small is cramjam's "failed to write whole buffer" (std::io::ErrorKind::WriteZero),
 # any other error is corrupt data.  Decompressing into a buffer is also faster than letting
 # cramjam grow its own.
-_DECOMPRESS_INTO = {
+_DECOMPRESS_INTO: dict[int, Callable[[memoryview, bytearray], int]] = {
     Compression.GZIP: cramjam.gzip.decompress_into,
     Compression.LZ4: cramjam.lz4.decompress_into,
     Compression.ZSTD: cramjam.zstd.decompress_into,
