@@ -13,8 +13,9 @@ above the records present, valid CRC) is sent to each: "on" must refuse it and "
 it, or the comparison is void.
 
 Each workload runs on each broker in turn, the order alternating between repeats, from a
-confluent-kafka producer in this process (one partition, acks=1, ``linger.ms=10``,
-``batch.size=1MB``, no idempotence), to a new topic each time; the broker's CPU (all threads,
+confluent-kafka producer in this process (one partition, acks=1, ``linger.ms=100``,
+``batch.size=1MB`` and no message-count limit, so that batches are full whatever the load on
+the machine; no idempotence), to a new topic each time; the broker's CPU (all threads,
 from /proc/PID/task/*/schedstat) is read before the first ``produce()`` and after ``flush()``:
 
 1. 100 B values, uncompressed: broker CPU-s per million messages (target <= 0.35);
@@ -25,8 +26,11 @@ from /proc/PID/task/*/schedstat) is read before the first ``produce()`` and afte
    cramjam, in this process; target <= 1.5x).  As a cross-check without broker noise: the
    in-process ``walk_batch`` (decompress + walk) of those batches against decompressing them.
 
+Last, the validator alone (``validate_records``) in this process on 1 MB batches of 100 B and
+1 KiB records: its own CPU per million messages and per GB, free of the broker's noise.
+
 Every figure is the median of the repeats with its range (min-max); the targets are judged
-on the medians (``bench_stats``).  A default run (5 repeats) takes about
+on the medians (``bench_stats``).  A default run (7 repeats) takes about
 two minutes.
 """
 
@@ -163,8 +167,11 @@ def produce(broker: Broker, topic: str, count: int, pool: list[bytes], codec: st
             "bootstrap.servers": broker.bootstrap,
             "log_level": 3,
             "acks": 1,
-            "linger.ms": 10,
+            # Full batches whatever the machine's load: a producer slowed by other work would
+            # otherwise send smaller ones, and per-request costs would swamp what is measured.
+            "linger.ms": 100,
             "batch.size": 1_000_000,
+            "batch.num.messages": 1_000_000,
             "compression.type": codec,
             "queue.buffering.max.messages": 1_000_000,
             "queue.buffering.max.kbytes": 1_048_576,
@@ -211,6 +218,28 @@ def decompress_vs_walk(batches: list[memoryview], repeat: int) -> tuple[Spread, 
     )
 
 
+def validation_alone(pools: dict[str, list[bytes]], repeat: int) -> dict[str, Spread]:
+    """The validator's own CPU in this process, on 1 MB batches like the producer's: CPU-s
+    per million 100 B records and per GB of 1 KiB records (no broker, so no noise from it)."""
+    from broker.log.config import LogConfig
+    from broker.log.validator import validate_records
+    from kafka_protocol.record_batch import RecordBatch, SimpleRecord, build_batch
+
+    out = {}
+    now = int(time.time() * 1000)
+    for kind, per_batch, scale in (("100b", 9000, 1e6), ("1k", 900, GB / 1024)):
+        records = [SimpleRecord(pools[kind][i % len(pools[kind])]) for i in range(per_batch)]
+        batch = RecordBatch(memoryview(build_batch(records, now_ms=now)))
+        config = LogConfig()
+
+        def validate(batch: RecordBatch = batch, config: LogConfig = config) -> None:
+            assert validate_records(batch, config, log_append_time=False, now_ms=now) is None
+
+        per_call = seconds_per_call(validate, repeat=max(repeat, 5), clock=time.process_time)
+        out[kind] = spread(s / per_batch * scale for s in per_call.runs)
+    return out
+
+
 @contextlib.contextmanager
 def brokers(ref: str) -> Iterator[dict[str, Broker]]:
     with tempfile.TemporaryDirectory(prefix="bench-validation-") as tmp_name:
@@ -253,7 +282,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     print(f"repeat {r + 1} {kind:4} {name:3}: broker {used:.3f} CPU-s", flush=True)
         lz4_batches = segment_batches(running["on"], "lz4-0")
     decompress_s, walk_s = decompress_vs_walk(lz4_batches, args.repeat)
-    return report(args, ref, cpu, decompress_s, walk_s, len(lz4_batches))
+    alone = validation_alone(pools, args.repeat)
+    return report(args, ref, cpu, decompress_s, walk_s, len(lz4_batches), alone)
 
 
 def report(
@@ -263,6 +293,7 @@ def report(
     decompress_s: Spread,
     walk_s: Spread,
     lz4_batch_count: int,
+    alone: dict[str, Spread],
 ) -> dict[str, Any]:
     per_m = {n: spread(c / args.count_100b * 1e6 for c in cpu[("100b", n)]) for n in ("on", "off")}
     gb_1k = args.count_1k * 1024 / GB
@@ -292,6 +323,8 @@ def report(
         "lz4_decompress_alone_cpu_s": decompress_s.as_dict(),
         "lz4_walk_batch_in_process_cpu_s": walk_s.as_dict(),
         "lz4_batches": lz4_batch_count,
+        "validation_alone_cpu_s_per_million_100b": alone["100b"].as_dict(),
+        "validation_alone_cpu_s_per_gb_1k": alone["1k"].as_dict(),
     }
     print(
         f"\nbaseline (off): {ref}; counts 100 B {args.count_100b:,}, 1 KiB {args.count_1k:,},"
@@ -309,6 +342,10 @@ def report(
         f"in process: walk_batch {walk_s.text(spec='.4f')} s vs decompress"
         f" {decompress_s.text(spec='.4f')} s = {walk_s.median / decompress_s.median:.2f}x"
     )
+    print(
+        f"validation alone, in process: {alone['100b'].text(spec='.4f')} CPU-s per million"
+        f" 100 B; {alone['1k'].text(spec='.4f')} CPU-s per GB of 1 KiB"
+    )
     width = max(len(r[0]) for r in rows)
     print()
     for name, measured, verdict in rows:
@@ -318,7 +355,7 @@ def report(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--count-100b", type=int, default=1_000_000)
     parser.add_argument("--count-1k", type=int, default=200_000)
     parser.add_argument("--count-lz4", type=int, default=200_000)
