@@ -23,8 +23,8 @@ from /proc/PID/task/*/schedstat) is read before the first ``produce()`` and afte
 3. 1 KiB values of text, lz4: the validation's CPU (on minus off, per repeat) against the CPU
    of decompressing the same batches alone (the median of the per-repeat differences, each
    pair run back to back, against the median time to decompress the batches read back from
-   the "on" broker's segment, with
-   cramjam, in this process; target <= 1.5x).  As a cross-check without broker noise: the
+   the "on" broker's segment with the product's bounded decompression, in this process;
+   target <= 1.5x).  As a cross-check without broker noise: the
    in-process ``walk_batch`` (decompress + walk) of those batches against decompressing them.
 
 Last, the validator alone (``validate_records``) in this process on 1 MB batches of 100 B and
@@ -32,7 +32,7 @@ Last, the validator alone (``validate_records``) in this process on 1 MB batches
 
 Every figure is the median of the repeats with its range (min-max); the targets are judged
 on the medians (``bench_stats``).  A default run (7 repeats) takes about
-two minutes.
+a minute.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Produce 0-9: validate each partition's batch from its header alone, append, answer.
+"""Produce 0-9: validate each partition's batch (header, CRC, its records), append, answer.
 
 Magic, size, CRC32C, record count and producer fields come from the 61-byte header; then the
 records are walked in one compiled pass (``broker/log/validator.py``: structure, timestamps,

@@ -121,7 +121,10 @@ def records_problem(batch: RecordBatch) -> str | None:
 def _timestamp_refusal(
     batch: RecordBatch, delta: int, index: int, config: LogConfig, now_ms: int
 ) -> RecordsRefusal | None:
-    """Kafka's ``validateTimestamp`` for one record (the earliest or the latest)."""
+    """Kafka's ``validateTimestamp`` for one record (the earliest or the latest).  A record
+    without a timestamp (-1) is exempt, as in Kafka; the walk returns only the extremes, so
+    when the earliest is -1 a record just above it that is too old goes unseen (producers
+    do not mix the two in one batch)."""
     timestamp = batch.base_timestamp + delta
     low = now_ms - config.message_timestamp_before_max_ms
     high = now_ms + config.message_timestamp_after_max_ms
