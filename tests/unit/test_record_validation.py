@@ -8,6 +8,8 @@ agree with a plain Python decoder on valid and corrupt input alike.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from pathlib import Path
 
 import pytest
@@ -25,12 +27,14 @@ from record_corruption import (
 from broker.handlers.produce import validate_batch
 from broker.log import CorruptBatchError, LogConfig, PartitionLog
 from broker.log.config import INT64_MAX
-from broker.replica_manager import AppendOutcome, Partition, ReplicaManager
+from broker.replica_manager import AppendOutcome, Partition, Registration, ReplicaManager
+from broker.replication.fetcher import FetcherConfig, LeaderFetcher
 from broker.storage import FaultyStorage, FileStorage, MemoryStorage
 from kafka_protocol._record_walk import walk_records
 from kafka_protocol.compression import Compression, compress, decompress_buffer
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import CompressionError
+from kafka_protocol.messages import FetchResponse
 from kafka_protocol.record_batch import HEADER_BYTES, NO_TIMESTAMP, RecordBatch
 from kafka_protocol.record_walk import walk_batch
 
@@ -325,3 +329,42 @@ def test_the_walk_reads_any_buffer_and_checks_its_arguments() -> None:
         walk_records("text", 1, 0)  # type: ignore[arg-type]
     assert walk_records(b"", 0, -1).problem is None  # an empty (control) batch
     assert len(GOOD[0].seal()) > HEADER_BYTES
+
+
+def test_a_follower_fetcher_reports_a_corrupt_batch_and_appends_none_of_the_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The fetcher's side: the run is refused whole, the error is logged with the partition,
+    the leader and the offset, the metrics hook counts it, and the fetch backs off."""
+
+    async def scenario() -> tuple[int, int, float]:
+        rm = ReplicaManager(MemoryStorage(), Path("/f"), broker_id=2, clock_ms=lambda: NOW_MS)
+        part = rm.open_partition(
+            "t",
+            0,
+            None,
+            LogConfig(),
+            max_message_bytes=1 << 20,
+            registration=Registration(1, 0, 0, (1, 2), (1, 2)),
+        )
+        counted: list[int] = []
+        config = FetcherConfig(2, on_corrupt_batch=lambda: counted.append(1))
+        fetcher = LeaderFetcher(1, rm, lambda _: None, config)
+        try:
+            fetcher.add(part, 0)
+            fetching = fetcher.partitions[("t", 0)]
+            fetching.needs_truncation = False
+            run = GOOD[0].seal(0) + CORRUPTIONS["trailing-bytes"][0](GOOD[1]).seal(2)
+            data = FetchResponse.PartitionData(partition_index=0, high_watermark=4, records=run)
+            fetcher._apply_fetched(fetching, data)
+            waits = fetching.backoff_until - asyncio.get_running_loop().time()
+        finally:
+            await fetcher.close()
+        return part.log.log_end_offset, len(counted), waits
+
+    with caplog.at_level(logging.ERROR, logger="broker.fetcher"):
+        log_end_offset, counted, backoff_s = asyncio.run(scenario())
+    assert (log_end_offset, counted) == (0, 1)
+    assert backoff_s > 0
+    (line,) = [r.getMessage() for r in caplog.records if "corrupt batch" in r.getMessage()]
+    assert "partition=t-0 leader=1 offset=0" in line and "after the last record" in line
