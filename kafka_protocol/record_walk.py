@@ -18,7 +18,14 @@ record.  It returns what the validator checks next: the smallest and largest tim
 
 from __future__ import annotations
 
-from kafka_protocol._record_walk import RecordWalk, walk_records
+try:
+    from kafka_protocol._record_walk import RecordWalk, walk_records
+except ImportError as error:  # a source checkout that was never installed or built
+    raise ImportError(
+        "kafka_protocol._record_walk (the compiled record walk) is not built: run"
+        " `pip install -e .` or `python setup.py build_ext --inplace` (needs gcc and the"
+        " Python headers)"
+    ) from error
 from kafka_protocol.compression import DEFAULT_MAX_DECOMPRESSED_BYTES, decompress_buffer
 from kafka_protocol.record_batch import ATTR_COMPRESSION_MASK, HEADER_BYTES, RecordBatch
 
