@@ -1,5 +1,21 @@
 # One image for every role: `kraft server`, configured by KRAFT_* environment variables
 # (KRAFT_NODE_ID, KRAFT_PROCESS_ROLES, KRAFT_LISTENERS, ...; see INTERFACE.md).
+
+# Builder: compiles the record walk (kafka_protocol/_record_walk.c) into a wheel, so that the
+# image itself carries no compiler.  The slim image has the Python headers; gcc comes here.
+FROM python:3.11-slim AS builder
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY pyproject.toml README.md setup.py ./
+COPY kafka_protocol ./kafka_protocol
+COPY metadata_log ./metadata_log
+COPY kraft ./kraft
+COPY broker ./broker
+COPY spark_source ./spark_source
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -12,13 +28,8 @@ RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin kraft \
     && chown kraft:kraft /var/lib/kraft
 
 WORKDIR /opt/kraft
-COPY pyproject.toml README.md ./
-COPY kafka_protocol ./kafka_protocol
-COPY metadata_log ./metadata_log
-COPY kraft ./kraft
-COPY broker ./broker
-COPY spark_source ./spark_source
-RUN pip install '.[fast]'
+COPY --from=builder /wheels /wheels
+RUN pip install "$(echo /wheels/kraft_platform-*.whl)[fast]" && rm -rf /wheels
 
 # A single combined node by default; compose files override these per container.
 ENV KRAFT_NODE_ID=1 \

@@ -84,6 +84,7 @@ class Broker:
                 max_wait_ms=config.replica_fetch_wait_max_ms,
                 partition_max_bytes=config.replica_fetch_max_bytes,
                 response_max_bytes=config.replica_fetch_response_max_bytes,
+                on_corrupt_batch=self.metrics.corrupt_batches.labels("follower_fetch").inc,
             ),
         )
         self.coordinator = GroupCoordinator(

@@ -48,6 +48,12 @@ class BrokerMetrics:
         self.bytes_in = Counter("kafka_bytes_in", "Record bytes appended", ["topic"], registry=r)
         self.bytes_out = Counter("kafka_bytes_out", "Record bytes fetched", ["topic"], registry=r)
         self.messages_in = Counter("kafka_messages_in", "Records appended", ["topic"], registry=r)
+        self.corrupt_batches = Counter(
+            "kafka_corrupt_batches",
+            "Batches refused as corrupt before they were written, by where they came from",
+            ["source"],
+            registry=r,
+        )
         self.produce_latency = Histogram(
             "kafka_produce_latency_seconds",
             "Produce request latency",

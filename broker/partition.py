@@ -50,6 +50,8 @@ class AppendOutcome:
     base_offset: int = -1
     log_append_time_ms: int = -1
     message: str | None = None
+    # Produce v8+ (KIP-467): (index of a bad record in the batch, why)
+    record_errors: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(slots=True)

@@ -10,13 +10,15 @@
 - zstd: a zstd frame; level 3 (cramjam's default is 11, far slower).
 
 Decompression output is bounded by ``max_bytes`` so that a small hostile batch cannot expand
-without limit.
+without limit (checked as it decompresses, not after).
 """
 
 from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Callable
+from typing import TypeAlias
 
 import cramjam
 
@@ -52,6 +54,7 @@ XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK_BYTES = 32 * 1024
 _I32 = struct.Struct(">i")
+Decompressed: TypeAlias = bytes | memoryview | cramjam.Buffer  # sized buffers
 
 
 def compress(codec: Compression, data: Buffer, level: int | None = None) -> bytes:
@@ -87,6 +90,14 @@ def _xerial_compress(data: memoryview) -> bytes:
 
 def decompress(codec: int, data: Buffer, max_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES) -> bytes:
     """Decompress one batch's records section; CompressionError on any failure."""
+    return bytes(decompress_buffer(codec, data, max_bytes))
+
+
+def decompress_buffer(
+    codec: int, data: Buffer, max_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
+) -> Decompressed:
+    """As :func:`decompress`, without copying cramjam's output into ``bytes`` (for a reader
+    that only walks it, such as the record validator)."""
     try:
         out = _decompress(codec, memoryview(data), max_bytes)
     except CompressionError:
@@ -105,21 +116,52 @@ def _codec_name(codec: int) -> str:
         return f"codec {codec}"
 
 
-def _decompress(codec: int, data: memoryview, max_bytes: int) -> bytes:
+def _decompress(codec: int, data: memoryview, max_bytes: int) -> Decompressed:
     if codec == Compression.NONE:
         return bytes(data)
-    if codec == Compression.GZIP:
-        return bytes(cramjam.gzip.decompress(data))
     if codec == Compression.SNAPPY:
         if data[: len(XERIAL_MAGIC)] == XERIAL_MAGIC:
             return _xerial_decompress(data, max_bytes)
         _check_raw_snappy_len(data, max_bytes)
-        return bytes(cramjam.snappy.decompress_raw(data))
-    if codec == Compression.LZ4:
-        return bytes(cramjam.lz4.decompress(data))
-    if codec == Compression.ZSTD:
-        return bytes(cramjam.zstd.decompress(data))
-    raise CompressionError(f"unknown compression codec {codec}")
+        return cramjam.snappy.decompress_raw(data)
+    into = _DECOMPRESS_INTO.get(codec)
+    if into is None:
+        raise CompressionError(f"unknown compression codec {codec}")
+    return _bounded(into, data, max_bytes)
+
+
+# gzip, lz4 and zstd frames need not say how large they decompress (Kafka's writers do not),
+# and cramjam's ``decompress`` grows its output without limit: 1 MiB of gzip can claim 1 GiB.
+# So they decompress into a buffer of a guessed size that grows (x4) up to ``max_bytes``; a
+# buffer too small is cramjam's "failed to write whole buffer" (std::io::ErrorKind::WriteZero),
+# any other error is corrupt data.  Decompressing into a buffer is also faster than letting
+# cramjam grow its own.
+_DECOMPRESS_INTO: dict[int, Callable[[memoryview, bytearray], int]] = {
+    Compression.GZIP: cramjam.gzip.decompress_into,
+    Compression.LZ4: cramjam.lz4.decompress_into,
+    Compression.ZSTD: cramjam.zstd.decompress_into,
+}
+_FIRST_GUESS_RATIO = 4
+_MIN_GUESS_BYTES = 64 * 1024
+_BUFFER_TOO_SMALL = "failed to write whole buffer"
+
+
+def _bounded(
+    into: Callable[[memoryview, bytearray], int], data: memoryview, max_bytes: int
+) -> memoryview:
+    size = min(max_bytes + 1, max(_MIN_GUESS_BYTES, _FIRST_GUESS_RATIO * len(data)))
+    while True:
+        out = bytearray(size)
+        try:
+            return memoryview(out)[: into(data, out)]
+        except cramjam.DecompressionError as exc:
+            if _BUFFER_TOO_SMALL not in str(exc):
+                raise
+            if size > max_bytes:
+                raise CompressionError(
+                    f"batch decompresses to more than {max_bytes} bytes"
+                ) from None
+            size = min(max_bytes + 1, size * _FIRST_GUESS_RATIO)
 
 
 def _check_raw_snappy_len(block: memoryview, max_bytes: int) -> None:

@@ -1,9 +1,10 @@
-"""Produce 0-9: validate each partition's batch from its header alone, append, answer.
+"""Produce 0-9: validate each partition's batch (header, CRC, its records), append, answer.
 
-The records are not parsed: magic, size, CRC32C, record count and producer fields all come
-from the 61-byte header (except in compacted topics, where every record needs a key, as in
-Kafka).  Nothing of a rejected batch is appended, and one partition's error does not affect
-the others.
+Magic, size, CRC32C, record count and producer fields come from the 61-byte header; then the
+records are walked in one compiled pass (``broker/log/validator.py``: structure, timestamps,
+keys in compacted topics), never by a Python loop per record.  A refusal carries the first
+bad record in ``record_errors`` and says why in ``error_message`` (v8+, KIP-467).  Nothing of
+a rejected batch is appended, and one partition's error does not affect the others.
 
 acks=0 appends and answers nothing; a partition refused at once (one this broker does not
 lead, say) closes the connection instead, as Kafka does, so that the producer refreshes its
@@ -27,12 +28,14 @@ import time
 
 from broker.deferred import Deferred
 from broker.dispatcher import ApiHandler, RequestContext
+from broker.log.validator import validate_records
 from broker.metrics import BrokerMetrics
 from broker.partition import AppendOutcome, Partition
 from broker.replica_manager import ReplicaManager
 from broker.server import CloseConnection
+from kafka_protocol.clock import wall_ms
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.exceptions import CorruptRecordError, ProtocolError
+from kafka_protocol.exceptions import CorruptRecordError
 from kafka_protocol.messages import ProduceRequest, ProduceResponse
 from kafka_protocol.record_batch import HEADER_BYTES, MAGIC, RecordBatch
 from kafka_protocol.types import TopicName
@@ -49,8 +52,11 @@ def _refuse(error: ErrorCode, message: str) -> AppendOutcome:
     return AppendOutcome(error, message=message)
 
 
-def validate_batch(part: Partition, records: object) -> RecordBatch | AppendOutcome:
-    """The one batch of a partition's records, or why it is refused."""
+def validate_batch(
+    part: Partition, records: object, now_ms: int | None = None
+) -> RecordBatch | AppendOutcome:
+    """The one batch of a partition's records, or why it is refused (``now_ms``: the clock
+    the timestamps are checked against; the wall clock by default)."""
     if not isinstance(records, memoryview) or len(records) == 0:
         return _refuse(ErrorCode.INVALID_RECORD, "the partition's records are empty")
     if len(records) > part.max_message_bytes:
@@ -75,19 +81,16 @@ def validate_batch(part: Partition, records: object) -> RecordBatch | AppendOutc
         return _refuse(ErrorCode.INVALID_RECORD, "clients may not write control batches")
     if batch.is_transactional:
         return _refuse(ErrorCode.INVALID_TXN_STATE, "transactions are not supported yet")
-    if "compact" in part.config.cleanup_policy and not _all_keyed(batch):
-        # The one case where the records are read: compaction keeps the latest value per key
-        return _refuse(
-            ErrorCode.INVALID_RECORD, "a compacted topic does not accept records without a key"
-        )
+    refusal = validate_records(
+        batch,
+        part.config,
+        log_append_time=part.log_append_time,
+        now_ms=wall_ms() if now_ms is None else now_ms,
+    )
+    if refusal is not None:
+        errors = () if refusal.record_index < 0 else ((refusal.record_index, refusal.message),)
+        return AppendOutcome(refusal.error, message=refusal.message, record_errors=errors)
     return batch
-
-
-def _all_keyed(batch: RecordBatch) -> bool:
-    try:
-        return all(record.key is not None for record in batch.iter_records())
-    except ProtocolError:
-        return False
 
 
 class ProduceHandler:
@@ -164,7 +167,7 @@ class ProduceHandler:
         part = self.replicas.get(topic, pd.index)
         if part is None:
             return _refuse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{pd.index} is unknown")
-        batch = validate_batch(part, pd.records)
+        batch = validate_batch(part, pd.records, self.replicas.clock_ms())
         if isinstance(batch, AppendOutcome):
             return batch
         return self.replicas.append_nowait(part, batch, acks)
@@ -187,6 +190,12 @@ class ProduceHandler:
                     log_append_time_ms=out.log_append_time_ms,
                     log_start_offset=part.log_start_offset if part is not None else -1,
                     error_message=out.message,
+                    record_errors=[
+                        ProduceResponse.BatchIndexAndErrorMessage(
+                            batch_index=i, batch_index_error_message=m
+                        )
+                        for i, m in out.record_errors
+                    ],
                 )
             )
         metrics.produce_latency.observe(time.perf_counter() - ctx.received_s)

@@ -45,6 +45,8 @@ _FIELDS: Final = {
     "delete.retention.ms": "delete_retention_ms",
     "min.compaction.lag.ms": "min_compaction_lag_ms",
     "max.compaction.lag.ms": "max_compaction_lag_ms",
+    "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
+    "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
 }
 # Where the log's minimum is not the topic config's: it takes segments as small as one batch
 # header (``internal.segment.bytes``, for tests) and an index of one time-index entry, and it
@@ -111,6 +113,10 @@ class LogConfig:
     min_compaction_lag_ms: int = _default("min.compaction.lag.ms")
     max_compaction_lag_ms: int = _default("max.compaction.lag.ms")
     min_cleanable_dirty_ratio: float = _default_ratio()
+    # Produce validation (validator.py, KIP-937): how far a CreateTime timestamp may be
+    # before or after the broker's clock.
+    message_timestamp_before_max_ms: int = _default("message.timestamp.before.max.ms")
+    message_timestamp_after_max_ms: int = _default("message.timestamp.after.max.ms")
 
     def __post_init__(self) -> None:
         for key, (name, low, high) in TOPIC_CONFIG_KEYS.items():

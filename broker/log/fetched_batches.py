@@ -9,7 +9,8 @@ leader cuts at ``max_bytes``, KIP-74), which is left for the next fetch::
       base offsets strictly increasing, no overlap, the first at or above the log end offset
       (a gap is allowed: compaction removes batches); partition leader epochs never
       decreasing and none below the log's latest epoch; each batch passes
-      ``RecordBatch.validate`` (magic, lengths, CRC32C)
+      ``RecordBatch.validate`` (magic, lengths, CRC32C) and the record walk
+      (``records_problem``: every record well formed, decompressing if compressed)
 
 Any failure refuses the whole run (a ``InvalidFollowerAppendError``).  Nothing is copied: the
 result holds views of the caller's buffer, written to the segment as they are, and the header
@@ -24,6 +25,7 @@ from typing import NamedTuple
 from broker.log.config import INT32_MAX
 from broker.log.errors import AppendOffsetError, CorruptBatchError, LeaderEpochOrderError
 from broker.log.file_records import BatchHeader
+from broker.log.validator import records_problem
 from broker.storage import Buffer
 from kafka_protocol.exceptions import CorruptRecordError
 from kafka_protocol.record_batch import NO_PARTITION_LEADER_EPOCH, RecordBatch, iter_batches
@@ -64,9 +66,11 @@ def check_fetched_batches(
             batch = next(batches, None)
             if batch is None:
                 return fetched
-            batch.validate()
+            problem = records_problem(batch.validate())
         except CorruptRecordError as error:
             raise CorruptBatchError(f"batch at byte {fetched.size_bytes}: {error}") from error
+        if problem is not None:
+            raise CorruptBatchError(f"batch at byte {fetched.size_bytes}: {problem}")
         _check_order(batch, next_offset, min_epoch, log_end_offset)
         next_offset = batch.next_offset
         min_epoch = batch.partition_leader_epoch

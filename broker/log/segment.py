@@ -48,6 +48,7 @@ from broker.log.file_records import (
     parse_header,
 )
 from broker.log.index import OffsetIndex, TimeIndex
+from broker.log.validator import records_problem
 from broker.storage import Buffer, Storage, join
 from kafka_protocol.exceptions import CorruptRecordError
 from kafka_protocol.record_batch import NO_TIMESTAMP, RecordBatch
@@ -465,7 +466,8 @@ class LogSegment:
             problem = f"offset {header.last_offset} overflows the segment"
         if problem is None and header.last_offset >= crc_from_offset:
             try:
-                RecordBatch(reader.read(position, header.size_bytes)).validate()
+                batch = RecordBatch(reader.read(position, header.size_bytes)).validate()
+                problem = records_problem(batch)  # the record walk, as on produce
             except CorruptRecordError as error:
                 problem = str(error)
         return header, problem

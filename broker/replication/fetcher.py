@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from broker.kafka_client import Backoff, KafkaClientError, KafkaConnection
 from broker.log.epochs import EpochEndOffset
-from broker.log.errors import LogError
+from broker.log.errors import CorruptBatchError, LogError
 from broker.replication.partition_state import FollowerState
 from kafka_protocol._codec import FileRegion
 from kafka_protocol.errors import ErrorCode
@@ -65,6 +65,7 @@ class FetcherConfig:
     partition_max_bytes: int = 1 << 20  # replica.fetch.max.bytes
     response_max_bytes: int = 10 << 20  # replica.fetch.response.max.bytes
     request_timeout_ms: int = 30_000  # replica.socket.timeout.ms
+    on_corrupt_batch: Callable[[], None] | None = None  # a metrics hook
 
 
 @dataclass(slots=True)
@@ -338,6 +339,21 @@ class LeaderFetcher:
         view = memoryview(records) if records else memoryview(b"")
         try:
             self.replicas.append_as_follower(part, view, data.high_watermark)
+        except CorruptBatchError as exc:
+            # Never appended, so never served: fetch it again after a backoff (the leader's
+            # copy may have been damaged in transit), and say so where an operator looks.
+            log.error(
+                "corrupt batch from the leader, not appended partition=%s leader=%d offset=%d"
+                " problem=%s",
+                part.name,
+                self.leader_id,
+                part.log.log_end_offset,
+                exc,
+            )
+            if self.config.on_corrupt_batch is not None:
+                self.config.on_corrupt_batch()
+            self._back_off(fetching, str(exc))
+            return
         except LogError as exc:
             log.error("follower append failed partition=%s error=%s", part.name, exc)
             fetching.needs_truncation = True  # re-check where we stand before going on

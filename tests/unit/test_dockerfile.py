@@ -27,7 +27,9 @@ def instructions() -> list[tuple[str, str]]:
 def test_base_user_entrypoint_ports_volume_health() -> None:
     ins = instructions()
     ops = [op for op, _ in ins]
-    assert ins[0] == ("FROM", "python:3.11-slim")
+    stages = [arg.split() for op, arg in ins if op == "FROM"]
+    assert all(stage[0] == "python:3.11-slim" for stage in stages)
+    assert len(stages[-1]) == 1, "the image is the last stage"
     users = [arg for op, arg in ins if op == "USER"]
     assert users and users[-1] not in ("root", "0")
     assert ops.index("USER") > max(i for i, op in enumerate(ops) if op == "RUN")
@@ -49,5 +51,6 @@ def test_every_package_is_copied() -> None:
     packages = {p.rstrip("*") for p in patterns}
     copied = {arg.split()[0] for op, arg in instructions() if op == "COPY"}
     assert packages <= copied, f"not copied into the image: {packages - copied}"
+    assert "setup.py" in " ".join(arg for op, arg in instructions() if op == "COPY")
     for pkg in packages:
         assert (ROOT / pkg / "__init__.py").exists()
