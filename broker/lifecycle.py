@@ -35,7 +35,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, Protocol
 
 from broker.failure_streak import FailureStreak
 from broker.kafka_client import Backoff, ControllerClient
@@ -65,6 +65,14 @@ DEFAULT_REQUEST_DEADLINE_MS: Final = 5000
 _REREGISTER: Final = frozenset({ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED})
 
 
+class LogDirsView(Protocol):
+    """The broker's log directories as the controller hears of them (KIP-858)."""
+
+    def online_log_dirs(self) -> list[uuid.UUID]: ...
+
+    def offline_log_dirs(self) -> list[uuid.UUID]: ...
+
+
 class BrokerLifecycleError(Exception):
     """The controller refused this broker with an error retrying cannot cure."""
 
@@ -88,6 +96,7 @@ class BrokerLifecycle:
         heartbeat_interval_ms: int,
         *,
         request_deadline_ms: int = DEFAULT_REQUEST_DEADLINE_MS,
+        log_dirs: LogDirsView | None = None,
     ) -> None:
         assert heartbeat_interval_ms > 0
         self.client = client
@@ -98,6 +107,7 @@ class BrokerLifecycle:
         self.listeners = list(listeners)
         self.rack = rack
         self.heartbeat_interval_s = heartbeat_interval_ms / 1000
+        self.log_dirs = log_dirs  # None: no log directories to report (KIP-858)
         self.request_deadline_s = request_deadline_ms / 1000
         self.broker_epoch = -1
         self.is_fenced = True
@@ -166,7 +176,7 @@ class BrokerLifecycle:
                 )
             ],
             rack=self.rack,
-            log_dirs=[],
+            log_dirs=self.log_dirs.online_log_dirs() if self.log_dirs is not None else [],
         )
 
     def _registered(self, broker_epoch: int) -> None:
@@ -226,6 +236,7 @@ class BrokerLifecycle:
             current_metadata_offset=self.follower.image.offset,
             want_fence=False,
             want_shut_down=self._want_shut_down,
+            offline_log_dirs=self.log_dirs.offline_log_dirs() if self.log_dirs is not None else [],
         )
         response = await self.client.request(request, BROKER_HEARTBEAT_VERSION)
         assert isinstance(response, BrokerHeartbeatResponse)

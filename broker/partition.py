@@ -87,6 +87,7 @@ class Partition:
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
     delayed: list[tuple[int, int, DelayedProduce]] = field(default_factory=list)  # a heap
     recovering: bool = False
+    offline: bool = False  # its log directory failed: KAFKA_STORAGE_ERROR until a restart
 
     @property
     def name(self) -> str:
