@@ -372,6 +372,22 @@ class ClusterImage:
         """The finalized ``metadata.version`` feature level (0: not bootstrapped)."""
         return self.features.get(METADATA_VERSION_FEATURE, 0)
 
+    def is_replica_offline(self, broker_id: int, listener: str = "PLAINTEXT") -> bool:
+        """Kafka's ``KRaftMetadataCache.isReplicaOffline``: the broker is not registered, is
+        fenced, lacks the listener, or has no online log directory for the replica."""
+        broker = self.brokers.get(broker_id)
+        return (
+            broker is None
+            or broker.fenced
+            or broker.listener(listener) is None
+            or not broker.has_online_dir
+        )
+
+    def is_replica_storage_offline(self, broker_id: int) -> bool:
+        """The replica is offline because its broker's log directory failed."""
+        broker = self.brokers.get(broker_id)
+        return broker is not None and not broker.has_online_dir
+
     def topic_configs(self, name: str) -> Mapping[str, str]:
         """The dynamic overrides of topic ``name`` (empty when it has none)."""
         return self.configs.get(ConfigResource(ConfigResourceType.TOPIC, name), frozen_map())

@@ -23,13 +23,18 @@ def _status_text(cluster: dict[str, Any]) -> str:
         for v in controller["voters"]
     )
     columns = ("id", "host", "port", "rack", "fenced", "epoch")
-    rows = [[b[column] for column in columns] for b in cluster["brokers"]]
+    rows = [
+        [*(b[column] for column in columns), ",".join(b.get("offline_log_dirs", [])) or "-"]
+        for b in cluster["brokers"]
+    ]
     return "\n".join(
         [
             f"Cluster: {cluster['cluster_id']}",
             f"Controller: leader {controller['leader_id']}, epoch {controller['epoch']}",
             f"Voters: {voters}",
-            format_table(("BROKER", "HOST", "PORT", "RACK", "FENCED", "EPOCH"), rows),
+            format_table(
+                ("BROKER", "HOST", "PORT", "RACK", "FENCED", "EPOCH", "OFFLINE LOG DIRS"), rows
+            ),
         ]
     )
 

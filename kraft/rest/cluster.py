@@ -7,6 +7,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from broker.log_dir import uuid_text
 from kraft import __version__
 from kraft.rest.common import ApiError, error_response, node_of
 from metadata_log.image import BrokerRegistration
@@ -34,6 +35,10 @@ def broker_json(reg: BrokerRegistration) -> dict[str, Any]:
         "rack": reg.rack,
         "fenced": reg.fenced,
         "epoch": reg.epoch,
+        # KIP-858 directory ids, in Kafka's text form; offline: reported failed since the
+        # broker registered (its replicas moved away; a restart brings them back)
+        "log_dirs": [uuid_text(d) for d in reg.directories],
+        "offline_log_dirs": [uuid_text(d) for d in reg.offline_directories],
     }
 
 

@@ -194,6 +194,12 @@ SCHEMAS: Final[dict[str, Schema]] = {
         rack=_nullable(STR),
         fenced=BOOL,
         epoch=INT,
+        log_dirs={"type": "array", "items": STR, "description": "online log directory ids"},
+        offline_log_dirs={
+            "type": "array",
+            "items": STR,
+            "description": "log directory ids the broker reported offline (KIP-112)",
+        },
     ),
     "Cluster": _obj(
         ["cluster_id", "controller", "brokers"],
@@ -222,6 +228,7 @@ SCHEMAS: Final[dict[str, Schema]] = {
         leader_epoch=INT32,
         replicas=INT_LIST,
         isr=INT_LIST,
+        offline_replicas=INT_LIST,
         log_start_offset=_nullable({**INT, "description": "null: not hosted by this node"}),
         high_watermark=_nullable(INT),
         log_end_offset=_nullable(INT),
