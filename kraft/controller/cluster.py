@@ -36,11 +36,14 @@ from kafka_protocol.messages import (
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
 )
 from kafka_protocol.metadata import (
     BrokerRegistrationChangeRecord,
     FeatureLevelRecord,
     RegisterBrokerRecord,
+    UnregisterBrokerRecord,
 )
 from kafka_protocol.types import BrokerId
 from kraft.controller.elections import unclean_policy
@@ -144,6 +147,39 @@ def _check_registration(
         ):
             return ErrorCode.UNSUPPORTED_VERSION
     return None
+
+
+def unregister_broker(
+    request: UnregisterBrokerRequest, image: ClusterImage, unclean: UncleanPolicy
+) -> ControllerResult[UnregisterBrokerResponse]:
+    """UnregisterBroker (API 64, KIP-631): remove a stale registration (a broker gone for
+    good).  As Kafka's ``ReplicationControlManager.unregisterBroker``: an unknown id is
+    BROKER_ID_NOT_REGISTERED, and the broker leaves every ISR (the last member stays) and its
+    leaderships move before its UnregisterBrokerRecord.  Unlike Kafka, a live (unfenced)
+    broker is refused with INVALID_REQUEST: it would register again at its next heartbeat,
+    after losing its leaderships for nothing; stop it first (it is fenced once its session
+    expires)."""
+    broker = image.brokers.get(request.broker_id)
+    if broker is None:
+        error, message = (
+            ErrorCode.BROKER_ID_NOT_REGISTERED,
+            f"broker {request.broker_id} is not registered",
+        )
+        return ControllerResult(
+            [], UnregisterBrokerResponse(error_code=error, error_message=message)
+        )
+    if not broker.fenced:
+        message = (
+            f"broker {broker.id} is alive (unfenced, broker epoch {broker.epoch}): stop it, and"
+            " unregister it once it is fenced"
+        )
+        return ControllerResult(
+            [],
+            UnregisterBrokerResponse(error_code=ErrorCode.INVALID_REQUEST, error_message=message),
+        )
+    records: list[MetadataRecord] = list(records_for_broker_leaving(image, broker.id, unclean))
+    records.append(UnregisterBrokerRecord(broker_id=BrokerId(broker.id), broker_epoch=broker.epoch))
+    return ControllerResult(records, UnregisterBrokerResponse(error_message=None))
 
 
 # --- heartbeats -------------------------------------------------------------------------------

@@ -609,6 +609,20 @@ def _node_paths() -> dict[str, Schema]:
                 },
             )
         },
+        "/v1/cluster/brokers/{id}": {
+            "parameters": [{"name": "id", "in": "path", "required": True, "schema": INT32}],
+            "delete": _op(
+                "unregisterBroker",
+                "Remove a stale broker registration (Kafka's UnregisterBroker); the broker must"
+                " be fenced (stopped, its session expired)",
+                {
+                    "204": {"description": "unregistered"},
+                    "400": BAD_REQUEST,
+                    "404": _error("BROKER_ID_NOT_REGISTERED"),
+                    "409": _error("BROKER_IS_ALIVE: the broker is unfenced"),
+                },
+            ),
+        },
         "/metrics": {
             "get": _op(
                 "metrics",

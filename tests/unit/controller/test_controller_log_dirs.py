@@ -22,7 +22,9 @@ from hypothesis import strategies as st
 
 from broker.handlers.metadata import partition_error
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.metadata import BrokerRegistrationChangeRecord
+from kafka_protocol.messages import UnregisterBrokerRequest
+from kafka_protocol.metadata import BrokerRegistrationChangeRecord, UnregisterBrokerRecord
+from kafka_protocol.types import BrokerId
 from kraft.controller import Controller
 from metadata_log.delta import replay_records
 from metadata_log.image import DIRECTORY_LOST, ClusterImage
@@ -166,3 +168,35 @@ def test_snapshot_records_rebuild_the_directories(
         image = replay_records(image, [changed.directories_change()])
     rebuilt = replay_records(ClusterImage.EMPTY, image.to_records())
     assert rebuilt.brokers[1] == image.brokers[1]
+
+
+# --- UnregisterBroker -------------------------------------------------------------------------
+
+
+def test_unregister_refuses_unknown_and_live_brokers(controller: Controller) -> None:
+    image = registered_with_dirs(controller, [1, 2])
+    unknown = controller.handle(UnregisterBrokerRequest(broker_id=BrokerId(9)), image)
+    assert unknown.records == []
+    assert unknown.response.error_code == ErrorCode.BROKER_ID_NOT_REGISTERED
+    live = controller.handle(UnregisterBrokerRequest(broker_id=BrokerId(1)), image)
+    assert live.records == [] and live.response.error_code == ErrorCode.INVALID_REQUEST
+    assert "alive" in (live.response.error_message or "")
+
+
+def test_unregister_a_fenced_broker(controller: Controller) -> None:
+    image = registered_with_dirs(controller, [1, 2, 3])
+    image, _ = run(controller, image, "handle", create(new_topic("t", 3, 2)))
+    image = apply(image, controller.handle_fence_brokers([1], image))
+    result = controller.handle(UnregisterBrokerRequest(broker_id=BrokerId(1)), image)
+    assert result.response.error_code == ErrorCode.NONE
+    assert isinstance(result.records[-1], UnregisterBrokerRecord)
+    image = apply(image, result)
+    assert 1 not in image.brokers
+    assert image.is_replica_offline(1)  # Metadata lists its replicas as offline
+    for p in image.topics.by_name["t"].partitions.values():
+        assert p.leader != 1 and 1 not in p.isr  # each had another replica
+    # it can register again (a new incarnation) and is a broker like any other
+    image, response = run(
+        controller, image, "handle_register_broker", registration(1, incarnation=5)
+    )
+    assert response.error_code == 0 and 1 in image.brokers
