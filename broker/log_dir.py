@@ -18,9 +18,9 @@ Theory of operation
   directory belongs to.  A directory of another topic id (a deleted topic of the same name)
   or with a missing or unreadable file that cannot be vouched for is *set aside*, renamed
   ``<topic>-<partition>.<uuid>-stray`` (Kafka's suffix for data it will not serve), never
-  deleted: an operator decides.  A directory whose file is missing or empty but whose data
-  is otherwise there (a crash or a full disk between creating the directory and writing the
-  file) is repaired with the topic id the metadata image gives.
+  deleted: an operator decides.  A directory whose file is missing, empty, or a torn prefix of
+  the expected content (a crash or a full disk between creating the directory and writing
+  the file) is repaired with the topic id the metadata image gives.
 """
 
 from __future__ import annotations
@@ -138,19 +138,19 @@ def claim_partition_directory(storage: Storage, directory: str, topic_id: object
         if found == expected:
             return
         found_id = _topic_id_in(found) if found.strip() else None
-        if found_id is not None and found_id != uuid_text(topic_id):
-            set_aside(storage, directory, f"it belongs to topic id {found_id}")
-        elif found.strip() and found_id is None:
-            set_aside(storage, directory, f"unreadable {PARTITION_METADATA_FILE} {found[:64]!r}")
-        elif found_id is None:
+        if expected.startswith(found):  # missing, empty, or a torn write of this very file
             log.warning(
                 "repairing partition directory dir=%s: %s was %s; the metadata image gives "
                 "topic_id=%s",
                 directory,
                 PARTITION_METADATA_FILE,
-                "empty" if storage.exists(path) else "missing",
+                "incomplete" if found else "empty" if storage.exists(path) else "missing",
                 uuid_text(topic_id),
             )
+        elif found_id is not None:
+            set_aside(storage, directory, f"it belongs to topic id {found_id}")
+        else:
+            set_aside(storage, directory, f"unreadable {PARTITION_METADATA_FILE} {found[:64]!r}")
     storage.makedirs(directory)
     write_atomically(storage, directory, PARTITION_METADATA_FILE, expected)
 

@@ -692,7 +692,10 @@ class ReplicaManager:
         if not self.directory.online:
             return
         entries = [(t, i, p.high_watermark) for (t, i), p in self.partitions.items()]
-        write_high_watermarks(self.storage, self.log_dir, entries)
+        try:
+            write_high_watermarks(self.storage, self.log_dir, entries)
+        except OSError as exc:  # as Kafka: a failed checkpoint takes the directory offline
+            self.mark_log_dir_offline(f"high watermark checkpoint failed: {exc}")
 
     def leaders(self) -> Iterator[Partition]:
         return (p for p in self.partitions.values() if p.is_leader)

@@ -122,8 +122,8 @@ def test_directory_id_is_created_once_and_kept(storage_and_dir: tuple[Storage, s
     assert "cluster.id=abc" in text and "node.id=3" in text and "directory.id=" in text
 
 
-@pytest.mark.parametrize("content", [None, b""])
-def test_missing_or_empty_partition_metadata_is_repaired(
+@pytest.mark.parametrize("content", [None, b"", partition_metadata(TOPIC_ID)[:20]])
+def test_missing_empty_or_torn_partition_metadata_is_repaired(
     storage_and_dir: tuple[Storage, str], content: bytes | None
 ) -> None:
     storage, root = storage_and_dir
@@ -133,7 +133,9 @@ def test_missing_or_empty_partition_metadata_is_repaired(
     segment.append([b"data"])
     segment.close()
     if content is not None:
-        storage.open(f"{part_dir}/{PARTITION_METADATA_FILE}").close()
+        handle = storage.open(f"{part_dir}/{PARTITION_METADATA_FILE}")
+        handle.append([content])
+        handle.close()
     claim_partition_directory(storage, part_dir, TOPIC_ID)
     assert "00000000000000000000.log" in storage.listdir(part_dir)  # kept
     handle = storage.open(f"{part_dir}/{PARTITION_METADATA_FILE}")
@@ -158,3 +160,14 @@ def test_another_topic_or_unreadable_is_set_aside(
     assert stray.startswith("t-0.")
     assert "00000000000000000000.log" in storage.listdir(f"{root}/{stray}")
     assert storage.listdir(part_dir) == [PARTITION_METADATA_FILE]
+
+
+def test_a_failed_high_watermark_checkpoint_takes_the_directory_offline() -> None:
+    storage = FaultyStorage(MemoryStorage())
+    rm = ReplicaManager(storage, Path("/data"), clock_ms=lambda: 1_000)
+    part = _open(rm, "a")
+    assert part is not None
+    storage.fail_flush(path_suffix="replication-offset-checkpoint.tmp")
+    rm.checkpoint_high_watermarks()
+    assert not rm.directory.online and part.offline
+    assert check_leader(part, -1) is ErrorCode.KAFKA_STORAGE_ERROR
