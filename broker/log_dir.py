@@ -98,6 +98,14 @@ class LogDirectory:
     def online(self) -> bool:
         return self.offline_reason is None
 
+    def online_log_dirs(self) -> list[uuid.UUID]:
+        """What the registration reports (BrokerRegistration ``log_dirs``)."""
+        return [self.directory_id] if self.online else []
+
+    def offline_log_dirs(self) -> list[uuid.UUID]:
+        """What the heartbeat reports (BrokerHeartbeat ``offline_log_dirs``)."""
+        return [] if self.online else [self.directory_id]
+
     def fail(self, reason: str) -> bool:
         """Mark the directory offline; False if it already was."""
         if self.offline_reason is not None:

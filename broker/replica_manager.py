@@ -72,7 +72,6 @@ from kafka_protocol.record_batch import NO_PRODUCER_ID, RecordBatch, iter_batche
 
 log = logging.getLogger("broker.replica_manager")
 ACKS_ALL = -1
-NO_LEADER = -1
 
 
 class ReplicaManager:
@@ -223,14 +222,6 @@ class ReplicaManager:
 
     # --- log directory failure (KIP-112; broker/log_dir.py) -----------------------------------
 
-    def offline_log_dirs(self) -> list[uuid.UUID]:
-        """What the heartbeat reports (BrokerHeartbeat ``offline_log_dirs``)."""
-        return [] if self.directory.online else [self.directory.directory_id]
-
-    def online_log_dirs(self) -> list[uuid.UUID]:
-        """What the registration reports (BrokerRegistration ``log_dirs``)."""
-        return [self.directory.directory_id] if self.directory.online else []
-
     def _log_failed(self, reason: str) -> None:
         """A partition log's I/O failed: the directory goes offline once the failing call has
         unwound (its caller still holds the log and answers its own request)."""
@@ -261,26 +252,11 @@ class ReplicaManager:
             self.on_log_dir_offline(parts)
 
     def _abandon(self, part: Partition, outcome: AppendOutcome, reason: str) -> None:
-        part.offline = True
         self._dirty.pop(part, None)
-        self._fail(part, part.pending, outcome)
-        part.pending = []
-        part.fail_delayed(outcome)
-        role = part.role
-        end = part.log.log_end_offset
-        part.role = FollowerState(
-            self.broker_id,
-            NO_LEADER,
-            role.leader_epoch,
-            role.partition_epoch,
-            end,
-            min(role.high_watermark, end),
-        )
-        part.wake_waiters()
         cleaning = self._cleaning.get(part)
         if cleaning is not None:
             cleaning[0].cancel()
-        part.log.abandon(reason)
+        part.abandon(self.broker_id, outcome, reason)
 
     def close(self) -> None:
         """Write what is pending, checkpoint high watermarks, then close every log (each close

@@ -311,7 +311,7 @@ class BrokerMember:
             [("PLAINTEXT", host, port)],
             bcfg.rack,
             cfg.get_int("broker.heartbeat.interval.ms", 2000),
-            log_dirs=broker.replicas,
+            log_dirs=broker.replicas.directory,
         )
         epoch.lifecycle = lifecycle
         member = cls(broker, client, follower, lifecycle)

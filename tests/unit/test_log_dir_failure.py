@@ -58,7 +58,9 @@ def test_one_io_error_takes_the_whole_directory_offline() -> None:
         rm.on_log_dir_offline = lambda parts: told.append(sorted(p.name for p in parts))
         a, b = _open(rm, "a"), _open(rm, "b")
         assert a is not None and b is not None
-        assert rm.offline_log_dirs() == [] and rm.online_log_dirs() == [rm.directory.directory_id]
+        assert rm.directory.offline_log_dirs() == [] and rm.directory.online_log_dirs() == [
+            rm.directory.directory_id
+        ]
         ok = rm.append_nowait(b, _batch())
         await _passes()
         assert _outcome(ok).error is ErrorCode.NONE
@@ -73,8 +75,8 @@ def test_one_io_error_takes_the_whole_directory_offline() -> None:
         assert _outcome(failed).error is ErrorCode.KAFKA_STORAGE_ERROR
         assert _outcome(waiting).error is ErrorCode.KAFKA_STORAGE_ERROR  # b went with it
         assert told == [["a-0", "b-0"]]
-        assert rm.offline_log_dirs() == [rm.directory.directory_id]
-        assert rm.online_log_dirs() == []
+        assert rm.directory.offline_log_dirs() == [rm.directory.directory_id]
+        assert rm.directory.online_log_dirs() == []
         for part in (a, b):
             assert part.offline and not part.is_leader
             assert check_leader(part, -1) is ErrorCode.KAFKA_STORAGE_ERROR  # fetch, list offsets
