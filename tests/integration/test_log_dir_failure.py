@@ -188,11 +188,13 @@ def cli_status(cluster: LocalCluster) -> str:
     return done.stdout
 
 
-def read_everything(cluster: LocalCluster, history: HistoryWriter) -> None:
+def read_everything(cluster: LocalCluster, history: HistoryWriter, group: str) -> None:
+    """Read every partition to its end, then commit the ends for ``group`` (the first commit
+    creates ``__consumer_offsets`` while broker 4's directory is offline)."""
     consumer = Consumer(
         {
             "bootstrap.servers": cluster.bootstrap,
-            "group.id": f"final-{secrets.token_hex(4)}",
+            "group.id": group,
             "enable.auto.commit": False,
             "enable.partition.eof": True,
         }
@@ -213,8 +215,27 @@ def read_everything(cluster: LocalCluster, history: HistoryWriter) -> None:
             assert value is not None
             history.append(Read(msg.partition() or 0, msg.offset() or 0, value.decode()))
         assert len(at_end) == PARTITIONS, f"read to the end of {at_end} only"
+        consumer.commit(asynchronous=False)
     finally:
         consumer.close()
+
+
+def committed(cluster: LocalCluster, group: str) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    try:
+        wanted = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+        return [tp.offset for tp in consumer.committed(wanted, timeout=10)]
+    finally:
+        consumer.close()
+
+
+def read_ends(history: HistoryWriter) -> list[TopicPartition]:
+    """Each partition's end as the final read saw it (its last offset + 1)."""
+    last: dict[int, int] = {}
+    for e in history.events:
+        if isinstance(e, Read):
+            last[e.partition] = max(last.get(e.partition, -1), e.offset)
+    return [TopicPartition(TOPIC, p, last.get(p, -1) + 1) for p in range(PARTITIONS)]
 
 
 def test_disk_full_moves_leaderships_and_loses_nothing(
@@ -229,6 +250,16 @@ def test_disk_full_moves_leaderships_and_loses_nothing(
         future.result(timeout=20)
     victim_before = victim_view(cluster)
     assert victim_before["log_dirs"] and victim_before["offline_log_dirs"] == []
+    led = wait_for(
+        "every partition led",
+        lambda: (
+            all(p.leader >= 0 for p in admin.list_topics(TOPIC).topics[TOPIC].partitions.values())
+            and {p.leader for p in admin.list_topics(TOPIC).topics[TOPIC].partitions.values()}
+        ),
+        TIMEOUT_S,
+        cluster,
+    )
+    assert VICTIM in led, f"broker {VICTIM} leads none of {TOPIC}'s partitions: {led}"
     history = HistoryWriter(tmp_path / "history.jsonl")
     producer = ProducerThread(cluster.bootstrap, history)
     producer.start()
@@ -269,7 +300,8 @@ def test_disk_full_moves_leaderships_and_loses_nothing(
         producer.stopping.set()
         producer.join(90)
     assert producer.unflushed == 0, f"{producer.unflushed} records unflushed"
-    read_everything(cluster, history)
+    group = f"final-{secrets.token_hex(4)}"
+    read_everything(cluster, history, group)
     history.close()
     report = check(history.events)
     assert report.ok, f"{report.describe()}\nhistory: {history.path}"
@@ -299,4 +331,9 @@ def test_disk_full_moves_leaderships_and_loses_nothing(
     wait_for("broker 4 to catch up and lead its own partition", caught_up, TIMEOUT_S, cluster)
     metadata = raw_metadata(cluster)
     assert all(p.offline_replicas == [] for p in metadata[TOPIC] + metadata[SOLO])
+    # the group's offsets, committed while the directory was offline, are all there
+    ends = sorted(p.offset for p in read_ends(history))
+    assert sorted(committed(cluster, group)) == ends
+    logs = tmp_path / "small-disk" / "logs"
+    assert not [n for n in os.listdir(logs) if n.endswith("-stray")]  # nothing set aside
     print(f"disk full on broker {VICTIM}: {report.summary}")
