@@ -215,8 +215,9 @@ class ReplicaManager:
     def _delete_files(self, part: Partition) -> None:
         try:
             part.log.delete()
-        except KafkaStorageError as exc:  # its directory failed: the files stay for now
+        except KafkaStorageError as exc:  # the files stay; the directory has failed
             log.warning("cannot delete partition=%s error=%s", part.name, exc)
+            self.mark_log_dir_offline(f"deleting {part.name} failed: {exc}")
             return
         shutil.rmtree(self.log_dir / part.name, ignore_errors=True)
 
