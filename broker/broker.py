@@ -79,6 +79,8 @@ class Broker:
         )
         self.replicas.on_append = self._count_append
         self.replicas.on_log_dir_offline = self._log_dir_failed
+        # Told when the log directory fails (the broker's lifecycle heartbeats at once).
+        self.log_dir_listeners: list[Callable[[], None]] = []
         self.fetchers = ReplicaFetcherManager(
             self.replicas,
             self.endpoint_of,
@@ -254,6 +256,8 @@ class Broker:
             self.fetchers.remove((part.topic, part.index))
             if part.topic == OFFSETS_TOPIC and self._started:
                 self.coordinator.on_partition_removed(part.index)
+        for listener in self.log_dir_listeners:
+            listener()
 
     def _open(
         self, topic: TopicImage, index: int, registration: PartitionImage

@@ -108,6 +108,7 @@ class BrokerLifecycle:
         self.rack = rack
         self.heartbeat_interval_s = heartbeat_interval_ms / 1000
         self.log_dirs = log_dirs  # None: no log directories to report (KIP-858)
+        self._news = asyncio.Event()  # heartbeat_now() was called
         self.request_deadline_s = request_deadline_ms / 1000
         self.broker_epoch = -1
         self.is_fenced = True
@@ -194,7 +195,7 @@ class BrokerLifecycle:
             await self.register()
         while True:
             await self._heartbeat_round()
-            await self._until_next_heartbeat()
+            await self._until_next_heartbeat_or_news()
 
     async def controlled_shutdown(self) -> None:
         """Ask to shut down until the controller says we may (bounded by the caller)."""
@@ -268,6 +269,23 @@ class BrokerLifecycle:
         self.should_shut_down = self.should_shut_down or response.should_shut_down
         if not self.is_fenced:
             self._unfence_backoff.reset()
+
+    def heartbeat_now(self) -> None:
+        """The controller must hear of something at once (a failed log directory: Kafka's
+        ``propagateDirectoryFailure``): the next heartbeat goes out without waiting."""
+        self._news.set()
+
+    async def _until_next_heartbeat_or_news(self) -> None:
+        if not self._news.is_set():
+            scheduled = asyncio.ensure_future(self._until_next_heartbeat())
+            news = asyncio.ensure_future(self._news.wait())
+            try:
+                await asyncio.wait((scheduled, news), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                scheduled.cancel()
+                news.cancel()
+                await asyncio.gather(scheduled, news, return_exceptions=True)
+        self._news.clear()
 
     async def _until_next_heartbeat(self) -> None:
         if self._want_shut_down:

@@ -314,6 +314,7 @@ class BrokerMember:
             log_dirs=broker.replicas.directory,
         )
         epoch.lifecycle = lifecycle
+        broker.log_dir_listeners.append(lifecycle.heartbeat_now)
         member = cls(broker, client, follower, lifecycle)
         member._tasks.append(asyncio.create_task(follower.run(), name="metadata-follower"))
         await lifecycle.register()

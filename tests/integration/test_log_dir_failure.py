@@ -267,6 +267,7 @@ def test_disk_full_moves_leaderships_and_loses_nothing(
         wait_for("first acks", lambda: producer.acked() >= 200, TIMEOUT_S, cluster)
 
         ballast = fill(tmp_path / "small-disk")
+        full_at = time.monotonic()
         offline = wait_for(
             "broker 4 to report its log directory offline",
             lambda: victim_view(cluster)["offline_log_dirs"],
@@ -281,6 +282,7 @@ def test_disk_full_moves_leaderships_and_loses_nothing(
             return all(p.leader not in (-1, VICTIM) and VICTIM not in p.isrs for p in parts)
 
         wait_for("leaderships and ISRs to leave broker 4", moved, TIMEOUT_S, cluster)
+        moved_after_s = time.monotonic() - full_at
         solo = admin.list_topics(SOLO, timeout=5).topics[SOLO].partitions[0]
         assert solo.error is not None and solo.error.code() == KafkaError.KAFKA_STORAGE_ERROR
         metadata = raw_metadata(cluster)
@@ -336,4 +338,4 @@ def test_disk_full_moves_leaderships_and_loses_nothing(
     assert sorted(committed(cluster, group)) == ends
     logs = tmp_path / "small-disk" / "logs"
     assert not [n for n in os.listdir(logs) if n.endswith("-stray")]  # nothing set aside
-    print(f"disk full on broker {VICTIM}: {report.summary}")
+    print(f"disk full on broker {VICTIM}: {report.summary}; moved {moved_after_s:.2f} s after")
