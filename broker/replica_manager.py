@@ -94,6 +94,7 @@ class ReplicaManager:
         self.directory = LogDirectory(str(log_dir), log_dir_id or uuid.uuid4())
         self.on_log_dir_offline: Callable[[list[Partition]], None] | None = None
         self._offline_scheduled = False
+        self._not_opened: set[tuple[str, int]] = set()  # assigned here while it was offline
         self.broker_id = broker_id
         self.clock_ms = clock_ms or wall_ms
         self.monotonic_ms = monotonic_clock_ms
@@ -116,6 +117,14 @@ class ReplicaManager:
     def get(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 
+    def missing_error(self, topic: str, index: int) -> ErrorCode:
+        """The answer for a partition ``get`` does not have: KAFKA_STORAGE_ERROR if it was
+        assigned here but not opened because the log directory is offline (Kafka's
+        ``HostedPartition.Offline``), else UNKNOWN_TOPIC_OR_PARTITION."""
+        if (topic, index) in self._not_opened:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
     def open_partition(
         self,
         topic: str,
@@ -132,8 +141,10 @@ class ReplicaManager:
         log directory is offline (or goes offline opening it): nothing is opened there."""
         reg = registration or Registration.sole_leader(self.broker_id)
         existing = self.partitions.get((topic, index))
-        if not self.directory.online:
-            return existing  # offline partitions stay as they are until the restart
+        if not self.directory.online:  # offline partitions stay as they are until the restart
+            if existing is None:
+                self._not_opened.add((topic, index))
+            return existing
         if existing is not None:
             existing.config = config
             existing.max_message_bytes = max_message_bytes
@@ -148,6 +159,7 @@ class ReplicaManager:
             plog = PartitionLog.open(self.storage, directory, config, self.clock_ms())
         except (OSError, KafkaStorageError) as exc:
             self.mark_log_dir_offline(f"opening {topic}-{index} failed: {exc}")
+            self._not_opened.add((topic, index))
             return None
         plog.on_offline = self._log_failed
         end = plog.log_end_offset
@@ -195,6 +207,7 @@ class ReplicaManager:
                 log.debug("expired producers partition=%s count=%d", part.name, gone)
 
     def remove_partition(self, topic: str, index: int) -> None:
+        self._not_opened.discard((topic, index))
         part = self.partitions.pop((topic, index), None)
         if part is None:
             return

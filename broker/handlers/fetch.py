@@ -155,7 +155,7 @@ class FetchHandler:
     ) -> _Planned:
         part = self.replicas.get(topic, fp.partition)
         if part is None:
-            return _Planned(topic, fp.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            return _Planned(topic, fp.partition, self.replicas.missing_error(topic, fp.partition))
         error = check_leader(part, fp.current_leader_epoch)
         if error is not ErrorCode.NONE:
             return _Planned(topic, fp.partition, error, part)

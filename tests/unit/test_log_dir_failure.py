@@ -87,6 +87,10 @@ def test_one_io_error_takes_the_whole_directory_offline() -> None:
         rm.apply_registration(a, Registration(0, 5, 5, (0,), (0,)))
         assert not a.is_leader
         assert _open(rm, "c") is None
+        assert rm.missing_error("c", 0) is ErrorCode.KAFKA_STORAGE_ERROR  # hosted, not opened
+        assert rm.missing_error("d", 0) is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        rm.remove_partition("c", 0)  # deleted meanwhile
+        assert rm.missing_error("c", 0) is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         rm.close()
         # a restart reopens the directory: recovery keeps what was written
         again = ReplicaManager(storage, Path("/data"), clock_ms=lambda: 1_000)
