@@ -2,10 +2,13 @@
 # (KRAFT_NODE_ID, KRAFT_PROCESS_ROLES, KRAFT_LISTENERS, ...; see INTERFACE.md).
 
 # Builder: compiles the record walk (kafka_protocol/_record_walk.c) into a wheel, so that the
-# image itself carries no compiler.  The slim image has the Python headers; gcc comes here.
+# image itself carries no compiler.  The official slim image has the Python headers; an image
+# whose Python is Debian's own (the stand-in base on registry-less machines) gets python3-dev.
 FROM python:3.11-slim AS builder
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && (python -c "import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_path('include'), 'Python.h')))" \
+        || apt-get install -y --no-install-recommends python3-dev) \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md setup.py ./

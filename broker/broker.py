@@ -28,6 +28,7 @@ from broker.dispatcher import RequestDispatcher
 from broker.handlers import build_handlers
 from broker.identity import BrokerIdentity
 from broker.log.config import LogConfig
+from broker.log_dir import load_directory_id
 from broker.metrics import BrokerMetrics, gauge
 from broker.partition import Partition, Registration
 from broker.replica_manager import ReplicaManager
@@ -74,8 +75,12 @@ class Broker:
             broker_id=config.node_id,
             replica_lag_time_max_ms=config.replica_lag_time_max_ms,
             producer_id_expiration_ms=config.producer_id_expiration_ms,
+            log_dir_id=load_directory_id(storage, str(config.log_dir)),
         )
         self.replicas.on_append = self._count_append
+        self.replicas.on_log_dir_offline = self._log_dir_failed
+        # Told when the log directory fails (the broker's lifecycle heartbeats at once).
+        self.log_dir_listeners: list[Callable[[], None]] = []
         self.fetchers = ReplicaFetcherManager(
             self.replicas,
             self.endpoint_of,
@@ -244,7 +249,20 @@ class Broker:
             settings = self._settings[name] = (cfg, LogConfig.from_topic_configs(cfg))
         return settings
 
-    def _open(self, topic: TopicImage, index: int, registration: PartitionImage) -> Partition:
+    def _log_dir_failed(self, parts: list[Partition]) -> None:
+        """The log directory went offline with these partitions: stop fetching them and
+        unload the groups of the ``__consumer_offsets`` partitions among them (the heartbeat
+        tells the controller, which moves the leaderships)."""
+        for part in parts:
+            self.fetchers.remove((part.topic, part.index))
+            if part.topic == OFFSETS_TOPIC and self._started:
+                self.coordinator.on_partition_removed(part.index)
+        for listener in self.log_dir_listeners:
+            listener()
+
+    def _open(
+        self, topic: TopicImage, index: int, registration: PartitionImage
+    ) -> Partition | None:
         cfg, log_config = self._topic_settings(topic.name)
         existing = self.replicas.get(topic.name, index)
         was_leader = existing is not None and existing.is_leader
@@ -268,6 +286,8 @@ class Broker:
                 registration.leader_recovery_state == LeaderRecoveryState.RECOVERING,
             ),
         )
+        if part is None or part.offline:  # the log directory is offline
+            return part
         if part.is_leader != was_leader or existing is None:
             (self._became_leader if part.is_leader else self._became_follower).append(part.name)
         if self._started:
@@ -310,6 +330,8 @@ class Broker:
         self._started = True
         self.coordinator.start()
         for part in self.replicas.partitions.values():
+            if part.offline:
+                continue
             self.fetchers.update(part)
             if part.topic == OFFSETS_TOPIC:
                 self.coordinator.on_partition_role(part)

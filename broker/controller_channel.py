@@ -44,8 +44,10 @@ from kafka_protocol.messages import (
     ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
 )
-from kafka_protocol.types import TopicName
+from kafka_protocol.types import BrokerId, TopicName
 from metadata_log.image import ConfigResourceType
 
 Q = TypeVar("Q", bound=Request)
@@ -229,6 +231,13 @@ FORWARDED: Final[tuple[ForwardedApi[Any, Any], ...]] = (
         lambda r: r.timeout_ms,
         pinned=True,
     ),
+    ForwardedApi(
+        UnregisterBrokerRequest,
+        UnregisterBrokerResponse,
+        0,
+        0,
+        lambda r, error, message: UnregisterBrokerResponse(error_code=error, error_message=message),
+    ),
 )
 _BY_TYPE: Final[dict[type[Request], ForwardedApi[Any, Any]]] = {
     api.request_type: api for api in FORWARDED
@@ -357,12 +366,19 @@ class ItemError:
     error_message: str | None
 
 
+def broker_unregistration(broker_id: int) -> Request:
+    return UnregisterBrokerRequest(broker_id=BrokerId(broker_id))
+
+
 def item_errors(response: Response) -> list[ItemError]:
-    """The per-item outcome of a topic deletion, config change or partition increase."""
+    """The per-item outcome of a topic deletion, config change, partition increase or broker
+    unregistration (one item)."""
     if isinstance(response, DeleteTopicsResponse | IncrementalAlterConfigsResponse):
         items: Sequence[Any] = response.responses
     elif isinstance(response, CreatePartitionsResponse):
         items = response.results
+    elif isinstance(response, UnregisterBrokerResponse):
+        items = [response]
     else:
         raise AssertionError(f"no per-item errors read from {response.NAME}")
     return [ItemError(i.error_code, i.error_message) for i in items]

@@ -35,7 +35,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, Protocol
 
 from broker.failure_streak import FailureStreak
 from broker.kafka_client import Backoff, ControllerClient
@@ -65,6 +65,14 @@ DEFAULT_REQUEST_DEADLINE_MS: Final = 5000
 _REREGISTER: Final = frozenset({ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED})
 
 
+class LogDirsView(Protocol):
+    """The broker's log directories as the controller hears of them (KIP-858)."""
+
+    def online_log_dirs(self) -> list[uuid.UUID]: ...
+
+    def offline_log_dirs(self) -> list[uuid.UUID]: ...
+
+
 class BrokerLifecycleError(Exception):
     """The controller refused this broker with an error retrying cannot cure."""
 
@@ -88,6 +96,7 @@ class BrokerLifecycle:
         heartbeat_interval_ms: int,
         *,
         request_deadline_ms: int = DEFAULT_REQUEST_DEADLINE_MS,
+        log_dirs: LogDirsView | None = None,
     ) -> None:
         assert heartbeat_interval_ms > 0
         self.client = client
@@ -98,6 +107,8 @@ class BrokerLifecycle:
         self.listeners = list(listeners)
         self.rack = rack
         self.heartbeat_interval_s = heartbeat_interval_ms / 1000
+        self.log_dirs = log_dirs  # None: no log directories to report (KIP-858)
+        self._news = asyncio.Event()  # heartbeat_now() was called
         self.request_deadline_s = request_deadline_ms / 1000
         self.broker_epoch = -1
         self.is_fenced = True
@@ -166,7 +177,7 @@ class BrokerLifecycle:
                 )
             ],
             rack=self.rack,
-            log_dirs=[],
+            log_dirs=self.log_dirs.online_log_dirs() if self.log_dirs is not None else [],
         )
 
     def _registered(self, broker_epoch: int) -> None:
@@ -184,7 +195,7 @@ class BrokerLifecycle:
             await self.register()
         while True:
             await self._heartbeat_round()
-            await self._until_next_heartbeat()
+            await self._until_next_heartbeat_or_news()
 
     async def controlled_shutdown(self) -> None:
         """Ask to shut down until the controller says we may (bounded by the caller)."""
@@ -226,6 +237,7 @@ class BrokerLifecycle:
             current_metadata_offset=self.follower.image.offset,
             want_fence=False,
             want_shut_down=self._want_shut_down,
+            offline_log_dirs=self.log_dirs.offline_log_dirs() if self.log_dirs is not None else [],
         )
         response = await self.client.request(request, BROKER_HEARTBEAT_VERSION)
         assert isinstance(response, BrokerHeartbeatResponse)
@@ -257,6 +269,23 @@ class BrokerLifecycle:
         self.should_shut_down = self.should_shut_down or response.should_shut_down
         if not self.is_fenced:
             self._unfence_backoff.reset()
+
+    def heartbeat_now(self) -> None:
+        """The controller must hear of something at once (a failed log directory: Kafka's
+        ``propagateDirectoryFailure``): the next heartbeat goes out without waiting."""
+        self._news.set()
+
+    async def _until_next_heartbeat_or_news(self) -> None:
+        if not self._news.is_set():
+            scheduled = asyncio.ensure_future(self._until_next_heartbeat())
+            news = asyncio.ensure_future(self._news.wait())
+            try:
+                await asyncio.wait((scheduled, news), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                scheduled.cancel()
+                news.cancel()
+                await asyncio.gather(scheduled, news, return_exceptions=True)
+        self._news.clear()
 
     async def _until_next_heartbeat(self) -> None:
         if self._want_shut_down:

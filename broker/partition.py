@@ -25,6 +25,7 @@ from kafka_protocol.errors import ErrorCode
 from kafka_protocol.record_batch import NO_PRODUCER_ID, RecordBatch
 
 Role = PartitionState | FollowerState
+NO_LEADER = -1
 _tiebreak = itertools.count()  # orders delayed produces of one required offset
 
 
@@ -89,6 +90,7 @@ class Partition:
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
     delayed: list[tuple[int, int, DelayedProduce]] = field(default_factory=list)  # a heap
     recovering: bool = False
+    offline: bool = False  # its log directory failed: KAFKA_STORAGE_ERROR until a restart
 
     @property
     def name(self) -> str:
@@ -118,6 +120,24 @@ class Partition:
     def leader_id(self) -> int:
         role = self.role
         return role.replica_id if isinstance(role, PartitionState) else role.leader_id
+
+    def abandon(self, broker_id: int, outcome: AppendOutcome, reason: str) -> None:
+        """Its log directory failed: answer what is queued and waiting with ``outcome``, step
+        down to a follower of nobody, wake parked fetches, close the log without writing."""
+        self.offline = True
+        self.next_offset = self.log.log_end_offset  # nothing queued reaches the log now
+        self.producers.truncate_after(self.next_offset)
+        pending, self.pending = self.pending, []
+        for p in pending:
+            p.done.resolve(outcome)
+        self.fail_delayed(outcome)
+        role, end = self.role, self.log.log_end_offset
+        hw = min(role.high_watermark, end)
+        self.role = FollowerState(
+            broker_id, NO_LEADER, role.leader_epoch, role.partition_epoch, end, hw
+        )
+        self.wake_waiters()
+        self.log.abandon(reason)
 
     def wake_waiters(self) -> None:
         waiters, self.waiters = self.waiters, []

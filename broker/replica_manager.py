@@ -37,7 +37,6 @@ the same partitions' offsets, pending appends and dirty set.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import shutil
 import uuid
@@ -48,8 +47,9 @@ from broker.deferred import Deferred
 from broker.fatal import fatal
 from broker.log.cleaner import LogCleaning
 from broker.log.config import LogConfig
-from broker.log.errors import LogError
+from broker.log.errors import KafkaStorageError, LogError
 from broker.log.log import AppendResult, PartitionLog
+from broker.log_dir import LogDirectory, claim_partition_directory
 from broker.partition import AlterPartitionSink, PendingAppend, Role, learn_producer
 from broker.partition import AppendOutcome as AppendOutcome
 from broker.partition import Partition as Partition
@@ -71,15 +71,7 @@ from kafka_protocol.errors import ErrorCode
 from kafka_protocol.record_batch import NO_PRODUCER_ID, RecordBatch, iter_batches
 
 log = logging.getLogger("broker.replica_manager")
-PARTITION_METADATA_FILE = "partition.metadata"
 ACKS_ALL = -1
-
-
-def _topic_id_text(topic_id: object) -> str:
-    """Kafka prints topic ids as URL-safe base64 of the 16 bytes, without padding."""
-    if isinstance(topic_id, uuid.UUID):
-        return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
-    return str(topic_id)
 
 
 class ReplicaManager:
@@ -93,9 +85,16 @@ class ReplicaManager:
         monotonic_clock_ms: Callable[[], int] = monotonic_ms,
         replica_lag_time_max_ms: int = 30_000,
         producer_id_expiration_ms: int = 86_400_000,
+        log_dir_id: uuid.UUID | None = None,
     ) -> None:
         self.storage = storage
         self.log_dir = log_dir
+        # The one log directory (broker/log_dir.py): its id, and whether an I/O error took it
+        # offline; ``on_log_dir_offline`` hears of the partitions that went with it.
+        self.directory = LogDirectory(str(log_dir), log_dir_id or uuid.uuid4())
+        self.on_log_dir_offline: Callable[[list[Partition]], None] | None = None
+        self._offline_scheduled = False
+        self._not_opened: set[tuple[str, int]] = set()  # assigned here while it was offline
         self.broker_id = broker_id
         self.clock_ms = clock_ms or wall_ms
         self.monotonic_ms = monotonic_clock_ms
@@ -118,6 +117,14 @@ class ReplicaManager:
     def get(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 
+    def missing_error(self, topic: str, index: int) -> ErrorCode:
+        """The answer for a partition ``get`` does not have: KAFKA_STORAGE_ERROR if it was
+        assigned here but not opened because the log directory is offline (Kafka's
+        ``HostedPartition.Offline``), else UNKNOWN_TOPIC_OR_PARTITION."""
+        if (topic, index) in self._not_opened:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
     def open_partition(
         self,
         topic: str,
@@ -129,10 +136,15 @@ class ReplicaManager:
         log_append_time: bool = False,
         min_insync_replicas: int = 1,
         registration: Registration | None = None,
-    ) -> Partition:
-        """Open (or reconfigure) a hosted partition and apply its registration."""
+    ) -> Partition | None:
+        """Open (or reconfigure) a hosted partition and apply its registration.  None when the
+        log directory is offline (or goes offline opening it): nothing is opened there."""
         reg = registration or Registration.sole_leader(self.broker_id)
         existing = self.partitions.get((topic, index))
+        if not self.directory.online:  # offline partitions stay as they are until the restart
+            if existing is None:
+                self._not_opened.add((topic, index))
+            return existing
         if existing is not None:
             existing.config = config
             existing.max_message_bytes = max_message_bytes
@@ -142,8 +154,14 @@ class ReplicaManager:
             self.apply_registration(existing, reg)
             return existing
         directory = str(self.log_dir / f"{topic}-{index}")
-        self._claim_directory(directory, topic_id)
-        plog = PartitionLog.open(self.storage, directory, config, self.clock_ms())
+        try:
+            claim_partition_directory(self.storage, directory, topic_id)
+            plog = PartitionLog.open(self.storage, directory, config, self.clock_ms())
+        except (OSError, KafkaStorageError) as exc:
+            self.mark_log_dir_offline(f"opening {topic}-{index} failed: {exc}")
+            self._not_opened.add((topic, index))
+            return None
+        plog.on_offline = self._log_failed
         end = plog.log_end_offset
         checkpointed = self._checkpointed_hw.get((topic, index), plog.log_start_offset)
         high_watermark = max(plog.log_start_offset, min(checkpointed, end))
@@ -169,34 +187,6 @@ class ReplicaManager:
         self.apply_registration(part, reg)
         return part
 
-    def _claim_directory(self, directory: str, topic_id: object) -> None:
-        """Kafka's ``partition.metadata``: the directory belongs to one topic id.  Data left by
-        a deleted topic of the same name (a crash between the delete record and the removal)
-        must not be served as the new topic's: it is removed, and the removal logged."""
-        expected = f"version: 0\ntopic_id: {_topic_id_text(topic_id)}\n".encode()
-        path = f"{directory}/{PARTITION_METADATA_FILE}"
-        if self.storage.exists(path):
-            handle = self.storage.open(path)
-            found = handle.read(0, handle.size())
-            handle.close()
-            if found == expected:
-                return
-            log.warning(
-                "removing stale partition data dir=%s found=%r expected=%r",
-                directory,
-                found.decode(errors="replace"),
-                expected.decode(),
-            )
-            for name in self.storage.listdir(directory):
-                self.storage.remove(f"{directory}/{name}")
-        self.storage.makedirs(directory)
-        handle = self.storage.open(path)
-        handle.truncate(0)
-        handle.append([expected])
-        handle.flush()
-        handle.close()
-        self.storage.sync_dir(directory)
-
     def _rebuild_producer_state(self, part: Partition) -> None:
         """Replay batch headers of the retained log (headers only, no records)."""
         offset = part.log_start_offset
@@ -217,6 +207,7 @@ class ReplicaManager:
                 log.debug("expired producers partition=%s count=%d", part.name, gone)
 
     def remove_partition(self, topic: str, index: int) -> None:
+        self._not_opened.discard((topic, index))
         part = self.partitions.pop((topic, index), None)
         if part is None:
             return
@@ -235,14 +226,58 @@ class ReplicaManager:
             self._delete_files(part)
 
     def _delete_files(self, part: Partition) -> None:
-        part.log.delete()
+        try:
+            part.log.delete()
+        except KafkaStorageError as exc:  # the files stay; the directory has failed
+            log.warning("cannot delete partition=%s error=%s", part.name, exc)
+            self.mark_log_dir_offline(f"deleting {part.name} failed: {exc}")
+            return
         shutil.rmtree(self.log_dir / part.name, ignore_errors=True)
+
+    # --- log directory failure (KIP-112; broker/log_dir.py) -----------------------------------
+
+    def _log_failed(self, reason: str) -> None:
+        """A partition log's I/O failed: the directory goes offline once the failing call has
+        unwound (its caller still holds the log and answers its own request)."""
+        if not self.directory.online or self._offline_scheduled:
+            return
+        self._offline_scheduled = True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.mark_log_dir_offline(reason)
+        else:
+            loop.call_soon(self.mark_log_dir_offline, reason)
+
+    def mark_log_dir_offline(self, reason: str) -> None:
+        """Take the log directory offline (Kafka's ``ReplicaManager.handleLogDirFailure``):
+        every partition in it stops: pending and delayed produces answer KAFKA_STORAGE_ERROR,
+        a leader steps down to a follower of nobody, parked fetches wake (and answer
+        KAFKA_STORAGE_ERROR), the log closes without another write."""
+        if not self.directory.fail(reason):
+            return
+        outcome = AppendOutcome(
+            ErrorCode.KAFKA_STORAGE_ERROR, message=f"log directory {self.log_dir} is offline"
+        )
+        parts = list(self.partitions.values())
+        for part in parts:
+            self._abandon(part, outcome, reason)
+        if self.on_log_dir_offline is not None:
+            self.on_log_dir_offline(parts)
+
+    def _abandon(self, part: Partition, outcome: AppendOutcome, reason: str) -> None:
+        self._dirty.pop(part, None)
+        cleaning = self._cleaning.get(part)
+        if cleaning is not None:
+            cleaning[0].cancel()
+        part.abandon(self.broker_id, outcome, reason)
 
     def close(self) -> None:
         """Write what is pending, checkpoint high watermarks, then close every log (each close
         flushes); one partition's failure does not keep the others from closing cleanly."""
         self._flush_all()
-        self.checkpoint_high_watermarks()
+        if self.directory.online:
+            self.checkpoint_high_watermarks()
         for part in self.partitions.values():
             part.fail_delayed(AppendOutcome(ErrorCode.NOT_LEADER_OR_FOLLOWER))
             part.wake_waiters()
@@ -256,7 +291,10 @@ class ReplicaManager:
 
     def apply_registration(self, part: Partition, reg: Registration) -> None:
         """Make the role match the registration (Kafka's ``makeLeader`` / ``makeFollower``).
-        Registrations older than what the role has seen are ignored (a stale image)."""
+        Registrations older than what the role has seen are ignored (a stale image), and so
+        are all registrations of a partition whose log directory is offline."""
+        if part.offline:
+            return
         role, now = part.role, self.monotonic_ms()
         if reg.leader == self.broker_id:
             if isinstance(role, PartitionState) and role.leader_epoch == reg.leader_epoch:
@@ -441,6 +479,10 @@ class ReplicaManager:
         """Check one validated batch and queue it; the Deferred resolves once it is written
         (acks 0 and 1) or once every ISR member has it (acks=all)."""
         role = part.role
+        if part.offline:
+            return AppendOutcome(
+                ErrorCode.KAFKA_STORAGE_ERROR, message=f"{part.name}: its log directory is offline"
+            )
         if not isinstance(role, PartitionState):
             return AppendOutcome(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -570,6 +612,8 @@ class ReplicaManager:
     def apply_retention(self) -> None:
         now = self.clock_ms()
         for part in list(self.partitions.values()):
+            if part.offline:
+                continue
             try:
                 part.log.flush_if_due(now)
                 deleted = part.log.apply_retention(now)
@@ -590,7 +634,11 @@ class ReplicaManager:
         in on the loop.  Never above the high watermark.  Returns the partitions cleaned."""
         cleaned = 0
         for part in list(self.partitions.values()):
-            if not part.config.compact or self.partitions.get((part.topic, part.index)) is not part:
+            if (
+                part.offline
+                or not part.config.compact
+                or self.partitions.get((part.topic, part.index)) is not part
+            ):
                 continue
             try:
                 cleaning = part.log.prepare_clean(self.clock_ms(), part.high_watermark)
@@ -631,8 +679,13 @@ class ReplicaManager:
         return cleaned
 
     def checkpoint_high_watermarks(self) -> None:
+        if not self.directory.online:
+            return
         entries = [(t, i, p.high_watermark) for (t, i), p in self.partitions.items()]
-        write_high_watermarks(self.storage, self.log_dir, entries)
+        try:
+            write_high_watermarks(self.storage, self.log_dir, entries)
+        except OSError as exc:  # as Kafka: a failed checkpoint takes the directory offline
+            self.mark_log_dir_offline(f"high watermark checkpoint failed: {exc}")
 
     def leaders(self) -> Iterator[Partition]:
         return (p for p in self.partitions.values() if p.is_leader)

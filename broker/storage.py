@@ -301,6 +301,14 @@ class MemoryStorage:
 
     def rename(self, source: str, target: str) -> None:
         self._need_dir(self._parent(target))
+        if source.rstrip("/") in self.dirs:  # a directory: move everything under it
+            old, new = source.rstrip("/"), target.rstrip("/")
+            self.dirs = {
+                new + d[len(old) :] if d == old or d.startswith(old + "/") else d for d in self.dirs
+            }
+            for path in [p for p in self.files if p.startswith(old + "/")]:
+                self.files[new + path[len(old) :]] = self.files.pop(path)
+            return
         try:
             self.files[target] = self.files.pop(source)
         except KeyError:

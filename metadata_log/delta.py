@@ -26,6 +26,7 @@ follows, and which replicas it must delete (Kafka's ``TopicsDelta.localChanges``
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Mapping
@@ -365,19 +366,16 @@ class BrokersDelta:
         current = self.broker(broker_id)
         if current is None or current.epoch != epoch:
             return False
-        self.changed_brokers[broker_id] = BrokerRegistration(
-            id=current.id,
-            epoch=current.epoch,
-            incarnation_id=current.incarnation_id,
-            listeners=current.listeners,
-            supported_features=current.supported_features,
-            rack=current.rack,
+        changed = dataclasses.replace(
+            current,
             fenced=current.fenced if fenced is None else fenced,
             in_controlled_shutdown=current.in_controlled_shutdown
             if in_controlled_shutdown is None
             else in_controlled_shutdown,
-            directories=directories or current.directories,
         )
+        if directories:  # empty: the directories did not change
+            changed = changed.with_online_directories(directories)
+        self.changed_brokers[broker_id] = changed
         return True
 
     def replay_registration_change(self, record: BrokerRegistrationChangeRecord) -> bool:

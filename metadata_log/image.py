@@ -20,6 +20,7 @@ Kafka's ``ClusterImage``; ``PartitionImage`` is Kafka's ``PartitionRegistration`
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import uuid
 from collections.abc import Mapping
@@ -28,6 +29,7 @@ from types import MappingProxyType
 from typing import ClassVar, Final, NamedTuple, TypeVar
 
 from kafka_protocol.metadata import (
+    BrokerRegistrationChangeRecord,
     ConfigRecord,
     FeatureLevelRecord,
     PartitionChangeRecord,
@@ -42,6 +44,12 @@ from metadata_log.records import MetadataRecord
 NO_LEADER: Final = -1
 NO_LEADER_CHANGE: Final = -2  # PartitionChangeRecord.leader: the leader did not change
 METADATA_VERSION_FEATURE: Final = "metadata.version"
+# Kafka's reserved directory ids (``DirectoryId``).  LOST in a broker's list of online
+# directories says "none of its directories is online": an empty list means "unknown, assume
+# online" (a broker registered before KIP-858), so it cannot say that.
+DIRECTORY_UNASSIGNED: Final = uuid.UUID(int=0)
+DIRECTORY_LOST: Final = uuid.UUID(int=1)
+DIRECTORY_MIGRATING: Final = uuid.UUID(int=2)
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -241,12 +249,24 @@ class BrokerRegistration:
     rack: str | None
     fenced: bool
     in_controlled_shutdown: bool
-    directories: tuple[uuid.UUID, ...] = ()
+    directories: tuple[uuid.UUID, ...] = ()  # the online log directories (KIP-858)
+    # Log directories the broker registered with and reported offline since (its heartbeat's
+    # ``offline_log_dirs``); they come back with the next registration.
+    offline_directories: tuple[uuid.UUID, ...] = ()
+
+    @property
+    def has_online_dir(self) -> bool:
+        """Whether the broker's replicas have a log directory to live in.  Replicas are not
+        assigned to directories here (one log directory per broker, no AssignReplicasToDirs),
+        so a replica lives in its broker's only directory; a broker that registered no
+        directory at all (before KIP-858) counts as online, as in Kafka's ``DirectoryId``."""
+        return bool(self.directories) or not self.offline_directories
 
     @property
     def is_active(self) -> bool:
-        """Eligible for leadership and the ISR: unfenced and not shutting down."""
-        return not self.fenced and not self.in_controlled_shutdown
+        """Eligible for leadership and the ISR: unfenced, not shutting down, and a log
+        directory online (Kafka moves replicas off an offline directory)."""
+        return not self.fenced and not self.in_controlled_shutdown and self.has_online_dir
 
     def listener(self, name: str) -> Endpoint | None:
         return next((e for e in self.listeners if e.name == name), None)
@@ -294,7 +314,33 @@ class BrokerRegistration:
             rack=self.rack,
             fenced=self.fenced,
             in_controlled_shutdown=self.in_controlled_shutdown,
-            log_dirs=list(self.directories),
+            log_dirs=list(self.directories) + list(self.offline_directories),
+        )
+
+    def to_records(self) -> list[MetadataRecord]:
+        """The registration, then (if some directory went offline) the change saying which."""
+        out: list[MetadataRecord] = [self.to_record()]
+        if self.offline_directories:
+            out.append(self.directories_change())
+        return out
+
+    def directories_change(self) -> BrokerRegistrationChangeRecord:
+        """The BrokerRegistrationChangeRecord setting the online directories to these."""
+        return BrokerRegistrationChangeRecord(
+            broker_id=BrokerId(self.id),
+            broker_epoch=self.epoch,
+            log_dirs=list(self.directories) or [DIRECTORY_LOST],
+        )
+
+    def with_online_directories(self, online: tuple[uuid.UUID, ...]) -> BrokerRegistration:
+        """This registration once its online directories are ``online`` (LOST: none); every
+        other directory it knew of is offline."""
+        online = tuple(d for d in online if d != DIRECTORY_LOST)
+        known = (*self.directories, *self.offline_directories)
+        return dataclasses.replace(
+            self,
+            directories=online,
+            offline_directories=tuple(d for d in known if d not in online),
         )
 
 
@@ -326,6 +372,22 @@ class ClusterImage:
         """The finalized ``metadata.version`` feature level (0: not bootstrapped)."""
         return self.features.get(METADATA_VERSION_FEATURE, 0)
 
+    def is_replica_offline(self, broker_id: int, listener: str = "PLAINTEXT") -> bool:
+        """Kafka's ``KRaftMetadataCache.isReplicaOffline``: the broker is not registered, is
+        fenced, lacks the listener, or has no online log directory for the replica."""
+        broker = self.brokers.get(broker_id)
+        return (
+            broker is None
+            or broker.fenced
+            or broker.listener(listener) is None
+            or not broker.has_online_dir
+        )
+
+    def is_replica_storage_offline(self, broker_id: int) -> bool:
+        """The replica is offline because its broker's log directory failed."""
+        broker = self.brokers.get(broker_id)
+        return broker is not None and not broker.has_online_dir
+
     def topic_configs(self, name: str) -> Mapping[str, str]:
         """The dynamic overrides of topic ``name`` (empty when it has none)."""
         return self.configs.get(ConfigResource(ConfigResourceType.TOPIC, name), frozen_map())
@@ -337,7 +399,7 @@ class ClusterImage:
         for name in sorted(self.features, key=lambda n: (n != METADATA_VERSION_FEATURE, n)):
             out.append(FeatureLevelRecord(name=name, feature_level=self.features[name]))
         for broker_id in sorted(self.brokers):
-            out.append(self.brokers[broker_id].to_record())
+            out.extend(self.brokers[broker_id].to_records())
         for name in sorted(self.topics.by_name):
             out.extend(self.topics.by_name[name].to_records())
         if self.next_producer_id:

@@ -56,7 +56,10 @@ def _settle(wake: asyncio.Future[None]) -> None:
 
 def check_leader(part: Partition, requested: int) -> ErrorCode:
     """Only the leader answers; KIP-320: a client's view of the leader epoch must match ours
-    (-1 skips the check)."""
+    (-1 skips the check).  A partition whose log directory failed answers
+    KAFKA_STORAGE_ERROR, as Kafka's ``ReplicaManager.getPartitionOrError`` does."""
+    if part.offline:
+        return ErrorCode.KAFKA_STORAGE_ERROR
     if not part.is_leader:
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
     if requested < 0 or requested == part.leader_epoch:
@@ -152,7 +155,7 @@ class FetchHandler:
     ) -> _Planned:
         part = self.replicas.get(topic, fp.partition)
         if part is None:
-            return _Planned(topic, fp.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            return _Planned(topic, fp.partition, self.replicas.missing_error(topic, fp.partition))
         error = check_leader(part, fp.current_leader_epoch)
         if error is not ErrorCode.NONE:
             return _Planned(topic, fp.partition, error, part)

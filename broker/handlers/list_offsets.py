@@ -58,9 +58,8 @@ class ListOffsetsHandler:
     def _one(self, topic: str, p: ListOffsetsRequest.ListOffsetsPartition, version: int) -> Answer:
         part = self.replicas.get(topic, p.partition_index)
         if part is None:
-            return Answer(
-                partition_index=p.partition_index, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            )
+            error = self.replicas.missing_error(topic, p.partition_index)
+            return Answer(partition_index=p.partition_index, error_code=error)
         error = check_leader(part, p.current_leader_epoch)
         if error is not ErrorCode.NONE:
             return Answer(partition_index=p.partition_index, error_code=error)

@@ -5,7 +5,9 @@ endpoint (Kafka lists the alive brokers), and always this broker. ``controller_i
 broker (clients need a listed broker there, and controllers are not client-reachable).
 A request for unknown topics creates them when the request allows it (v4+, always before
 v4) and ``auto.create.topics.enable`` is on, with the broker's ``num.partitions`` and
-``default.replication.factor``.  Topic ids are reported from v10.
+``default.replication.factor``.  Topic ids are reported from v10.  ``offline_replicas``
+lists the replicas whose broker is unregistered, fenced, or lost its log directory (KIP-112,
+as Kafka's KRaftMetadataCache); see :func:`partition_error` for the partition's error.
 """
 
 from __future__ import annotations
@@ -20,7 +22,22 @@ from broker.identity import BrokerIdentity, ImageSource
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import MetadataRequest, MetadataResponse
 from kafka_protocol.types import BrokerId, TopicName
-from metadata_log.image import TopicImage
+from metadata_log.image import ClusterImage, PartitionImage, TopicImage
+
+
+def partition_error(image: ClusterImage, p: PartitionImage) -> ErrorCode:
+    """A partition's error in Metadata.  As Kafka's KRaftMetadataCache: LEADER_NOT_AVAILABLE
+    without a leader, else NONE; and KAFKA_STORAGE_ERROR where a failed log directory is the
+    reason the partition cannot be served: its leader's directory is offline (until the
+    controller moves the leadership), or it has no leader and its remaining ISR is on an
+    offline directory (the controller had no in-sync replica elsewhere to elect)."""
+    if p.leader >= 0:
+        storage = image.is_replica_storage_offline(p.leader)
+        return ErrorCode.KAFKA_STORAGE_ERROR if storage else ErrorCode.NONE
+    if p.isr and any(image.is_replica_storage_offline(b) for b in p.isr):
+        return ErrorCode.KAFKA_STORAGE_ERROR
+    return ErrorCode.LEADER_NOT_AVAILABLE
+
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 Topic = MetadataResponse.MetadataResponseTopic
@@ -128,18 +145,21 @@ class MetadataHandler:
         )
 
     def _topic(self, topic: TopicImage) -> Topic:
+        image = self.image()
         partitions = []
         for index in sorted(topic.partitions):
             p = topic.partitions[index]
             partitions.append(
                 MetadataResponse.MetadataResponsePartition(
-                    error_code=ErrorCode.NONE if p.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+                    error_code=partition_error(image, p),
                     partition_index=index,
                     leader_id=BrokerId(p.leader),
                     leader_epoch=p.leader_epoch,
                     replica_nodes=[BrokerId(r) for r in p.replicas],
                     isr_nodes=[BrokerId(r) for r in p.isr],
-                    offline_replicas=[],
+                    offline_replicas=[
+                        BrokerId(r) for r in p.replicas if image.is_replica_offline(r)
+                    ],
                 )
             )
         return Topic(

@@ -41,7 +41,9 @@ class OffsetForLeaderEpochHandler:
     def _one(self, topic: str, p: OffsetForLeaderEpochRequest.OffsetForLeaderPartition) -> Answer:
         part = self.replicas.get(topic, p.partition)
         if part is None:
-            return Answer(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, partition=p.partition)
+            return Answer(
+                error_code=self.replicas.missing_error(topic, p.partition), partition=p.partition
+            )
         error = check_leader(part, p.current_leader_epoch)
         if error is not ErrorCode.NONE:
             return Answer(error_code=error, partition=p.partition)

@@ -166,7 +166,10 @@ class ProduceHandler:
             )
         part = self.replicas.get(topic, pd.index)
         if part is None:
-            return _refuse(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{pd.index} is unknown")
+            error = self.replicas.missing_error(topic, pd.index)
+            if error is ErrorCode.KAFKA_STORAGE_ERROR:
+                return _refuse(error, f"{topic}-{pd.index}: its log directory is offline")
+            return _refuse(error, f"{topic}-{pd.index} is unknown")
         batch = validate_batch(part, pd.records, self.replicas.clock_ms())
         if isinstance(batch, AppendOutcome):
             return batch

@@ -56,7 +56,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from broker.log.checkpoint import (
@@ -175,6 +175,9 @@ class PartitionLog:
         self._unflushed: dict[int, LogSegment] = {}
         self._offline: str | None = None
         self._closed = False
+        # Told once, when an I/O error takes this log offline (the replica manager takes the
+        # whole log directory offline then).
+        self.on_offline: Callable[[str], None] | None = None
         self._cleaner_checkpoint = OffsetCheckpoint(storage, directory, CLEANER_OFFSET_FILE)
         self._first_dirty_offset = loaded.first_dirty_offset
         self._cleaning: LogCleaning | None = None  # the pass under way
@@ -264,15 +267,28 @@ class PartitionLog:
     def _io(self, action: str) -> _IoGuard:
         """``with self._io(action):`` turns an ``OSError`` into ``KafkaStorageError`` and takes
         the log offline."""
-        assert not self._closed, f"{self.directory}: {action} on a closed log"
-        if self._offline is not None:
+        if self._offline is not None:  # also after abandon(): offline before closed
             raise KafkaStorageError(f"{self.directory} is offline: {self._offline}")
+        assert not self._closed, f"{self.directory}: {action} on a closed log"
         return _IoGuard(self, action)
 
     def _go_offline(self, action: str, error: OSError) -> KafkaStorageError:
         self._offline = f"{action} failed: {error}"
         logger.error("partition log offline dir=%s error=%s", self.directory, self._offline)
+        if self.on_offline is not None:
+            self.on_offline(self._offline)
         return KafkaStorageError(f"{self.directory}: {self._offline}")
+
+    def abandon(self, reason: str) -> None:
+        """Its log directory failed (Kafka's ``LogManager.handleLogDirFailure``): take the log
+        offline and close its files without writing anything more (no flush, no checkpoint,
+        no clean-shutdown marker: the next open recovers it)."""
+        if self._offline is None:
+            self._offline = reason
+        if self._cleaning is not None:
+            self._cleaning.cancel()
+        if not self._closed:
+            self._close_files()
 
     def _check_invariants(self) -> None:
         end = self.log_end_offset

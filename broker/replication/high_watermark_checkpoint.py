@@ -49,12 +49,9 @@ def read_high_watermarks(storage: Storage, log_dir: Path) -> dict[tuple[str, int
 def write_high_watermarks(
     storage: Storage, log_dir: Path, entries: list[tuple[str, int, int]]
 ) -> None:
-    """Replace the checkpoint with ``(topic, partition, high watermark)`` entries; a failure
-    is logged (the next checkpoint tries again)."""
+    """Replace the checkpoint with ``(topic, partition, high watermark)`` entries.  Raises
+    ``OSError``: the log directory failed (Kafka takes it offline)."""
     lines = "".join(f"{t} {i} {hw}\n" for t, i, hw in entries)
     data = f"0\n{len(entries)}\n{lines}".encode()
-    try:
-        storage.makedirs(str(log_dir))
-        write_atomically(storage, str(log_dir), HIGH_WATERMARK_FILE, data)
-    except OSError as exc:
-        log.error("cannot checkpoint high watermarks dir=%s error=%s", log_dir, exc)
+    storage.makedirs(str(log_dir))
+    write_atomically(storage, str(log_dir), HIGH_WATERMARK_FILE, data)

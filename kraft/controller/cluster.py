@@ -27,6 +27,7 @@ Broker lifecycle, as the image records it::
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable
 
 from kafka_protocol.errors import ErrorCode
@@ -35,11 +36,14 @@ from kafka_protocol.messages import (
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
+    UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
 )
 from kafka_protocol.metadata import (
     BrokerRegistrationChangeRecord,
     FeatureLevelRecord,
     RegisterBrokerRecord,
+    UnregisterBrokerRecord,
 )
 from kafka_protocol.types import BrokerId
 from kraft.controller.elections import unclean_policy
@@ -145,6 +149,39 @@ def _check_registration(
     return None
 
 
+def unregister_broker(
+    request: UnregisterBrokerRequest, image: ClusterImage, unclean: UncleanPolicy
+) -> ControllerResult[UnregisterBrokerResponse]:
+    """UnregisterBroker (API 64, KIP-631): remove a stale registration (a broker gone for
+    good).  As Kafka's ``ReplicationControlManager.unregisterBroker``: an unknown id is
+    BROKER_ID_NOT_REGISTERED, and the broker leaves every ISR (the last member stays) and its
+    leaderships move before its UnregisterBrokerRecord.  Unlike Kafka, a live (unfenced)
+    broker is refused with INVALID_REQUEST: it would register again at its next heartbeat,
+    after losing its leaderships for nothing; stop it first (it is fenced once its session
+    expires)."""
+    broker = image.brokers.get(request.broker_id)
+    if broker is None:
+        error, message = (
+            ErrorCode.BROKER_ID_NOT_REGISTERED,
+            f"broker {request.broker_id} is not registered",
+        )
+        return ControllerResult(
+            [], UnregisterBrokerResponse(error_code=error, error_message=message)
+        )
+    if not broker.fenced:
+        message = (
+            f"broker {broker.id} is alive (unfenced, broker epoch {broker.epoch}): stop it, and"
+            " unregister it once it is fenced"
+        )
+        return ControllerResult(
+            [],
+            UnregisterBrokerResponse(error_code=ErrorCode.INVALID_REQUEST, error_message=message),
+        )
+    records: list[MetadataRecord] = list(records_for_broker_leaving(image, broker.id, unclean))
+    records.append(UnregisterBrokerRecord(broker_id=BrokerId(broker.id), broker_epoch=broker.epoch))
+    return ControllerResult(records, UnregisterBrokerResponse(error_message=None))
+
+
 # --- heartbeats -------------------------------------------------------------------------------
 
 
@@ -161,24 +198,54 @@ def broker_heartbeat(
             [], BrokerHeartbeatResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
         )
     caught_up = request.current_metadata_offset >= broker.epoch
-    records: list[MetadataRecord] = []
+    records = offline_dir_records(image, broker, request.offline_log_dirs, unclean)
+    if records:  # the rest of this heartbeat sees the directories offline
+        image = replay_records(image, records)
+        broker = image.brokers[broker.id]
     fenced, shut_down = broker.fenced, False
     if broker.in_controlled_shutdown or (request.want_shut_down and broker.fenced):
-        records, fenced, shut_down = fence_records(image, broker, unclean), True, True
+        records += fence_records(image, broker, unclean)
+        fenced, shut_down = True, True
     elif broker.fenced:
         if caught_up and not request.want_fence:
-            records, fenced = unfence_records(image, broker, unclean), False
+            records += unfence_records(image, broker, unclean)
+            fenced = False
     elif request.want_shut_down:
         if leads_any_partition(image, broker.id):
-            records = controlled_shutdown_records(image, broker, unclean)
+            records += controlled_shutdown_records(image, broker, unclean)
         else:
-            records, fenced, shut_down = fence_records(image, broker, unclean), True, True
+            records += fence_records(image, broker, unclean)
+            fenced, shut_down = True, True
     elif request.want_fence:
-        records, fenced = fence_records(image, broker, unclean), True
+        records += fence_records(image, broker, unclean)
+        fenced = True
     response = BrokerHeartbeatResponse(
         is_caught_up=caught_up, is_fenced=fenced, should_shut_down=shut_down
     )
     return ControllerResult(records, response)
+
+
+def offline_dir_records(
+    image: ClusterImage,
+    broker: BrokerRegistration,
+    offline_log_dirs: Iterable[uuid.UUID],
+    unclean: UncleanPolicy,
+) -> list[MetadataRecord]:
+    """A heartbeat reports log directories offline (KIP-858): the broker's online directories
+    shrink (a BrokerRegistrationChangeRecord), and once none is left its replicas are offline,
+    so it leaves every ISR and its leaderships move as when it is fenced (Kafka's
+    ``handleDirectoriesOffline``).  Directories already offline, or unknown, change nothing."""
+    newly_offline = [d for d in offline_log_dirs if d in broker.directories]
+    if not newly_offline:
+        return []
+    changed = broker.with_online_directories(
+        tuple(d for d in broker.directories if d not in newly_offline)
+    )
+    records: list[MetadataRecord] = [changed.directories_change()]
+    if not changed.has_online_dir:
+        after = replay_records(image, records)
+        records.extend(records_for_broker_leaving(after, broker.id, unclean))
+    return records
 
 
 def _registration_change(

@@ -34,6 +34,7 @@ from kafka_protocol.messages import (
     DeleteTopicsRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
+    UnregisterBrokerRequest,
 )
 from kafka_protocol.metadata import PartitionChangeRecord
 from kraft.controller import (
@@ -169,6 +170,10 @@ RULES: Final[dict[type[Request], Rule]] = {
     ),
     # Preferred or unclean elections for the named partitions (null: all of them).
     ElectLeadersRequest: lambda c, r, image: elections.elect_leaders(r, image),
+    # Remove a fenced broker's registration (KIP-631).
+    UnregisterBrokerRequest: lambda c, r, image: cluster.unregister_broker(
+        r, image, c._unclean(image)
+    ),
 }
 
 

@@ -318,8 +318,10 @@ class BrokerMember:
             [("PLAINTEXT", host, port)],
             bcfg.rack,
             cfg.get_int("broker.heartbeat.interval.ms", 2000),
+            log_dirs=broker.replicas.directory,
         )
         epoch.lifecycle = lifecycle
+        broker.log_dir_listeners.append(lifecycle.heartbeat_now)
         member = cls(broker, client, follower, lifecycle)
         member._tasks.append(asyncio.create_task(follower.run(), name="metadata-follower"))
         await lifecycle.register()

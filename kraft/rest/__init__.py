@@ -20,7 +20,14 @@ from typing import Final
 from aiohttp import web
 
 from kraft.node.config import ConfigError
-from kraft.rest.cluster import get_cluster, get_health, get_metrics, get_openapi, get_ready
+from kraft.rest.cluster import (
+    get_cluster,
+    get_health,
+    get_metrics,
+    get_openapi,
+    get_ready,
+    unregister_broker,
+)
 from kraft.rest.common import (
     MAX_BODY_BYTES,
     NODE,
@@ -55,6 +62,7 @@ ROUTES: Final = (
     ("GET", "/v1/health", get_health),
     ("GET", "/v1/ready", get_ready),
     ("GET", "/v1/cluster", get_cluster),
+    ("DELETE", "/v1/cluster/brokers/{id}", unregister_broker),
     ("GET", "/v1/topics", list_topics),
     ("POST", "/v1/topics", create_topic),
     ("GET", "/v1/topics/{name}", get_topic),

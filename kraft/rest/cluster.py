@@ -7,8 +7,19 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from broker.controller_channel import broker_unregistration, item_errors, newest_version
+from broker.log_dir import uuid_text
+from kafka_protocol.errors import ErrorCode
 from kraft import __version__
-from kraft.rest.common import ApiError, error_response, node_of
+from kraft.rest.common import (
+    ApiError,
+    bad_request,
+    controller_of,
+    error_response,
+    image_settles,
+    kafka_error,
+    node_of,
+)
 from metadata_log.image import BrokerRegistration
 
 PROMETHEUS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
@@ -34,6 +45,10 @@ def broker_json(reg: BrokerRegistration) -> dict[str, Any]:
         "rack": reg.rack,
         "fenced": reg.fenced,
         "epoch": reg.epoch,
+        # KIP-858 directory ids, in Kafka's text form; offline: reported failed since the
+        # broker registered (its replicas moved away; a restart brings them back)
+        "log_dirs": [uuid_text(d) for d in reg.directories],
+        "offline_log_dirs": [uuid_text(d) for d in reg.offline_directories],
     }
 
 
@@ -52,6 +67,26 @@ async def get_cluster(request: web.Request) -> web.Response:
             "version": __version__,
         }
     )
+
+
+async def unregister_broker(request: web.Request) -> web.Response:
+    """Remove a stale (fenced) broker registration: Kafka's UnregisterBroker."""
+    node = node_of(request)
+    text = request.match_info["id"]
+    if not text.isdigit():
+        raise bad_request(f"broker id {text!r} is not a non-negative integer")
+    broker_id = int(text)
+    unregistration = broker_unregistration(broker_id)
+    response = await controller_of(node).forward(unregistration, newest_version(unregistration))
+    (result,) = item_errors(response)
+    if result.error_code == ErrorCode.BROKER_ID_NOT_REGISTERED:
+        raise ApiError(404, ErrorCode.BROKER_ID_NOT_REGISTERED.name, result.error_message or "")
+    if result.error_code == ErrorCode.INVALID_REQUEST:  # a live broker: the state conflicts
+        raise ApiError(409, "BROKER_IS_ALIVE", result.error_message or "")
+    if result.error_code != ErrorCode.NONE:
+        raise kafka_error(result.error_code, result.error_message)
+    await image_settles(node, lambda image: broker_id not in image.brokers)
+    return web.Response(status=204)
 
 
 async def get_metrics(request: web.Request) -> web.Response:

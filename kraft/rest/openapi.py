@@ -196,6 +196,12 @@ SCHEMAS: Final[dict[str, Schema]] = {
         rack=_nullable(STR),
         fenced=BOOL,
         epoch=INT,
+        log_dirs={"type": "array", "items": STR, "description": "online log directory ids"},
+        offline_log_dirs={
+            "type": "array",
+            "items": STR,
+            "description": "log directory ids the broker reported offline (KIP-112)",
+        },
     ),
     "Cluster": _obj(
         ["cluster_id", "controller", "brokers"],
@@ -224,6 +230,7 @@ SCHEMAS: Final[dict[str, Schema]] = {
         leader_epoch=INT32,
         replicas=INT_LIST,
         isr=INT_LIST,
+        offline_replicas=INT_LIST,
         log_start_offset=_nullable({**INT, "description": "null: not hosted by this node"}),
         high_watermark=_nullable(INT),
         log_end_offset=_nullable(INT),
@@ -606,6 +613,20 @@ def _node_paths() -> dict[str, Schema]:
                     "503": UNAVAILABLE,
                 },
             )
+        },
+        "/v1/cluster/brokers/{id}": {
+            "parameters": [{"name": "id", "in": "path", "required": True, "schema": INT32}],
+            "delete": _op(
+                "unregisterBroker",
+                "Remove a stale broker registration (Kafka's UnregisterBroker); the broker must"
+                " be fenced (stopped, its session expired)",
+                {
+                    "204": {"description": "unregistered"},
+                    "400": BAD_REQUEST,
+                    "404": _error("BROKER_ID_NOT_REGISTERED"),
+                    "409": _error("BROKER_IS_ALIVE: the broker is unfenced"),
+                },
+            ),
         },
         "/metrics": {
             "get": _op(

@@ -54,7 +54,8 @@ def topic_summary(topic: TopicImage) -> dict[str, Any]:
 
 
 def topic_json(node: AdminNode, topic: TopicImage, *, all_configs: bool = False) -> dict[str, Any]:
-    overrides = image_of(node).topic_configs(topic.name)
+    image = image_of(node)
+    overrides = image.topic_configs(topic.name)
     if all_configs:
         entries = effective_topic_config(overrides, node.config.values)
         configs = {k: e.value for k, e in entries.items()}
@@ -72,6 +73,7 @@ def topic_json(node: AdminNode, topic: TopicImage, *, all_configs: bool = False)
                 "leader_epoch": p.leader_epoch,
                 "replicas": list(p.replicas),
                 "isr": list(p.isr),
+                "offline_replicas": [r for r in p.replicas if image.is_replica_offline(r)],
                 "log_start_offset": local.log_start_offset if local else None,
                 "high_watermark": local.high_watermark if local else None,
                 "log_end_offset": local.log_end_offset if local else None,

@@ -143,6 +143,11 @@ def test_a_directory_left_by_another_topic_id_is_not_served() -> None:
         rm.close()
         rm = ReplicaManager(storage, Path("/data"), clock_ms=lambda: 1_000)
         recreated = rm.open_partition("t", 0, new_id, cfg, max_message_bytes=1 << 20)
+        assert recreated is not None
         assert recreated.log_end_offset == 0, "the old topic's records were adopted"
+        # ... and they are set aside, never deleted
+        (stray,) = [n for n in storage.listdir("/data") if n.endswith("-stray")]
+        assert stray.startswith("t-0.")
+        assert any(n.endswith(".log") for n in storage.listdir(f"/data/{stray}"))
 
     asyncio.run(main())

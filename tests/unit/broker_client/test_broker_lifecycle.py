@@ -213,3 +213,52 @@ def test_a_controller_that_leaves_heartbeats_unanswered_is_left(
     caplog.set_level(logging.WARNING, logger="broker.lifecycle")
     asyncio.run(scenario())
     assert any("no controller answered a heartbeat" in r.getMessage() for r in caplog.records)
+
+
+class _LogDirs:
+    """One log directory, failing on cue."""
+
+    def __init__(self) -> None:
+        self.directory_id = uuid.UUID(int=7)
+        self.failed = False
+
+    def online_log_dirs(self) -> list[uuid.UUID]:
+        return [] if self.failed else [self.directory_id]
+
+    def offline_log_dirs(self) -> list[uuid.UUID]:
+        return [self.directory_id] if self.failed else []
+
+
+def test_registration_carries_the_online_log_directories() -> None:
+    async def scenario() -> None:
+        fake = FakeController()
+        async with running(fake):
+            client = ControllerClient([fake.address], "broker-1")
+            lifecycle = lifecycle_of(client, MetadataFollower(client, 1, lambda d, i: None), 100)
+            lifecycle.log_dirs = _LogDirs()
+            await lifecycle.register()
+            (_, request), *_ = fake.requests_of(62)
+            assert isinstance(request, BrokerRegistrationRequest)
+            assert request.log_dirs == [uuid.UUID(int=7)]
+            client.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_log_directory_is_reported_at_once() -> None:
+    async def scenario() -> None:
+        fake = FakeController(max_batches_per_fetch=10)
+        fake.unfence_offset = log_with_registration(fake)
+        log_dirs = _LogDirs()
+        # A 10 s interval: a report within a second proves heartbeat_now did not wait for it.
+        async with running(fake), broker(fake, heartbeat_interval_ms=10_000) as lifecycle:
+            lifecycle.log_dirs = log_dirs
+            await eventually(lambda: lifecycle.ready)
+            sent = len(heartbeats(fake))
+            assert all(h.offline_log_dirs == [] for h in heartbeats(fake))
+            log_dirs.failed = True
+            lifecycle.heartbeat_now()
+            await eventually(lambda: len(heartbeats(fake)) > sent, timeout_s=1.0)
+            assert heartbeats(fake)[-1].offline_log_dirs == [log_dirs.directory_id]
+
+    asyncio.run(scenario())
