@@ -66,6 +66,7 @@ from pysyncobj import (  # type: ignore[import-untyped]
 from pysyncobj.version import VERSION as PYSYNCOBJ_VERSION  # type: ignore[import-untyped]
 
 from broker.fatal import InvariantViolation, fatal
+from kraft.quorum.bounded_transport import BoundedTCPTransport
 from kraft.quorum.codec import (
     MAX_BATCH_SIZE_BYTES,
     MAX_EPOCH,
@@ -233,7 +234,8 @@ class RaftQuorum:
             )
         conf = _sync_obj_conf(settings, auto_tick=True)
         peers = settings.peer_addresses
-        self._start(settings.self_address, peers, conf, FixedSyncObj, {}, listeners)
+        extra = {"transportClass": BoundedTCPTransport}
+        self._start(settings.self_address, peers, conf, FixedSyncObj, extra, listeners)
 
     @classmethod
     def for_simulation(
