@@ -32,9 +32,16 @@ keeping a single one keeps the journal format ours, not an accident of method na
 - **Invariants are enforced**: if the pure apply rules raise, or a listener (the
   controller's image) fails on a committed batch, the node crash-stops (``broker.fatal``):
   every later batch would land on a state that missed one.
-- **Compaction** is effectively off (the snapshot would hold only our counters, not the
-  controller's metadata image); the next session adds image snapshots. ``journalFile`` and
-  ``fullDumpFile`` are nevertheless always set together (hazard 3).
+- **Compaction.** pysyncobj compacts its journal by serializing the state machine at the
+  last applied entry; its default serializer would pickle only our counters, not the
+  controller's metadata image, so a node given :class:`ImageSnapshots` hooks gets our own
+  serializer instead (``kraft.quorum.journal_snapshot``): counters and a metadata snapshot
+  of the image, taken at the same entry in the tick thread. A restart loads it and replays
+  only the journal after it; a follower too far behind receives it from the leader (Raft's
+  InstallSnapshot) and restores its image from it. The journal is compacted once it holds
+  more than ``compaction_min_entries`` entries or ``compaction_max_bytes`` of entries since the
+  last compaction, or ``compaction_interval_s`` after it. Without hooks compaction stays off.
+  ``journalFile`` and ``fullDumpFile`` are always set together (hazard 3).
 
 Threads: with ``autoTick`` pysyncobj owns one thread that does I/O, Raft and apply; the
 public properties are plain reads and safe from any thread. Simulations use
@@ -54,7 +61,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from pysyncobj import (  # type: ignore[import-untyped]
     FAIL_REASON,
@@ -76,6 +83,14 @@ from kraft.quorum.codec import (
     encode_entry,
 )
 from kraft.quorum.fixed_syncobj import TESTED_PYSYNCOBJ_VERSIONS, FixedSyncObj, SimNode
+from kraft.quorum.journal_snapshot import (
+    CorruptJournalSnapshotError,
+    JournalSnapshot,
+    decode_journal_snapshot,
+    encode_journal_snapshot,
+    fsync_file_and_directory,
+    write_journal_snapshot,
+)
 from kraft.quorum.state import NO_EPOCH, Appended, LogState, Outcome, Rejected, apply_entry
 
 logger = logging.getLogger(__name__)
@@ -138,6 +153,10 @@ class RaftSettings:
     # False: one AppendEntries per command, ~0.5 ms commit latency (metadata is low volume).
     batch_entries: bool = False
     max_queued_commands: int = 10_000
+    # Journal compaction (only with ImageSnapshots hooks): whichever comes first.
+    compaction_min_entries: int = 20_000
+    compaction_max_bytes: int = 20 << 20
+    compaction_interval_s: float = 3600.0
 
     def __post_init__(self) -> None:
         if not self.password:
@@ -148,13 +167,42 @@ class RaftSettings:
             raise ValueError("leader_fallback_timeout_s must be within 1-2 s")
         if self.self_address in self.peer_addresses:
             raise ValueError("peer_addresses must not contain self_address")
+        if self.compaction_min_entries < 10 or self.compaction_max_bytes < 1:
+            raise ValueError("compaction thresholds must be at least 10 entries and 1 byte")
 
 
-def _sync_obj_conf(settings: RaftSettings | None, *, auto_tick: bool) -> Any:
-    """pysyncobj configuration; ``None`` settings means an in-memory simulation."""
-    timing = settings or RaftSettings(
-        "sim:0", (), "sim:0", "unused", Path("/nonexistent"), leader_fallback_timeout_s=1.0
+class ImageSnapshots(Protocol):
+    """What journal compaction needs of the state built by the listeners (tick thread)."""
+
+    def take_snapshot(self, end_offset: int) -> tuple[int, bytes]:
+        """(epoch, bytes) of a snapshot of every batch below ``end_offset`` (all applied)."""
+
+    def restore_snapshot(self, end_offset: int, epoch: int, data: bytes) -> None:
+        """Replace the state with that snapshot; later batches follow from ``end_offset``."""
+
+
+def _simulation_settings(data_dir: Path | None, compaction_min_entries: int) -> RaftSettings:
+    return RaftSettings(
+        "sim:0",
+        (),
+        "sim:0",
+        "unused",
+        data_dir or Path("/nonexistent"),
+        leader_fallback_timeout_s=1.0,
+        compaction_min_entries=compaction_min_entries,
     )
+
+
+def _sync_obj_conf(
+    timing: RaftSettings,
+    *,
+    auto_tick: bool,
+    on_disk: bool,
+    network: bool,
+    dump: tuple[Callable[[str, Any], None], Callable[[str], Any]] | None = None,
+) -> Any:
+    """pysyncobj configuration: ``network`` (password, bind address) and ``on_disk`` (journal
+    files) are off in simulations; ``dump`` is our compaction serializer and deserializer."""
     conf: dict[str, Any] = {
         "autoTick": auto_tick,
         "autoTickPeriod": timing.tick_period_s,
@@ -172,13 +220,18 @@ def _sync_obj_conf(settings: RaftSettings | None, *, auto_tick: bool) -> Any:
         "logCompactionMinTime": _NEVER_S,
         "useFork": False,
     }
-    if settings is not None:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        conf["password"] = settings.password
-        conf["bindAddress"] = settings.bind_address
+    if network:
+        conf["password"] = timing.password
+        conf["bindAddress"] = timing.bind_address
+    if on_disk:
+        timing.data_dir.mkdir(parents=True, exist_ok=True)
         # Always both (hazard 3): a journal without a dump loses state after compaction.
-        conf["journalFile"] = str(settings.data_dir / JOURNAL_FILE_NAME)
-        conf["fullDumpFile"] = str(settings.data_dir / FULL_DUMP_FILE_NAME)
+        conf["journalFile"] = str(timing.data_dir / JOURNAL_FILE_NAME)
+        conf["fullDumpFile"] = str(timing.data_dir / FULL_DUMP_FILE_NAME)
+    if dump is not None and on_disk:
+        conf["serializer"], conf["deserializer"] = dump
+        conf["logCompactionMinEntries"] = timing.compaction_min_entries
+        conf["logCompactionMinTime"] = timing.compaction_interval_s
     return SyncObjConf(**conf)
 
 
@@ -188,6 +241,7 @@ class _LogStateConsumer(SyncObjConsumer):  # type: ignore[misc]
     def __init__(self, on_outcome: Callable[[Outcome], None]) -> None:
         # Attributes set before SyncObjConsumer.__init__ are excluded from snapshots.
         self._on_outcome = on_outcome
+        self.applied_entry_bytes = 0  # since start: what compaction by size counts
         super().__init__()
         self.claimed_epoch = NO_EPOCH
         self.high_watermark = 0
@@ -204,18 +258,22 @@ class _LogStateConsumer(SyncObjConsumer):  # type: ignore[misc]
             self.pending_key,
         )
 
+    def set_log_state(self, state: LogState) -> None:
+        self.claimed_epoch = state.claimed_epoch
+        self.high_watermark = state.high_watermark
+        self.rejected_count = state.rejected_count
+        self.pending = state.pending
+        self.pending_key = state.pending_key
+
     @replicated  # type: ignore[untyped-decorator]
     def apply_entry(self, *args: Any, **kwargs: Any) -> Outcome:
         # *args/**kwargs: even a malformed command shape must not raise a TypeError here.
         data = args[0] if len(args) == 1 and not kwargs else None
+        self.applied_entry_bytes += len(data) if isinstance(data, bytes) else 0
         outcome: Outcome
         try:
             state, outcome = apply_entry(self.log_state(), data)
-            self.claimed_epoch = state.claimed_epoch
-            self.high_watermark = state.high_watermark
-            self.rejected_count = state.rejected_count
-            self.pending = state.pending
-            self.pending_key = state.pending_key
+            self.set_log_state(state)
         except Exception as exc:  # the pure rules are total: a bug, on every node alike
             fatal("quorum.apply-is-total", f"the apply rules raised {exc!r}", entry=_head(data))
         self._on_outcome(outcome)  # listeners stop the node themselves if they must
@@ -225,17 +283,26 @@ class _LogStateConsumer(SyncObjConsumer):  # type: ignore[misc]
 class RaftQuorum:
     """One controller's view of the replicated metadata log."""
 
-    def __init__(self, settings: RaftSettings, listeners: tuple[Listener, ...] = ()) -> None:
-        """Start the node; ``listeners`` see every batch, journal replay included."""
+    def __init__(
+        self,
+        settings: RaftSettings,
+        listeners: tuple[Listener, ...] = (),
+        snapshots: ImageSnapshots | None = None,
+    ) -> None:
+        """Start the node; ``listeners`` see every batch, journal replay included (after the
+        snapshot ``snapshots`` restored, if the journal was compacted)."""
         if PYSYNCOBJ_VERSION not in TESTED_PYSYNCOBJ_VERSIONS:
             raise RuntimeError(
                 f"pysyncobj {PYSYNCOBJ_VERSION} is untested with the write-loss fix; "
                 f"tested: {sorted(TESTED_PYSYNCOBJ_VERSIONS)}"
             )
-        conf = _sync_obj_conf(settings, auto_tick=True)
+        dump = None if snapshots is None else (self._write_dump, self._read_dump)
+        conf = _sync_obj_conf(settings, auto_tick=True, on_disk=True, network=True, dump=dump)
         peers = settings.peer_addresses
         extra = {"transportClass": BoundedTCPTransport}
-        self._start(settings.self_address, peers, conf, FixedSyncObj, extra, listeners)
+        self._start(
+            settings, peers, conf, FixedSyncObj, extra, listeners, snapshots, settings.self_address
+        )
 
     @classmethod
     def for_simulation(
@@ -245,29 +312,44 @@ class RaftQuorum:
         transport_factory: Callable[[Any, Any, Any], Any],
         *,
         fix_acknowledged_write_loss: bool = True,
+        data_dir: Path | None = None,
+        listeners: tuple[Listener, ...] = (),
+        snapshots: ImageSnapshots | None = None,
+        compaction_min_entries: int = 20_000,
     ) -> RaftQuorum:
         """A manually ticked node on an in-memory transport (``kraft.quorum.memnet``).
 
         ``fix_acknowledged_write_loss=False`` runs pysyncobj as shipped; only the
-        regression test uses it, to show that the bug reproduces.
+        regression test uses it, to show that the bug reproduces. With ``data_dir`` the
+        journal, its ``.meta`` and the compaction dump are files there (crash and restart
+        tests); compaction runs only with ``snapshots`` too.
         """
         quorum = cls.__new__(cls)
         sync_obj_class = FixedSyncObj if fix_acknowledged_write_loss else SyncObj
-        conf = _sync_obj_conf(None, auto_tick=False)
+        timing = _simulation_settings(data_dir, compaction_min_entries)
+        dump = None if snapshots is None else (quorum._write_dump, quorum._read_dump)
+        on_disk = data_dir is not None
+        conf = _sync_obj_conf(timing, auto_tick=False, on_disk=on_disk, network=False, dump=dump)
         extra = {"transportClass": transport_factory, "nodeClass": SimNode}
-        quorum._start(self_id, peer_ids, conf, sync_obj_class, extra, ())
+        quorum._start(timing, peer_ids, conf, sync_obj_class, extra, listeners, snapshots, self_id)
         return quorum
 
     def _start(
         self,
-        self_address: str,
+        settings: RaftSettings,
         peers: tuple[str, ...],
         conf: Any,
         sync_obj_class: Any,
         extra: dict[str, Any],
         listeners: tuple[Listener, ...],
+        snapshots: ImageSnapshots | None,
+        self_address: str,
     ) -> None:
         self._closed = False
+        self._snapshots = snapshots
+        self._compaction_max_bytes = settings.compaction_max_bytes
+        self._entry_bytes_at_dump = 0
+        self._dump_to_sync: str | None = None  # renamed by pysyncobj, directory not fsynced
         self._submit_lock = threading.Lock()
         self._claim_term: int | None = None
         self._listeners: list[Listener] = list(listeners)
@@ -395,6 +477,11 @@ class RaftQuorum:
 
     def _on_tick(self) -> None:
         obj = self._obj
+        if self._dump_to_sync is not None:
+            self._sync_dump()
+        applied_since_dump = self._state.applied_entry_bytes - self._entry_bytes_at_dump
+        if self._snapshots is not None and applied_since_dump >= self._compaction_max_bytes:
+            obj.forceLogCompaction()  # by size; pysyncobj's own trigger counts entries
         if not obj._isLeader():
             return
         term = int(obj.raftCurrentTerm)
@@ -403,6 +490,65 @@ class RaftQuorum:
         self._claim_term = term
         claim = encode_entry(EntryKind.EPOCH_CLAIM, term)
         self._state.apply_entry(claim, callback=functools.partial(self._on_claimed, term))
+
+    # -- journal compaction (tick thread) -----------------------------------------------
+
+    def _write_dump(self, path: str, data: Any) -> None:
+        """pysyncobj's ``serializer``: the state after the last applied entry, to ``path``
+        (a temporary file pysyncobj renames into place on return)."""
+        last, previous, _cluster = data
+        state = self._state.log_state()
+        assert self._snapshots is not None, "the serializer is set only with snapshot hooks"
+        epoch, image = self._snapshots.take_snapshot(state.high_watermark)
+        entries = _journal_entry(previous), _journal_entry(last)
+        snapshot = JournalSnapshot(*entries, state, epoch, image)
+        write_journal_snapshot(path, encode_journal_snapshot(snapshot))
+        self._dump_to_sync = str(self._obj.conf.fullDumpFile)
+        self._entry_bytes_at_dump = self._state.applied_entry_bytes
+        logger.info(
+            "raft journal compacted through entry %d: snapshot of metadata offsets below %d "
+            "(%d bytes)",
+            snapshot.last_entry[1],
+            state.high_watermark,
+            len(image),
+        )
+
+    def _sync_dump(self) -> None:
+        """Directory fsync of the renamed dump, before pysyncobj deletes the journal prefix
+        (it does so on the next tick; tick callbacks run after its compaction step)."""
+        path, self._dump_to_sync = self._dump_to_sync, None
+        try:
+            fsync_file_and_directory(str(path))
+        except OSError:
+            logger.warning("could not fsync the raft journal snapshot %s", path, exc_info=True)
+
+    def _read_dump(self, path: str) -> tuple[Any, Any, set[Any]]:
+        """pysyncobj's ``deserializer``: at startup, or when the leader installs its snapshot
+        here (then it is fsynced before pysyncobj replaces the journal with it)."""
+        try:
+            fsync_file_and_directory(path)
+            with open(path, "rb") as f:
+                snapshot = decode_journal_snapshot(f.read())
+        except (OSError, CorruptJournalSnapshotError) as exc:
+            # The journal before it is gone: this node cannot rebuild its state. Emptying its
+            # raft directory lets it rejoin and receive the leader's snapshot.
+            fatal("quorum.journal-snapshot-readable", f"raft journal snapshot: {exc}", path=path)
+        self._state.set_log_state(snapshot.state)
+        if self._snapshots is not None:
+            self._snapshots.restore_snapshot(
+                snapshot.state.high_watermark, snapshot.image_epoch, snapshot.image
+            )
+        logger.info(
+            "raft journal snapshot loaded: entry %d, metadata offsets below %d",
+            snapshot.last_entry[1],
+            snapshot.state.high_watermark,
+        )
+        return snapshot.last_entry, snapshot.previous_entry, set()
+
+    @property
+    def journal_entries(self) -> int:
+        """Entries in the Raft journal now (what compaction bounds)."""
+        return len(self._obj._SyncObj__raftLog)
 
     def _on_claimed(self, term: int, result: object, fail_reason: int) -> None:
         if fail_reason != FAIL_REASON.SUCCESS and self._claim_term == term:
@@ -432,6 +578,11 @@ def _on_submitted(callback: SubmitCallback, result: object, fail_reason: int) ->
         return _call(callback, SubmitResult(offset=result.offset))
     fenced = isinstance(result, Rejected) and result.reason == "fenced-epoch"
     _call(callback, SubmitResult(error=SubmitError.FENCED if fenced else SubmitError.REJECTED))
+
+
+def _journal_entry(entry: Any) -> tuple[bytes, int, int]:
+    command, index, term = entry
+    return bytes(command), int(index), int(term)
 
 
 def _head(data: object) -> object:
