@@ -154,7 +154,7 @@ class RaftSettings:
     batch_entries: bool = False
     max_queued_commands: int = 10_000
     # Journal compaction (only with ImageSnapshots hooks): whichever comes first.
-    compaction_min_entries: int = 20_000
+    compaction_min_entries: int = 5_000
     compaction_max_bytes: int = 20 << 20
     compaction_interval_s: float = 3600.0
 
@@ -315,7 +315,7 @@ class RaftQuorum:
         data_dir: Path | None = None,
         listeners: tuple[Listener, ...] = (),
         snapshots: ImageSnapshots | None = None,
-        compaction_min_entries: int = 20_000,
+        compaction_min_entries: int = 5_000,
     ) -> RaftQuorum:
         """A manually ticked node on an in-memory transport (``kraft.quorum.memnet``).
 
@@ -530,8 +530,7 @@ class RaftQuorum:
             with open(path, "rb") as f:
                 snapshot = decode_journal_snapshot(f.read())
         except (OSError, CorruptJournalSnapshotError) as exc:
-            # The journal before it is gone: this node cannot rebuild its state. Emptying its
-            # raft directory lets it rejoin and receive the leader's snapshot.
+            # The journal before it is gone: this node cannot rebuild its state from its files.
             fatal("quorum.journal-snapshot-readable", f"raft journal snapshot: {exc}", path=path)
         self._state.set_log_state(snapshot.state)
         if self._snapshots is not None:
