@@ -22,6 +22,10 @@ zeros therefore holds the tick thread (no heartbeats: an election) and grows mem
 - **Only voters.** pysyncobj also accepts read-only nodes and admin ("utility") commands
   on this port; the product uses neither, so such a handshake closes the connection, as
   an unknown peer address already does in pysyncobj.
+- **Few and brief.** At most :data:`MAX_UNIDENTIFIED_CONNECTIONS` connections may be
+  unidentified at once (a new one evicts the oldest: a voter's handshake takes one round
+  trip, an attacker's never completes), and each has :data:`HANDSHAKE_TIMEOUT_MS` to
+  identify itself: a peer trickling bytes cannot hold file descriptors.
 - **Costs nothing else.** Closing one connection affects no other connection and no Raft
   state; each close is one warning line naming the peer and the reason.
 
@@ -42,6 +46,8 @@ import pysyncobj.pickle as _pso_pickle  # type: ignore[import-untyped]
 from pysyncobj.tcp_connection import TcpConnection  # type: ignore[import-untyped]
 from pysyncobj.transport import TCPTransport  # type: ignore[import-untyped]
 
+from kafka_protocol.clock import monotonic_ms
+
 logger = logging.getLogger(__name__)
 
 _LENGTH: Final = struct.Struct("i")  # pysyncobj's prefix: native signed 32-bit
@@ -53,6 +59,8 @@ MAX_HANDSHAKE_MESSAGE_BYTES: Final = 4 * 1024
 # snapshot chunk of logCompactionBatchSize (64 KiB); pickle protocol 2 may double bytes and
 # the encryption adds a third: about 260 KiB at most. 1 MiB leaves a margin of four.
 MAX_RAFT_MESSAGE_BYTES: Final = 1 << 20
+MAX_UNIDENTIFIED_CONNECTIONS: Final = 16
+HANDSHAKE_TIMEOUT_MS: Final = 5_000
 
 
 class BoundedTcpConnection(TcpConnection):  # type: ignore[misc]
@@ -64,6 +72,7 @@ class BoundedTcpConnection(TcpConnection):  # type: ignore[misc]
     """
 
     max_message_bytes: int = MAX_HANDSHAKE_MESSAGE_BYTES
+    accepted_at_ms: int = 0  # when a peer opened it (monotonic)
     # pysyncobj's private attributes that we use (declared for the type checker).
     _TcpConnection__readBuffer: bytes | bytearray
     _TcpConnection__recvBufferSize: int
@@ -163,7 +172,19 @@ class BoundedTCPTransport(TCPTransport):  # type: ignore[misc]
 
     def _onNewIncomingConnection(self, conn: Any) -> None:
         conn.__class__ = BoundedTcpConnection  # before its first read (same thread, no I/O yet)
+        conn.accepted_at_ms = monotonic_ms()
+        if len(self._unknownConnections) >= MAX_UNIDENTIFIED_CONNECTIONS:
+            oldest = min(self._unknownConnections, key=lambda c: c.accepted_at_ms)
+            oldest._close(f"was evicted: {MAX_UNIDENTIFIED_CONNECTIONS} unidentified connections")
+            self._unknownConnections.discard(oldest)
         TCPTransport._onNewIncomingConnection(self, conn)
+
+    def _onTick(self) -> None:
+        TCPTransport._onTick(self)
+        deadline = monotonic_ms() - HANDSHAKE_TIMEOUT_MS
+        for conn in [c for c in self._unknownConnections if c.accepted_at_ms < deadline]:
+            conn._close(f"did not identify itself within {HANDSHAKE_TIMEOUT_MS} ms")
+            self._unknownConnections.discard(conn)
 
     def addNode(self, node: Any) -> None:
         TCPTransport.addNode(self, node)

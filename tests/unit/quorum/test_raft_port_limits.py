@@ -17,7 +17,12 @@ import pysyncobj.pickle as pso_pickle  # type: ignore[import-untyped]
 import pytest
 from pysyncobj.encryptor import getEncryptor  # type: ignore[import-untyped]
 
-from kraft.quorum.bounded_transport import MAX_HANDSHAKE_MESSAGE_BYTES, MAX_RAFT_MESSAGE_BYTES
+from kraft.quorum.bounded_transport import (
+    HANDSHAKE_TIMEOUT_MS,
+    MAX_HANDSHAKE_MESSAGE_BYTES,
+    MAX_RAFT_MESSAGE_BYTES,
+    MAX_UNIDENTIFIED_CONNECTIONS,
+)
 from kraft.quorum.raft import RaftQuorum, RaftSettings
 
 PASSWORD = "s3cret"
@@ -167,3 +172,44 @@ def test_the_message_limit_leaves_room_for_the_largest_legitimate_message() -> N
     worst = (64 + 30) * 1024 * 2
     encrypted = len(getEncryptor(PASSWORD).encrypt_at_time(zlib.compress(os.urandom(worst)), 0))
     assert encrypted * 2 < MAX_RAFT_MESSAGE_BYTES
+
+
+def test_unidentified_connections_are_few_the_oldest_goes_first(
+    quorum: dict[str, RaftQuorum],
+) -> None:
+    address, active = _active(quorum)
+    term = active.raft_term
+    host, port = address.rsplit(":", 1)
+    extra = 4
+    socks = []
+    try:
+        for _ in range(MAX_UNIDENTIFIED_CONNECTIONS + extra):
+            socks.append(socket.create_connection((host, int(port))))
+            time.sleep(0.01)  # accepted in this order
+        assert all(_closed_by_peer(s, timeout_s=1.0) for s in socks[:extra])
+        assert not any(_closed_by_peer(s, timeout_s=0.05) for s in socks[extra:])
+    finally:
+        for s in socks:
+            s.close()
+    _still_healthy(quorum, address, term)
+
+
+def test_a_peer_that_trickles_its_handshake_is_closed_at_the_deadline(
+    quorum: dict[str, RaftQuorum],
+) -> None:
+    address, active = _active(quorum)
+    term = active.raft_term
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as sock:
+        opened = time.monotonic()
+        sock.sendall(struct.pack("i", 3000))  # a plausible handshake size, then one byte a time
+        closed = False
+        while not closed and time.monotonic() - opened < 2 * HANDSHAKE_TIMEOUT_MS / 1000:
+            try:
+                sock.sendall(b"x")
+            except OSError:
+                break
+            closed = _closed_by_peer(sock, timeout_s=0.5)
+        elapsed = time.monotonic() - opened
+    assert HANDSHAKE_TIMEOUT_MS / 1000 - 0.1 <= elapsed <= HANDSHAKE_TIMEOUT_MS / 1000 + 1.5
+    _still_healthy(quorum, address, term)
