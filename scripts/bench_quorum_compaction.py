@@ -23,6 +23,25 @@ each restart the broker's image must reach the controller's (brokers tail the lo
 the snapshot when they are behind it). Journal bytes: the Raft journal file (apparent size
 and allocated blocks), its compaction dump and the ``.meta`` file, measured at each restart.
 Figures are medians with their range (min-max) over the restarts.
+
+Figures (2026-11-26, 2 vCPU x86_64 shared with four other sessions, Python 3.11.7; 1,000
+topics, 100,000 config changes in 10,000 commands, 3 restarts each):
+
+=============================  ===================  ==================  ====================
+                               short history        100,000 changes     100,000 changes,
+                               (2,002 offsets)      (default: 5,000     compaction off
+                                                    entries)            (``--journal-max-
+                                                                        entries 1000000000``)
+=============================  ===================  ==================  ====================
+restart to the same image (s)  1.21 (1.18-1.52)     1.68 (1.46-1.87)    4.34 (3.90-4.49)
+raft.journal, apparent         218 KB               6.97 MB             13.9 MB
+raft.journal, allocated        135 KB               3.83 MB             7.57 MB
+raft.dump                      --                   167 KB              --
+=============================  ===================  ==================  ====================
+
+The journal holds at most 5,000 entries after a compaction (its file, grown by doubling,
+at most twice their size); without compaction it grows with every command, and so does the
+restart (the replay of 10,000 entries here: 4.3 s, and without bound as history grows).
 """
 
 from __future__ import annotations

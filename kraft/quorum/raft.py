@@ -1,4 +1,5 @@
-"""The pysyncobj adapter: with ``fixed_syncobj`` below it, the only code that imports pysyncobj.
+"""The pysyncobj adapter: with ``fixed_syncobj`` and ``bounded_transport`` below it, the only
+code that imports pysyncobj.
 
 Theory of operation
 -------------------
@@ -23,12 +24,13 @@ keeping a single one keeps the journal format ours, not an accident of method na
   epoch is not the currently claimed one, identically on every node.
 - **Offsets** are dense metadata offsets, one per record of an accepted batch
   (``high_watermark`` is the next one); a batch says how many records it holds. They
-  survive restarts because pysyncobj replays the journal on start,
-  and listeners see the batches again from offset 0.
+  survive restarts because pysyncobj replays the journal on start: listeners see the
+  batches again from offset 0, or from the end of the compaction snapshot restored first.
 - **The patched SyncObj** (``kraft.quorum.fixed_syncobj``): pysyncobj's acknowledged-write
   loss on duplicated AppendEntries (hazard 1), its double-counted votes and its missing
-  flush before acknowledging (hazard 2) are fixed in a subclass, kept apart because it is
-  the code that reaches into pysyncobj's private internals.
+  flush and fsync before acknowledging or voting (hazard 2) are fixed in a subclass, kept
+  apart because it is the code that reaches into pysyncobj's private internals; so is the
+  Raft port's transport (``kraft.quorum.bounded_transport``: bounded input, voters only).
 - **Invariants are enforced**: if the pure apply rules raise, or a listener (the
   controller's image) fails on a committed batch, the node crash-stops (``broker.fatal``):
   every later batch would land on a state that missed one.
