@@ -27,7 +27,10 @@ zeros therefore holds the tick thread (no heartbeats: an election) and grows mem
   trip, an attacker's never completes), and each has :data:`HANDSHAKE_TIMEOUT_MS` to
   identify itself: a peer trickling bytes cannot hold file descriptors.
 - **Costs nothing else.** Closing one connection affects no other connection and no Raft
-  state; each close is one warning line naming the peer and the reason.
+  state; each close is one warning line naming the peer and the reason (at most
+  :data:`CLOSE_LOG_LINES` per :data:`CLOSE_LOG_WINDOW_MS`, the rest counted in one line).
+  A message that decrypts (a voter's) still may not inflate beyond
+  :data:`MAX_DECOMPRESSED_MESSAGE_BYTES`.
 
 A read is bounded per poll event: at most the limit of one connection, so even a peer
 sending at line rate cannot keep the tick thread from its heartbeats.
@@ -59,8 +62,38 @@ MAX_HANDSHAKE_MESSAGE_BYTES: Final = 4 * 1024
 # snapshot chunk of logCompactionBatchSize (64 KiB); pickle protocol 2 may double bytes and
 # the encryption adds a third: about 260 KiB at most. 1 MiB leaves a margin of four.
 MAX_RAFT_MESSAGE_BYTES: Final = 1 << 20
+# A message decompresses to at most this (pysyncobj compresses every message with zlib).
+MAX_DECOMPRESSED_MESSAGE_BYTES: Final = 16 * MAX_RAFT_MESSAGE_BYTES
 MAX_UNIDENTIFIED_CONNECTIONS: Final = 16
 HANDSHAKE_TIMEOUT_MS: Final = 5_000
+# Closed connections are logged one line each, at most this many per window; a flood of
+# them is summed up in one line when the window ends.
+CLOSE_LOG_LINES: Final = 10
+CLOSE_LOG_WINDOW_MS: Final = 10_000
+
+
+class _CloseLog:
+    """The warnings about closed Raft connections, rate-limited (tick thread only)."""
+
+    def __init__(self) -> None:
+        self.window_start_ms = -CLOSE_LOG_WINDOW_MS
+        self.lines = 0
+        self.suppressed = 0
+
+    def warn(self, peer: str, reason: str) -> None:
+        now = monotonic_ms()
+        if now - self.window_start_ms >= CLOSE_LOG_WINDOW_MS:
+            if self.suppressed:
+                logger.warning("%d more raft connections closed (not logged)", self.suppressed)
+            self.window_start_ms, self.lines, self.suppressed = now, 0, 0
+        if self.lines < CLOSE_LOG_LINES:
+            self.lines += 1
+            logger.warning("raft connection from %s closed: it %s", peer, reason)
+        else:
+            self.suppressed += 1
+
+
+_close_log = _CloseLog()
 
 
 class BoundedTcpConnection(TcpConnection):  # type: ignore[misc]
@@ -139,7 +172,11 @@ class BoundedTcpConnection(TcpConnection):  # type: ignore[misc]
                     raise ValueError("replayed or reordered message")
                 self.recvLastTimestamp = timestamp
                 data = self.encryptor.decrypt(data)
-            message = _pso_pickle.loads(zlib.decompress(data))
+            inflater = zlib.decompressobj()
+            plain = inflater.decompress(data, MAX_DECOMPRESSED_MESSAGE_BYTES)
+            if inflater.unconsumed_tail or not inflater.eof:
+                raise ValueError("message does not decompress within the limit")
+            message = _pso_pickle.loads(plain)
             if self.recvRandKey:
                 rand_key, message = message
                 if rand_key != self.recvRandKey:
@@ -150,7 +187,7 @@ class BoundedTcpConnection(TcpConnection):  # type: ignore[misc]
         return message
 
     def _close(self, reason: str) -> None:
-        logger.warning("raft connection from %s closed: it %s", self._peer(), reason)
+        _close_log.warn(self._peer(), reason)
         self.disconnect()
 
     def _peer(self) -> str:

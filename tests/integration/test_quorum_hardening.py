@@ -152,7 +152,7 @@ def test_a_raft_port_flood_costs_no_election_and_no_fenced_broker(cluster: Local
     assert _status(cluster, observer) == (leader, epoch, [])
     assert sent >= FLOOD_BYTES, "the flood did not get its 64 MiB out"
     refusals = active.log_path.read_text().count(f"declares a message of {DECLARED} bytes")
-    assert refusals == connections, (refusals, connections)  # each closed by the node, once
+    assert 1 <= refusals <= 10, refusals  # closed by the node; a flood is logged sparingly
     # Bounded cost: what pysyncobj alone spent was ~15 s of CPU and 130 MiB.
     assert cpu_cost <= idle_cost * flood_s / idle_s + 2.0
     assert rss_after - rss_before <= 16
@@ -190,7 +190,7 @@ def _change_configs(admin: AdminClient, names: list[str]) -> dict[str, str]:
     command, one Raft entry, CHANGES_PER_COMMAND ConfigRecords); returns the final values."""
     final: dict[str, str] = {}
     for wave in range(0, COMMANDS, 50):
-        futures = []
+        futures: list[Any] = []
         for command in range(wave, wave + 50):
             resources = []
             for k in range(CHANGES_PER_COMMAND):

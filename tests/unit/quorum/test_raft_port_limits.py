@@ -19,9 +19,11 @@ from pysyncobj.encryptor import getEncryptor  # type: ignore[import-untyped]
 
 from kraft.quorum.bounded_transport import (
     HANDSHAKE_TIMEOUT_MS,
+    MAX_DECOMPRESSED_MESSAGE_BYTES,
     MAX_HANDSHAKE_MESSAGE_BYTES,
     MAX_RAFT_MESSAGE_BYTES,
     MAX_UNIDENTIFIED_CONNECTIONS,
+    BoundedTcpConnection,
 )
 from kraft.quorum.raft import RaftQuorum, RaftSettings
 
@@ -213,3 +215,23 @@ def test_a_peer_that_trickles_its_handshake_is_closed_at_the_deadline(
         elapsed = time.monotonic() - opened
     assert HANDSHAKE_TIMEOUT_MS / 1000 - 0.1 <= elapsed <= HANDSHAKE_TIMEOUT_MS / 1000 + 1.5
     _still_healthy(quorum, address, term)
+
+
+def _parse(frame: bytes) -> object:
+    """One frame through BoundedTcpConnection's parse (no socket, no encryption)."""
+    conn = BoundedTcpConnection(poller=None)
+    conn.max_message_bytes = MAX_RAFT_MESSAGE_BYTES  # as for an identified voter
+    conn._TcpConnection__readBuffer = bytearray(frame)
+    return conn._TcpConnection__processParseMessage()
+
+
+def test_a_message_that_inflates_beyond_the_limit_is_refused() -> None:
+    ok = zlib.compress(pso_pickle.dumps({"type": "append_entries", "entries": [b"x" * 1000]}))
+    assert _parse(struct.pack("i", len(ok)) + ok) == {
+        "type": "append_entries",
+        "entries": [b"x" * 1000],
+    }
+    huge = pso_pickle.dumps(bytes(MAX_DECOMPRESSED_MESSAGE_BYTES))  # a valid message, inflated
+    bomb = zlib.compress(huge, 9)
+    assert len(bomb) < MAX_RAFT_MESSAGE_BYTES  # it passes the size check: inflating must stop
+    assert _parse(struct.pack("i", len(bomb)) + bomb) is None
