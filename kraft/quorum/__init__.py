@@ -11,7 +11,7 @@ Layout (one noun per module):
 - ``bounded_transport``: pysyncobj's TCP transport with bounded input, voters only.
   With ``fixed_syncobj``, the only code that touches pysyncobj's private internals.
 - ``journal_snapshot``: the file a compacted journal's prefix becomes (counters and a
-  metadata snapshot of the image; pure codec plus its durable write).
+  metadata snapshot of the image) and the serializer that writes and reads it.
 - ``raft``: the adapter on top of them; with them, the only modules that import pysyncobj.
 - ``quorum_controller``: the controller state machine driven on the Raft log.
 - ``local_controller``: the same state machine on a single node's local, durable log.

@@ -13,6 +13,8 @@ Layout (big-endian)::
 
     magic "KRSNAP01" | header length u32 | header (JSON) | image length u64 | image | crc32 u32
 
+:class:`JournalCompaction` is that serializer and deserializer for one node.
+
 The header holds the two pysyncobj entries the journal keeps after the snapshot (command
 bytes, index, term), the :class:`LogState`, and the image's end offset and epoch. The CRC
 covers everything before it. :func:`decode_journal_snapshot` is total: any defect raises
@@ -26,13 +28,17 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import os
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
+from broker.fatal import fatal
 from kraft.quorum.state import LogState
+
+logger = logging.getLogger(__name__)
 
 MAGIC: Final = b"KRSNAP01"
 _U32 = struct.Struct(">I")
@@ -136,6 +142,103 @@ def fsync_file_and_directory(path: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+class ImageSnapshots(Protocol):
+    """What journal compaction needs of the state built by the listeners (tick thread)."""
+
+    def take_snapshot(self, end_offset: int) -> tuple[int, bytes]:
+        """(epoch, bytes) of a snapshot of every batch below ``end_offset`` (all applied)."""
+
+    def restore_snapshot(self, end_offset: int, epoch: int, data: bytes) -> None:
+        """Replace the state with that snapshot; later batches follow from ``end_offset``."""
+
+
+class LogStateHolder(Protocol):
+    """The adapter's replicated counters (``raft._LogStateConsumer``)."""
+
+    applied_entry_bytes: int
+
+    def log_state(self) -> LogState: ...
+
+    def set_log_state(self, state: LogState) -> None: ...
+
+
+class JournalCompaction:
+    """pysyncobj's ``serializer`` and ``deserializer`` for one node (its tick thread).
+
+    pysyncobj calls :meth:`write` with a temporary path it renames to ``dump_path`` on
+    return, and deletes the journal prefix on its next tick; :meth:`sync_renamed_dump`
+    (called from a tick callback, which runs after pysyncobj's compaction step) fsyncs the
+    directory in between. :meth:`read` runs at startup and when the leader installs its dump.
+    """
+
+    def __init__(self, snapshots: ImageSnapshots, dump_path: str) -> None:
+        self.snapshots = snapshots
+        self.dump_path = dump_path
+        self.holder: LogStateHolder | None = None  # attached once the consumer exists
+        self.entry_bytes_at_dump = 0
+        self._renamed: str | None = None  # renamed by pysyncobj, directory not fsynced
+
+    def applied_bytes_since_dump(self) -> int:
+        assert self.holder is not None
+        return self.holder.applied_entry_bytes - self.entry_bytes_at_dump
+
+    def write(self, path: str, data: Any) -> None:
+        """The state after the last applied entry (pysyncobj's serializer)."""
+        assert self.holder is not None
+        last, previous, _cluster = data
+        state = self.holder.log_state()
+        epoch, image = self.snapshots.take_snapshot(state.high_watermark)
+        snapshot = JournalSnapshot(
+            _journal_entry(previous), _journal_entry(last), state, epoch, image
+        )
+        write_journal_snapshot(path, encode_journal_snapshot(snapshot))
+        self._renamed = self.dump_path
+        self.entry_bytes_at_dump = self.holder.applied_entry_bytes
+        logger.info(
+            "raft journal compacted through entry %d: snapshot of metadata offsets below %d "
+            "(%d bytes)",
+            snapshot.last_entry[1],
+            state.high_watermark,
+            len(image),
+        )
+
+    def sync_renamed_dump(self) -> None:
+        path, self._renamed = self._renamed, None
+        if path is None:
+            return
+        try:
+            fsync_file_and_directory(path)
+        except OSError:
+            logger.warning("could not fsync the raft journal snapshot %s", path, exc_info=True)
+
+    def read(self, path: str) -> tuple[JournalEntry, JournalEntry, set[Any]]:
+        """Restore the counters and the image (pysyncobj's deserializer); an installed dump
+        is fsynced first, before pysyncobj replaces the journal with it."""
+        assert self.holder is not None
+        try:
+            fsync_file_and_directory(path)
+            with open(path, "rb") as f:
+                snapshot = decode_journal_snapshot(f.read())
+        except (OSError, CorruptJournalSnapshotError) as exc:
+            # The journal before it is gone: this node cannot rebuild its state from its files.
+            fatal("quorum.journal-snapshot-readable", f"raft journal snapshot: {exc}", path=path)
+        self.holder.set_log_state(snapshot.state)
+        self.snapshots.restore_snapshot(
+            snapshot.state.high_watermark, snapshot.image_epoch, snapshot.image
+        )
+        logger.info(
+            "raft journal snapshot loaded: entry %d, metadata offsets below %d",
+            snapshot.last_entry[1],
+            snapshot.state.high_watermark,
+        )
+        return snapshot.last_entry, snapshot.previous_entry, set()
+
+
+def _journal_entry(entry: Any) -> JournalEntry:
+    command, index, term = entry
+    return bytes(command), int(index), int(term)
 
 
 def _entry_json(entry: JournalEntry) -> list[Any]:

@@ -63,7 +63,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from pysyncobj import (  # type: ignore[import-untyped]
     FAIL_REASON,
@@ -85,14 +85,7 @@ from kraft.quorum.codec import (
     encode_entry,
 )
 from kraft.quorum.fixed_syncobj import TESTED_PYSYNCOBJ_VERSIONS, FixedSyncObj, SimNode
-from kraft.quorum.journal_snapshot import (
-    CorruptJournalSnapshotError,
-    JournalSnapshot,
-    decode_journal_snapshot,
-    encode_journal_snapshot,
-    fsync_file_and_directory,
-    write_journal_snapshot,
-)
+from kraft.quorum.journal_snapshot import ImageSnapshots, JournalCompaction
 from kraft.quorum.state import NO_EPOCH, Appended, LogState, Outcome, Rejected, apply_entry
 
 logger = logging.getLogger(__name__)
@@ -173,14 +166,12 @@ class RaftSettings:
             raise ValueError("compaction thresholds must be at least 10 entries and 1 byte")
 
 
-class ImageSnapshots(Protocol):
-    """What journal compaction needs of the state built by the listeners (tick thread)."""
-
-    def take_snapshot(self, end_offset: int) -> tuple[int, bytes]:
-        """(epoch, bytes) of a snapshot of every batch below ``end_offset`` (all applied)."""
-
-    def restore_snapshot(self, end_offset: int, epoch: int, data: bytes) -> None:
-        """Replace the state with that snapshot; later batches follow from ``end_offset``."""
+def _compaction(
+    settings: RaftSettings, snapshots: ImageSnapshots | None
+) -> JournalCompaction | None:
+    if snapshots is None:
+        return None
+    return JournalCompaction(snapshots, str(settings.data_dir / FULL_DUMP_FILE_NAME))
 
 
 def _simulation_settings(data_dir: Path | None, compaction_min_entries: int) -> RaftSettings:
@@ -201,10 +192,10 @@ def _sync_obj_conf(
     auto_tick: bool,
     on_disk: bool,
     network: bool,
-    dump: tuple[Callable[[str, Any], None], Callable[[str], Any]] | None = None,
+    compaction: JournalCompaction | None = None,
 ) -> Any:
     """pysyncobj configuration: ``network`` (password, bind address) and ``on_disk`` (journal
-    files) are off in simulations; ``dump`` is our compaction serializer and deserializer."""
+    files) are off in simulations; ``compaction`` is our serializer and deserializer."""
     conf: dict[str, Any] = {
         "autoTick": auto_tick,
         "autoTickPeriod": timing.tick_period_s,
@@ -230,8 +221,8 @@ def _sync_obj_conf(
         # Always both (hazard 3): a journal without a dump loses state after compaction.
         conf["journalFile"] = str(timing.data_dir / JOURNAL_FILE_NAME)
         conf["fullDumpFile"] = str(timing.data_dir / FULL_DUMP_FILE_NAME)
-    if dump is not None and on_disk:
-        conf["serializer"], conf["deserializer"] = dump
+    if compaction is not None and on_disk:
+        conf["serializer"], conf["deserializer"] = compaction.write, compaction.read
         conf["logCompactionMinEntries"] = timing.compaction_min_entries
         conf["logCompactionMinTime"] = timing.compaction_interval_s
     return SyncObjConf(**conf)
@@ -298,12 +289,14 @@ class RaftQuorum:
                 f"pysyncobj {PYSYNCOBJ_VERSION} is untested with the write-loss fix; "
                 f"tested: {sorted(TESTED_PYSYNCOBJ_VERSIONS)}"
             )
-        dump = None if snapshots is None else (self._write_dump, self._read_dump)
-        conf = _sync_obj_conf(settings, auto_tick=True, on_disk=True, network=True, dump=dump)
+        compaction = _compaction(settings, snapshots)
+        conf = _sync_obj_conf(
+            settings, auto_tick=True, on_disk=True, network=True, compaction=compaction
+        )
         peers = settings.peer_addresses
         extra = {"transportClass": BoundedTCPTransport}
         self._start(
-            settings, peers, conf, FixedSyncObj, extra, listeners, snapshots, settings.self_address
+            settings, peers, conf, FixedSyncObj, extra, listeners, compaction, settings.self_address
         )
 
     @classmethod
@@ -329,11 +322,13 @@ class RaftQuorum:
         quorum = cls.__new__(cls)
         sync_obj_class = FixedSyncObj if fix_acknowledged_write_loss else SyncObj
         timing = _simulation_settings(data_dir, compaction_min_entries)
-        dump = None if snapshots is None else (quorum._write_dump, quorum._read_dump)
         on_disk = data_dir is not None
-        conf = _sync_obj_conf(timing, auto_tick=False, on_disk=on_disk, network=False, dump=dump)
+        compaction = _compaction(timing, snapshots) if on_disk else None
+        conf = _sync_obj_conf(
+            timing, auto_tick=False, on_disk=on_disk, network=False, compaction=compaction
+        )
         extra = {"transportClass": transport_factory, "nodeClass": SimNode}
-        quorum._start(timing, peer_ids, conf, sync_obj_class, extra, listeners, snapshots, self_id)
+        quorum._start(timing, peer_ids, conf, sync_obj_class, extra, listeners, compaction, self_id)
         return quorum
 
     def _start(
@@ -344,18 +339,18 @@ class RaftQuorum:
         sync_obj_class: Any,
         extra: dict[str, Any],
         listeners: tuple[Listener, ...],
-        snapshots: ImageSnapshots | None,
+        compaction: JournalCompaction | None,
         self_address: str,
     ) -> None:
         self._closed = False
-        self._snapshots = snapshots
+        self._compaction = compaction
         self._compaction_max_bytes = settings.compaction_max_bytes
-        self._entry_bytes_at_dump = 0
-        self._dump_to_sync: str | None = None  # renamed by pysyncobj, directory not fsynced
         self._submit_lock = threading.Lock()
         self._claim_term: int | None = None
         self._listeners: list[Listener] = list(listeners)
         self._state = _LogStateConsumer(self._on_outcome)
+        if compaction is not None:
+            compaction.holder = self._state
         self._obj: Any = sync_obj_class(
             self_address, list(peers), conf, consumers=[self._state], **extra
         )
@@ -479,11 +474,11 @@ class RaftQuorum:
 
     def _on_tick(self) -> None:
         obj = self._obj
-        if self._dump_to_sync is not None:
-            self._sync_dump()
-        applied_since_dump = self._state.applied_entry_bytes - self._entry_bytes_at_dump
-        if self._snapshots is not None and applied_since_dump >= self._compaction_max_bytes:
-            obj.forceLogCompaction()  # by size; pysyncobj's own trigger counts entries
+        compaction = self._compaction
+        if compaction is not None:
+            compaction.sync_renamed_dump()
+            if compaction.applied_bytes_since_dump() >= self._compaction_max_bytes:
+                obj.forceLogCompaction()  # by size; pysyncobj's own trigger counts entries
         if not obj._isLeader():
             return
         term = int(obj.raftCurrentTerm)
@@ -492,59 +487,6 @@ class RaftQuorum:
         self._claim_term = term
         claim = encode_entry(EntryKind.EPOCH_CLAIM, term)
         self._state.apply_entry(claim, callback=functools.partial(self._on_claimed, term))
-
-    # -- journal compaction (tick thread) -----------------------------------------------
-
-    def _write_dump(self, path: str, data: Any) -> None:
-        """pysyncobj's ``serializer``: the state after the last applied entry, to ``path``
-        (a temporary file pysyncobj renames into place on return)."""
-        last, previous, _cluster = data
-        state = self._state.log_state()
-        assert self._snapshots is not None, "the serializer is set only with snapshot hooks"
-        epoch, image = self._snapshots.take_snapshot(state.high_watermark)
-        entries = _journal_entry(previous), _journal_entry(last)
-        snapshot = JournalSnapshot(*entries, state, epoch, image)
-        write_journal_snapshot(path, encode_journal_snapshot(snapshot))
-        self._dump_to_sync = str(self._obj.conf.fullDumpFile)
-        self._entry_bytes_at_dump = self._state.applied_entry_bytes
-        logger.info(
-            "raft journal compacted through entry %d: snapshot of metadata offsets below %d "
-            "(%d bytes)",
-            snapshot.last_entry[1],
-            state.high_watermark,
-            len(image),
-        )
-
-    def _sync_dump(self) -> None:
-        """Directory fsync of the renamed dump, before pysyncobj deletes the journal prefix
-        (it does so on the next tick; tick callbacks run after its compaction step)."""
-        path, self._dump_to_sync = self._dump_to_sync, None
-        try:
-            fsync_file_and_directory(str(path))
-        except OSError:
-            logger.warning("could not fsync the raft journal snapshot %s", path, exc_info=True)
-
-    def _read_dump(self, path: str) -> tuple[Any, Any, set[Any]]:
-        """pysyncobj's ``deserializer``: at startup, or when the leader installs its snapshot
-        here (then it is fsynced before pysyncobj replaces the journal with it)."""
-        try:
-            fsync_file_and_directory(path)
-            with open(path, "rb") as f:
-                snapshot = decode_journal_snapshot(f.read())
-        except (OSError, CorruptJournalSnapshotError) as exc:
-            # The journal before it is gone: this node cannot rebuild its state from its files.
-            fatal("quorum.journal-snapshot-readable", f"raft journal snapshot: {exc}", path=path)
-        self._state.set_log_state(snapshot.state)
-        if self._snapshots is not None:
-            self._snapshots.restore_snapshot(
-                snapshot.state.high_watermark, snapshot.image_epoch, snapshot.image
-            )
-        logger.info(
-            "raft journal snapshot loaded: entry %d, metadata offsets below %d",
-            snapshot.last_entry[1],
-            snapshot.state.high_watermark,
-        )
-        return snapshot.last_entry, snapshot.previous_entry, set()
 
     @property
     def journal_entries(self) -> int:
@@ -579,11 +521,6 @@ def _on_submitted(callback: SubmitCallback, result: object, fail_reason: int) ->
         return _call(callback, SubmitResult(offset=result.offset))
     fenced = isinstance(result, Rejected) and result.reason == "fenced-epoch"
     _call(callback, SubmitResult(error=SubmitError.FENCED if fenced else SubmitError.REJECTED))
-
-
-def _journal_entry(entry: Any) -> tuple[bytes, int, int]:
-    command, index, term = entry
-    return bytes(command), int(index), int(term)
 
 
 def _head(data: object) -> object:
