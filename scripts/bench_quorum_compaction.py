@@ -16,6 +16,10 @@ One controller and one broker, ``python -m kraft.cli server`` processes planned 
    one at a time, so one change per request would take ~10 minutes for 100,000). The image
    stays the same size; the history grows.
 3. The controller is restarted ``--restarts`` times again.
+4. The worst case: where the journal was compacted last depends on the history, so more
+   single-change commands are sent until the journal holds ``--journal-max-entries`` minus
+   ~2% (just below its next compaction: the most a restart replays), and the controller is
+   restarted ``--restarts`` times once more.
 
 Restart time: from the relaunch to the moment the controller's image (``metadata_offset`` of
 its ``/v1/cluster``) is back at the offset it had before, Python's own start included. After
@@ -50,6 +54,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -61,6 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_cluster import Cluster, Node, StepError, log
 from bench_stats import Spread, spread
+from pysyncobj.journal import FileJournal  # type: ignore[import-untyped]
 
 from broker.kafka_client import KafkaConnection
 from kafka_protocol.errors import ErrorCode
@@ -94,6 +100,19 @@ def journal_bytes(controller: Node) -> dict[str, int]:
             out[path.name] = stat.st_size
             out[f"{path.name} (allocated)"] = stat.st_blocks * 512
     return out
+
+
+def journal_entries(controller: Node) -> int:
+    """Entries in a stopped controller's Raft journal, read by pysyncobj on a copy."""
+    raft_dir = find_raft_dir(controller)
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = Path(scratch) / "raft.journal"
+        shutil.copy(raft_dir / "raft.journal", copy)
+        journal = FileJournal(str(copy))
+        try:
+            return len(journal)
+        finally:
+            journal._destroy()
 
 
 def metadata_offset(node: Node) -> int:
@@ -161,6 +180,7 @@ def restart(controller: Node, broker: Node) -> dict[str, Any]:
     files = journal_bytes(controller)
     controller.terminate()
     controller.wait(30)
+    entries = journal_entries(controller)
     start = time.perf_counter()
     controller.launch()
     controller.wait_ready(RESTART_TIMEOUT_S)
@@ -181,7 +201,13 @@ def restart(controller: Node, broker: Node) -> dict[str, Any]:
         if time.monotonic() > deadline:
             raise StepError(f"broker image not at {target} after the restart", [broker])
         time.sleep(0.05)
-    return {"offset": before, "ready_s": ready_s, "restart_s": caught_up_s, "files": files}
+    return {
+        "offset": before,
+        "ready_s": ready_s,
+        "restart_s": caught_up_s,
+        "files": files,
+        "journal_entries": entries,
+    }
 
 
 def restarts(cluster: Cluster, count: int) -> list[dict[str, Any]]:
@@ -191,7 +217,8 @@ def restarts(cluster: Cluster, count: int) -> list[dict[str, Any]]:
         result = restart(controller, broker)
         log(
             f"  restart {run + 1}: {result['restart_s']:.2f} s to the image at offset "
-            f"{result['offset']}, journal {result['files'].get('raft.journal', 0)} bytes"
+            f"{result['offset']}, journal {result['files'].get('raft.journal', 0)} bytes, "
+            f"{result['journal_entries']} entries"
         )
         runs.append(result)
     return runs
@@ -205,6 +232,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "restart_s": spread(r["restart_s"] for r in runs),
         "ready_s": spread(r["ready_s"] for r in runs),
         "journal_bytes": spread(journal),
+        "journal_entries": spread(r["journal_entries"] for r in runs),
         "journal_allocated_bytes": spread(allocated),
         "dump_bytes": spread(dump),
         "offset": runs[-1]["offset"],
@@ -227,6 +255,11 @@ async def run(cluster: Cluster, args: argparse.Namespace) -> dict[str, Any]:
     rate = await change_configs(broker, names, args.changes, args.per_request)
     log(f"  {rate:.0f} changes/s; restarts after them")
     after = await asyncio.to_thread(restarts, cluster, args.restarts)
+    entries = after[-1]["journal_entries"]
+    fill = max(0, args.journal_max_entries - args.journal_max_entries // 50 - entries)
+    log(f"{fill} more commands: the journal just below its next compaction")
+    await change_configs(broker, names, fill, 1)
+    fullest = await asyncio.to_thread(restarts, cluster, args.restarts)
     return {
         "topics": args.topics,
         "changes": args.changes,
@@ -235,27 +268,37 @@ async def run(cluster: Cluster, args: argparse.Namespace) -> dict[str, Any]:
         "journal_max_entries": args.journal_max_entries,
         "baseline": summary(baseline),
         "after_changes": summary(after),
+        "fullest_journal": summary(fullest),
+        "fill_commands": fill,
     }
 
 
 def render(result: dict[str, Any]) -> str:
     rows = [
-        ("", "after topic creation", f"after {result['changes']:,} changes"),
+        ("", "after topic creation", f"after {result['changes']:,} changes", "journal fullest"),
         (
             "metadata offset",
             str(result["baseline"]["offset"]),
             str(result["after_changes"]["offset"]),
+            str(result["fullest_journal"]["offset"]),
         ),
     ]
     for key, label, spec in (
         ("restart_s", "restart to the same image (s)", ".2f"),
         ("ready_s", "restart to READY (s)", ".2f"),
+        ("journal_entries", "raft.journal (entries)", ",.0f"),
         ("journal_bytes", "raft.journal (bytes)", ",.0f"),
         ("journal_allocated_bytes", "raft.journal allocated (bytes)", ",.0f"),
         ("dump_bytes", "raft.dump (bytes)", ",.0f"),
     ):
         rows.append(
-            (label, result["baseline"][key].text(spec), result["after_changes"][key].text(spec))
+            (
+                label,
+                *(
+                    result[column][key].text(spec)
+                    for column in ("baseline", "after_changes", "fullest_journal")
+                ),
+            )
         )
     width = max(len(r[0]) for r in rows)
     lines = [
@@ -264,7 +307,7 @@ def render(result: dict[str, Any]) -> str:
         f"{result['changes_per_s']}/s, journal compacted above "
         f"{result['journal_max_entries']} entries; medians (min-max) of the restarts",
     ]
-    lines += [f"{a:<{width}}  {b:<34}  {c}" for a, b, c in rows]
+    lines += [f"{a:<{width}}  {b:<34}  {c:<34}  {d}" for a, b, c, d in rows]
     return "\n".join(lines)
 
 
