@@ -364,6 +364,9 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("log.dir", _T.STRING, "/tmp/kafka-logs"),
     ConfigDef("metadata.log.dir", _T.STRING, None),
     ConfigDef("metadata.log.max.record.bytes.between.snapshots", _T.LONG, "20971520", at_least(1)),
+    ConfigDef("metadata.log.max.snapshot.interval.ms", _T.LONG, "3600000", at_least(1000)),
+    # The Raft journal is compacted once it holds more entries than this (kraft.quorum.raft).
+    ConfigDef("controller.quorum.journal.max.entries", _T.INT, "5000", at_least(10)),
     ConfigDef("num.partitions", _T.INT, "1", at_least(1), dynamic=True),
     ConfigDef("default.replication.factor", _T.INT, "1", at_least(1), dynamic=True),
     ConfigDef("auto.create.topics.enable", _T.BOOLEAN, "true"),

@@ -203,6 +203,12 @@ class QuorumMember:
             bind_address=cfg.get("controller.quorum.bind.address") or me,
             password=password,
             data_dir=cfg.metadata_log_dir / RAFT_SUBDIR,
+            compaction_min_entries=cfg.get_bounded_int("controller.quorum.journal.max.entries"),
+            compaction_max_bytes=cfg.get_bounded_int(
+                "metadata.log.max.record.bytes.between.snapshots"
+            ),
+            compaction_interval_s=cfg.get_bounded_int("metadata.log.max.snapshot.interval.ms")
+            / 1000,
         )
         try:
             config = ControllerConfig.from_properties(cfg.values, cluster_id=cluster_id)

@@ -18,8 +18,11 @@ name-mangled internals and must be re-checked against every new pysyncobj versio
 - **Durability** (hazard 2): we chose *flush before acknowledging*. A follower msyncs the
   journal before it acknowledges new entries, and the leader msyncs its journal at the
   start of each tick, before it counts itself towards a commit. Cost: one msync per
-  AppendEntries that carried new entries (measured in ``test_quorum_durability``). Not yet
-  covered: the ``.meta`` file (term and vote) is written and renamed without fsync.
+  AppendEntries that carried new entries (measured in ``test_quorum_durability``). The
+  ``.meta`` file (current term and vote), which pysyncobj writes synchronously before it
+  sends the vote or answers an AppendEntries of a newer term but never fsyncs, goes through
+  :class:`DurableMetaStorer`: file fsync, rename, directory fsync. It is installed at the first
+  tick, before any message is handled or any vote is cast (both happen only in ticks).
 - **Deposed leaders** answer their pending submits at once when the term moves on.
 - **Simulation**: :class:`SimNode` hashes independently of ``PYTHONHASHSEED`` and
   :func:`simulated_time` puts pysyncobj on a virtual clock and a seeded RNG.
@@ -28,6 +31,7 @@ name-mangled internals and must be re-checked against every new pysyncobj versio
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import zlib
 from collections.abc import Callable, Iterator
@@ -35,8 +39,10 @@ from typing import Any, Final
 
 import pysyncobj.syncobj as _pso  # type: ignore[import-untyped]
 from pysyncobj import FAIL_REASON, SyncObj
+from pysyncobj.journal import MetaStorer  # type: ignore[import-untyped]
 from pysyncobj.node import TCPNode  # type: ignore[import-untyped]
-from pysyncobj.pickle import loads as _pso_loads  # type: ignore[import-untyped]
+from pysyncobj.pickle import dumps as _pso_dumps  # type: ignore[import-untyped]
+from pysyncobj.pickle import loads as _pso_loads
 
 from broker.fatal import fatal
 
@@ -63,6 +69,7 @@ class FixedSyncObj(SyncObj):  # type: ignore[misc]
         self._kraft_waits_term = 0
         self._kraft_votes_term: object = None
         self._kraft_voters: set[str] = set()
+        self._kraft_meta_durable = False
         super().__init__(*args, **kwargs)
         assert not self.conf.dynamicMembershipChange, "the fix assumes static membership"
 
@@ -166,6 +173,8 @@ class FixedSyncObj(SyncObj):  # type: ignore[misc]
         next_index[node] = max(next_index[node], self._SyncObj__raftMatchIndex[node] + 1)
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
+        if not self._kraft_meta_durable:
+            self._install_durable_meta()
         self._fail_waits_from_older_terms()
         if self._SyncObj__raftState == _LEADER:
             # The leader counts itself towards every commit (computed first thing in the
@@ -200,10 +209,44 @@ class FixedSyncObj(SyncObj):  # type: ignore[misc]
             for _term, callback in stale:
                 callback(None, FAIL_REASON.LEADER_CHANGED)
 
+    def _install_durable_meta(self) -> None:
+        journal = self._SyncObj__raftLog
+        storer = getattr(journal, "_FileJournal__metaStorer", None)  # MemoryJournal has none
+        if storer is not None and not isinstance(storer, DurableMetaStorer):
+            journal._FileJournal__metaStorer = DurableMetaStorer(storer.getPath())
+        self._kraft_meta_durable = True
+
     def _flush_journal(self) -> None:
         flush = getattr(self._SyncObj__raftLog, "flush", None)  # MemoryJournal has none
         if flush is not None:
             flush()  # FileJournal: msync of the journal's mmap
+
+
+class DurableMetaStorer(MetaStorer):  # type: ignore[misc]
+    """pysyncobj's ``.meta`` writer (term, vote, commit index), made durable.
+
+    Raft's rule: the current term and vote are on stable storage before any message that
+    reflects them leaves the node, or a crash after voting lets the node vote twice in one
+    term. pysyncobj writes a temporary file and renames it, without fsync.
+    """
+
+    def storeMeta(self, meta: dict[str, object]) -> None:
+        path = self.getPath()
+        temporary = path + ".tmp"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            view = memoryview(_pso_dumps(meta))
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+        directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(directory)  # the rename itself
+        finally:
+            os.close(directory)
 
 
 class SimNode(TCPNode):  # type: ignore[misc]

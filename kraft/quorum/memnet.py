@@ -54,8 +54,9 @@ class MemoryNetwork:
         """The ``transportClass`` signature pysyncobj expects."""
         del sync_obj
         transport = MemoryTransport(self, self_node, other_nodes)
-        assert transport.node_id not in self._transports, transport.node_id
-        self._transports[transport.node_id] = transport
+        previous = self._transports.get(transport.node_id)
+        assert previous is None or previous.destroyed, f"{transport.node_id} runs twice"
+        self._transports[transport.node_id] = transport  # a restarted node replaces its old self
         return transport
 
     def connect_all(self) -> None:
@@ -123,6 +124,7 @@ class MemoryTransport:
         self.node_id = str(self_node.id)
         self._peers: dict[str, Any] = {str(node.id): node for node in other_nodes}
         self._on_message: MessageCallback | None = None
+        self.destroyed = False
         self._on_connected: NodeCallback | None = None
         self._on_disconnected: NodeCallback | None = None
 
@@ -166,6 +168,7 @@ class MemoryTransport:
 
     def destroy(self) -> None:
         self._on_message = None
+        self.destroyed = True
 
     def connect_peers(self) -> None:
         if self._on_connected is not None:

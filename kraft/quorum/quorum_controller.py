@@ -40,8 +40,12 @@ Every controller keeps the same committed state, built only from the replicated 
   once the batches after it exceed ``snapshot_interval_bytes`` (Kafka's
   ``metadata.log.max.record.bytes.between.snapshots``) the image is encoded as a snapshot
   and older batches are dropped. A broker asking for an offset below the log start gets
-  the snapshot id and fetches the snapshot (FetchSnapshot). The Raft journal itself still
-  holds every entry.
+  the snapshot id and fetches the snapshot (FetchSnapshot).
+- **Journal compaction.** The controller is the quorum's :class:`ImageSnapshots`: when
+  pysyncobj compacts the Raft journal (``kraft.quorum.raft``), ``take_snapshot`` encodes the
+  image at the applied end of the log, and that snapshot also becomes the fetchable one; a
+  restart or a snapshot installed by the leader calls ``restore_snapshot``, which rebuilds the
+  image from it and starts the fetchable log there (brokers behind it fetch the snapshot).
 
 Threads: pysyncobj's tick thread runs apply; the event loop runs commands and serves
 requests. The image and the fetchable log are swapped by reference (atomic under the
@@ -71,10 +75,10 @@ from kraft.controller.result import ControllerConfig, ControllerResult
 from kraft.quorum.raft import RaftQuorum, RaftSettings, SubmitError
 from kraft.quorum.state import Appended
 from metadata_log.delta import MetadataDelta
-from metadata_log.exceptions import InvalidMetadataRecordError
+from metadata_log.exceptions import CorruptSnapshotError, InvalidMetadataRecordError
 from metadata_log.image import ClusterImage
 from metadata_log.records import build_metadata_batch, read_metadata_batch
-from metadata_log.snapshot import SnapshotId, encode_snapshot
+from metadata_log.snapshot import SnapshotId, decode_snapshot, encode_snapshot
 
 log = logging.getLogger("kraft.controller")
 
@@ -147,7 +151,7 @@ class QuorumController:
         self._last_contact_ms: dict[int, int] = {}
         self._active_epoch = -1  # the epoch whose sessions we track
         # Listeners must be in place before the journal replays (during construction).
-        self.quorum = RaftQuorum(settings, listeners=(self._on_appended,))
+        self.quorum = RaftQuorum(settings, listeners=(self._on_appended,), snapshots=self)
 
     # --- committed state (any thread) ----------------------------------------------------------
 
@@ -206,6 +210,9 @@ class QuorumController:
             self._batch_offsets.append(appended.last_offset)
             self._bytes_since_snapshot += len(data)
             self._image = new_image
+        self._wake_loop()
+
+    def _wake_loop(self) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # closed meanwhile: nobody to wake
@@ -250,12 +257,60 @@ class QuorumController:
             return
         data = encode_snapshot(image, timestamp_ms=wall_ms())
         snapshot_id = SnapshotId(image.offset + 1, max(image.epoch, 0))
+        self._install_snapshot(MetadataSnapshot(snapshot_id, data))
+        log.info("metadata snapshot at offset %d (%d bytes)", snapshot_id.end_offset, len(data))
+
+    # --- journal compaction (tick thread; kraft.quorum.raft.ImageSnapshots) -----------------------
+
+    def take_snapshot(self, end_offset: int) -> tuple[int, bytes]:
+        """The image at ``end_offset - 1``, encoded; it becomes the fetchable snapshot too."""
+        image = self._image
+        if image.offset + 1 != end_offset:
+            fatal(
+                "controller.image-follows-the-log",
+                "the image is not at the applied end of the log being compacted",
+                image_offset=image.offset,
+                end_offset=end_offset,
+            )
+        if end_offset == 0:
+            return 0, b""
+        epoch = max(image.epoch, 0)
+        data = encode_snapshot(image, timestamp_ms=wall_ms())
+        self._install_snapshot(MetadataSnapshot(SnapshotId(end_offset, epoch), data))
+        return epoch, data
+
+    def restore_snapshot(self, end_offset: int, epoch: int, data: bytes) -> None:
+        """Start over from a snapshot: at startup, or installed by the Raft leader."""
+        image, snapshot = ClusterImage.EMPTY, None
+        if end_offset > 0:
+            try:
+                records = decode_snapshot(data, f"raft snapshot {end_offset}-{epoch}")
+                delta = MetadataDelta(ClusterImage.EMPTY).replay_all(records)
+                image = delta.apply(offset=end_offset - 1, epoch=epoch)
+            except (CorruptSnapshotError, InvalidMetadataRecordError, ValueError) as exc:
+                fatal(
+                    "controller.snapshots-replay",
+                    f"a raft journal snapshot does not replay: {exc}",
+                    end_offset=end_offset,
+                )
+            snapshot = MetadataSnapshot(SnapshotId(end_offset, epoch), data)
         with self._log_lock:
-            keep = bisect.bisect_right(self._batch_offsets, image.offset)
-            self._snapshot = MetadataSnapshot(snapshot_id, data)
+            self._image = image
+            self._snapshot = snapshot
+            self._batches, self._batch_offsets = [], []
+            self._bytes_since_snapshot = 0
+        log.info("metadata image restored from a snapshot at offset %d", end_offset)
+        self._wake_loop()
+
+    def _install_snapshot(self, snapshot: MetadataSnapshot) -> None:
+        with self._log_lock:
+            current = self._snapshot
+            if current is not None and current.snapshot_id >= snapshot.snapshot_id:
+                return  # taken before a newer one was restored or taken: keep the newer
+            keep = bisect.bisect_left(self._batch_offsets, snapshot.snapshot_id.end_offset)
+            self._snapshot = snapshot
             self._bytes_since_snapshot -= sum(len(b.data) for b in self._batches[:keep])
             del self._batches[:keep], self._batch_offsets[:keep]
-        log.info("metadata snapshot at offset %d (%d bytes)", snapshot_id.end_offset, len(data))
 
     # --- commands (event loop, active controller only) -------------------------------------------
 

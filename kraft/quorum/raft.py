@@ -1,4 +1,5 @@
-"""The pysyncobj adapter: with ``fixed_syncobj`` below it, the only code that imports pysyncobj.
+"""The pysyncobj adapter: with ``fixed_syncobj`` and ``bounded_transport`` below it, the only
+code that imports pysyncobj.
 
 Theory of operation
 -------------------
@@ -23,18 +24,26 @@ keeping a single one keeps the journal format ours, not an accident of method na
   epoch is not the currently claimed one, identically on every node.
 - **Offsets** are dense metadata offsets, one per record of an accepted batch
   (``high_watermark`` is the next one); a batch says how many records it holds. They
-  survive restarts because pysyncobj replays the journal on start,
-  and listeners see the batches again from offset 0.
+  survive restarts because pysyncobj replays the journal on start: listeners see the
+  batches again from offset 0, or from the end of the compaction snapshot restored first.
 - **The patched SyncObj** (``kraft.quorum.fixed_syncobj``): pysyncobj's acknowledged-write
   loss on duplicated AppendEntries (hazard 1), its double-counted votes and its missing
-  flush before acknowledging (hazard 2) are fixed in a subclass, kept apart because it is
-  the code that reaches into pysyncobj's private internals.
+  flush and fsync before acknowledging or voting (hazard 2) are fixed in a subclass, kept
+  apart because it is the code that reaches into pysyncobj's private internals; so is the
+  Raft port's transport (``kraft.quorum.bounded_transport``: bounded input, voters only).
 - **Invariants are enforced**: if the pure apply rules raise, or a listener (the
   controller's image) fails on a committed batch, the node crash-stops (``broker.fatal``):
   every later batch would land on a state that missed one.
-- **Compaction** is effectively off (the snapshot would hold only our counters, not the
-  controller's metadata image); the next session adds image snapshots. ``journalFile`` and
-  ``fullDumpFile`` are nevertheless always set together (hazard 3).
+- **Compaction.** pysyncobj compacts its journal by serializing the state machine at the
+  last applied entry; its default serializer would pickle only our counters, not the
+  controller's metadata image, so a node given :class:`ImageSnapshots` hooks gets our own
+  serializer instead (``kraft.quorum.journal_snapshot``): counters and a metadata snapshot
+  of the image, taken at the same entry in the tick thread. A restart loads it and replays
+  only the journal after it; a follower too far behind receives it from the leader (Raft's
+  InstallSnapshot) and restores its image from it. The journal is compacted once it holds
+  more than ``compaction_min_entries`` entries or ``compaction_max_bytes`` of entries since the
+  last compaction, or ``compaction_interval_s`` after it. Without hooks compaction stays off.
+  ``journalFile`` and ``fullDumpFile`` are always set together (hazard 3).
 
 Threads: with ``autoTick`` pysyncobj owns one thread that does I/O, Raft and apply; the
 public properties are plain reads and safe from any thread. Simulations use
@@ -66,6 +75,7 @@ from pysyncobj import (  # type: ignore[import-untyped]
 from pysyncobj.version import VERSION as PYSYNCOBJ_VERSION  # type: ignore[import-untyped]
 
 from broker.fatal import InvariantViolation, fatal
+from kraft.quorum.bounded_transport import BoundedTCPTransport
 from kraft.quorum.codec import (
     MAX_BATCH_SIZE_BYTES,
     MAX_EPOCH,
@@ -75,6 +85,7 @@ from kraft.quorum.codec import (
     encode_entry,
 )
 from kraft.quorum.fixed_syncobj import TESTED_PYSYNCOBJ_VERSIONS, FixedSyncObj, SimNode
+from kraft.quorum.journal_snapshot import ImageSnapshots, JournalCompaction
 from kraft.quorum.state import NO_EPOCH, Appended, LogState, Outcome, Rejected, apply_entry
 
 logger = logging.getLogger(__name__)
@@ -137,6 +148,10 @@ class RaftSettings:
     # False: one AppendEntries per command, ~0.5 ms commit latency (metadata is low volume).
     batch_entries: bool = False
     max_queued_commands: int = 10_000
+    # Journal compaction (only with ImageSnapshots hooks): whichever comes first.
+    compaction_min_entries: int = 5_000
+    compaction_max_bytes: int = 20 << 20
+    compaction_interval_s: float = 3600.0
 
     def __post_init__(self) -> None:
         if not self.password:
@@ -147,13 +162,40 @@ class RaftSettings:
             raise ValueError("leader_fallback_timeout_s must be within 1-2 s")
         if self.self_address in self.peer_addresses:
             raise ValueError("peer_addresses must not contain self_address")
+        if self.compaction_min_entries < 10 or self.compaction_max_bytes < 1:
+            raise ValueError("compaction thresholds must be at least 10 entries and 1 byte")
 
 
-def _sync_obj_conf(settings: RaftSettings | None, *, auto_tick: bool) -> Any:
-    """pysyncobj configuration; ``None`` settings means an in-memory simulation."""
-    timing = settings or RaftSettings(
-        "sim:0", (), "sim:0", "unused", Path("/nonexistent"), leader_fallback_timeout_s=1.0
+def _compaction(
+    settings: RaftSettings, snapshots: ImageSnapshots | None
+) -> JournalCompaction | None:
+    if snapshots is None:
+        return None
+    return JournalCompaction(snapshots, str(settings.data_dir / FULL_DUMP_FILE_NAME))
+
+
+def _simulation_settings(data_dir: Path | None, compaction_min_entries: int) -> RaftSettings:
+    return RaftSettings(
+        "sim:0",
+        (),
+        "sim:0",
+        "unused",
+        data_dir or Path("/nonexistent"),
+        leader_fallback_timeout_s=1.0,
+        compaction_min_entries=compaction_min_entries,
     )
+
+
+def _sync_obj_conf(
+    timing: RaftSettings,
+    *,
+    auto_tick: bool,
+    on_disk: bool,
+    network: bool,
+    compaction: JournalCompaction | None = None,
+) -> Any:
+    """pysyncobj configuration: ``network`` (password, bind address) and ``on_disk`` (journal
+    files) are off in simulations; ``compaction`` is our serializer and deserializer."""
     conf: dict[str, Any] = {
         "autoTick": auto_tick,
         "autoTickPeriod": timing.tick_period_s,
@@ -171,13 +213,18 @@ def _sync_obj_conf(settings: RaftSettings | None, *, auto_tick: bool) -> Any:
         "logCompactionMinTime": _NEVER_S,
         "useFork": False,
     }
-    if settings is not None:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        conf["password"] = settings.password
-        conf["bindAddress"] = settings.bind_address
+    if network:
+        conf["password"] = timing.password
+        conf["bindAddress"] = timing.bind_address
+    if on_disk:
+        timing.data_dir.mkdir(parents=True, exist_ok=True)
         # Always both (hazard 3): a journal without a dump loses state after compaction.
-        conf["journalFile"] = str(settings.data_dir / JOURNAL_FILE_NAME)
-        conf["fullDumpFile"] = str(settings.data_dir / FULL_DUMP_FILE_NAME)
+        conf["journalFile"] = str(timing.data_dir / JOURNAL_FILE_NAME)
+        conf["fullDumpFile"] = str(timing.data_dir / FULL_DUMP_FILE_NAME)
+    if compaction is not None and on_disk:
+        conf["serializer"], conf["deserializer"] = compaction.write, compaction.read
+        conf["logCompactionMinEntries"] = timing.compaction_min_entries
+        conf["logCompactionMinTime"] = timing.compaction_interval_s
     return SyncObjConf(**conf)
 
 
@@ -187,6 +234,7 @@ class _LogStateConsumer(SyncObjConsumer):  # type: ignore[misc]
     def __init__(self, on_outcome: Callable[[Outcome], None]) -> None:
         # Attributes set before SyncObjConsumer.__init__ are excluded from snapshots.
         self._on_outcome = on_outcome
+        self.applied_entry_bytes = 0  # since start: what compaction by size counts
         super().__init__()
         self.claimed_epoch = NO_EPOCH
         self.high_watermark = 0
@@ -203,18 +251,22 @@ class _LogStateConsumer(SyncObjConsumer):  # type: ignore[misc]
             self.pending_key,
         )
 
+    def set_log_state(self, state: LogState) -> None:
+        self.claimed_epoch = state.claimed_epoch
+        self.high_watermark = state.high_watermark
+        self.rejected_count = state.rejected_count
+        self.pending = state.pending
+        self.pending_key = state.pending_key
+
     @replicated  # type: ignore[untyped-decorator]
     def apply_entry(self, *args: Any, **kwargs: Any) -> Outcome:
         # *args/**kwargs: even a malformed command shape must not raise a TypeError here.
         data = args[0] if len(args) == 1 and not kwargs else None
+        self.applied_entry_bytes += len(data) if isinstance(data, bytes) else 0
         outcome: Outcome
         try:
             state, outcome = apply_entry(self.log_state(), data)
-            self.claimed_epoch = state.claimed_epoch
-            self.high_watermark = state.high_watermark
-            self.rejected_count = state.rejected_count
-            self.pending = state.pending
-            self.pending_key = state.pending_key
+            self.set_log_state(state)
         except Exception as exc:  # the pure rules are total: a bug, on every node alike
             fatal("quorum.apply-is-total", f"the apply rules raised {exc!r}", entry=_head(data))
         self._on_outcome(outcome)  # listeners stop the node themselves if they must
@@ -224,16 +276,28 @@ class _LogStateConsumer(SyncObjConsumer):  # type: ignore[misc]
 class RaftQuorum:
     """One controller's view of the replicated metadata log."""
 
-    def __init__(self, settings: RaftSettings, listeners: tuple[Listener, ...] = ()) -> None:
-        """Start the node; ``listeners`` see every batch, journal replay included."""
+    def __init__(
+        self,
+        settings: RaftSettings,
+        listeners: tuple[Listener, ...] = (),
+        snapshots: ImageSnapshots | None = None,
+    ) -> None:
+        """Start the node; ``listeners`` see every batch, journal replay included (after the
+        snapshot ``snapshots`` restored, if the journal was compacted)."""
         if PYSYNCOBJ_VERSION not in TESTED_PYSYNCOBJ_VERSIONS:
             raise RuntimeError(
                 f"pysyncobj {PYSYNCOBJ_VERSION} is untested with the write-loss fix; "
                 f"tested: {sorted(TESTED_PYSYNCOBJ_VERSIONS)}"
             )
-        conf = _sync_obj_conf(settings, auto_tick=True)
+        compaction = _compaction(settings, snapshots)
+        conf = _sync_obj_conf(
+            settings, auto_tick=True, on_disk=True, network=True, compaction=compaction
+        )
         peers = settings.peer_addresses
-        self._start(settings.self_address, peers, conf, FixedSyncObj, {}, listeners)
+        extra = {"transportClass": BoundedTCPTransport}
+        self._start(
+            settings, peers, conf, FixedSyncObj, extra, listeners, compaction, settings.self_address
+        )
 
     @classmethod
     def for_simulation(
@@ -243,33 +307,50 @@ class RaftQuorum:
         transport_factory: Callable[[Any, Any, Any], Any],
         *,
         fix_acknowledged_write_loss: bool = True,
+        data_dir: Path | None = None,
+        listeners: tuple[Listener, ...] = (),
+        snapshots: ImageSnapshots | None = None,
+        compaction_min_entries: int = 5_000,
     ) -> RaftQuorum:
         """A manually ticked node on an in-memory transport (``kraft.quorum.memnet``).
 
         ``fix_acknowledged_write_loss=False`` runs pysyncobj as shipped; only the
-        regression test uses it, to show that the bug reproduces.
+        regression test uses it, to show that the bug reproduces. With ``data_dir`` the
+        journal, its ``.meta`` and the compaction dump are files there (crash and restart
+        tests); compaction runs only with ``snapshots`` too.
         """
         quorum = cls.__new__(cls)
         sync_obj_class = FixedSyncObj if fix_acknowledged_write_loss else SyncObj
-        conf = _sync_obj_conf(None, auto_tick=False)
+        timing = _simulation_settings(data_dir, compaction_min_entries)
+        on_disk = data_dir is not None
+        compaction = _compaction(timing, snapshots) if on_disk else None
+        conf = _sync_obj_conf(
+            timing, auto_tick=False, on_disk=on_disk, network=False, compaction=compaction
+        )
         extra = {"transportClass": transport_factory, "nodeClass": SimNode}
-        quorum._start(self_id, peer_ids, conf, sync_obj_class, extra, ())
+        quorum._start(timing, peer_ids, conf, sync_obj_class, extra, listeners, compaction, self_id)
         return quorum
 
     def _start(
         self,
-        self_address: str,
+        settings: RaftSettings,
         peers: tuple[str, ...],
         conf: Any,
         sync_obj_class: Any,
         extra: dict[str, Any],
         listeners: tuple[Listener, ...],
+        compaction: JournalCompaction | None,
+        self_address: str,
     ) -> None:
         self._closed = False
+        self._compaction = compaction
+        self._compaction_max_bytes = settings.compaction_max_bytes
         self._submit_lock = threading.Lock()
         self._claim_term: int | None = None
         self._listeners: list[Listener] = list(listeners)
         self._state = _LogStateConsumer(self._on_outcome)
+        if compaction is not None:
+            compaction.holder = self._state
         self._obj: Any = sync_obj_class(
             self_address, list(peers), conf, consumers=[self._state], **extra
         )
@@ -393,6 +474,11 @@ class RaftQuorum:
 
     def _on_tick(self) -> None:
         obj = self._obj
+        compaction = self._compaction
+        if compaction is not None:
+            compaction.sync_renamed_dump()
+            if compaction.applied_bytes_since_dump() >= self._compaction_max_bytes:
+                obj.forceLogCompaction()  # by size; pysyncobj's own trigger counts entries
         if not obj._isLeader():
             return
         term = int(obj.raftCurrentTerm)
@@ -401,6 +487,11 @@ class RaftQuorum:
         self._claim_term = term
         claim = encode_entry(EntryKind.EPOCH_CLAIM, term)
         self._state.apply_entry(claim, callback=functools.partial(self._on_claimed, term))
+
+    @property
+    def journal_entries(self) -> int:
+        """Entries in the Raft journal now (what compaction bounds)."""
+        return len(self._obj._SyncObj__raftLog)
 
     def _on_claimed(self, term: int, result: object, fail_reason: int) -> None:
         if fail_reason != FAIL_REASON.SUCCESS and self._claim_term == term:

@@ -64,7 +64,12 @@ class FakeClock:
 class InstantQuorum:
     """A one-node quorum that commits every batch as it is submitted."""
 
-    def __init__(self, settings: RaftSettings, listeners: tuple[Callable[[Appended], Any], ...]):
+    def __init__(
+        self,
+        settings: RaftSettings,
+        listeners: tuple[Callable[[Appended], Any], ...],
+        snapshots: Any = None,  # never compacts
+    ):
         self.listeners = listeners
         self.is_active = True
         self.epoch = 1

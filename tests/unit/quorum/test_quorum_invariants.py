@@ -124,7 +124,9 @@ def test_a_failing_listener_stops_the_node(crash_stops: CrashStops) -> None:
 class _FakeQuorum:
     """Stands in for ``RaftQuorum``: always active, commits at an offset the test chooses."""
 
-    def __init__(self, settings: RaftSettings, listeners: tuple[Any, ...] = ()) -> None:
+    def __init__(
+        self, settings: RaftSettings, listeners: tuple[Any, ...] = (), snapshots: Any = None
+    ) -> None:
         self.is_active = True
         self.epoch = 1
         self.commit_at = 0

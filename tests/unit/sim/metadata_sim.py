@@ -291,8 +291,12 @@ class MetadataSim:
     def _start(self, controller: SimController) -> None:
         """A real QuorumController on a simulated node, its journal on the node's disk."""
 
-        def quorum_factory(settings: RaftSettings, listeners: tuple[Any, ...]) -> RaftQuorum:
-            del settings
+        def quorum_factory(
+            settings: RaftSettings, listeners: tuple[Any, ...], snapshots: Any = None
+        ) -> RaftQuorum:
+            # Compaction stays off here: the simulated disk has no dump file (it is covered by
+            # tests/unit/quorum/test_quorum_compaction.py on real files).
+            del settings, snapshots
             quorum = RaftQuorum.for_simulation(
                 controller.node_id, controller.peers, self.net.transport_factory
             )

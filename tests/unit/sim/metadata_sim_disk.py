@@ -11,9 +11,13 @@ the node:
 - **Entries** reach the disk only on ``flush()`` (msync). A power loss keeps what was
   flushed (drop the journal, keep the disk); :meth:`SimJournal.kill` (``kill -9``: the page
   cache survives) keeps everything written.
-- **Term and vote** are stored on every change, before any message reflecting them is sent
-  (``FileJournal.setCurrentTerm`` writes ``.meta`` synchronously); the commit index is stored
-  with them and by the one-second timer, as ``FileJournal`` does.
+- **Term and vote** are stored durably on every change, before any message reflecting them
+  is sent (``FileJournal.setCurrentTerm`` writes ``.meta`` synchronously and
+  ``fixed_syncobj.DurableMetaStorer`` fsyncs it, so it survives a power loss too); the commit
+  index is stored with them and by the one-second timer, as ``FileJournal`` does.
+- **No compaction** here (the simulated disk has no dump file): journal compaction, its dump
+  and snapshot installs are simulated on real files in ``tests/unit/quorum/
+  test_quorum_compaction.py``.
 - **Restart** replays: pysyncobj starts with ``raftCommitIndex = getRaftCommitIndex()`` and
   applies the journal up to it at its first tick, so listeners see the batches again from
   offset 0 (``MemoryJournal`` answers 1 there: it would replay nothing until a leader
