@@ -311,7 +311,9 @@ class BrokerMember:
             [("PLAINTEXT", host, port)],
             bcfg.rack,
             cfg.get_int("broker.heartbeat.interval.ms", 2000),
+            session_timeout_ms=cfg.get_bounded_int("broker.session.timeout.ms"),
         )
+        broker.replicas.session_lapsed = lifecycle.session_lapsed
         epoch.lifecycle = lifecycle
         member = cls(broker, client, follower, lifecycle)
         member._tasks.append(asyncio.create_task(follower.run(), name="metadata-follower"))

@@ -213,3 +213,70 @@ def test_a_controller_that_leaves_heartbeats_unanswered_is_left(
     caplog.set_level(logging.WARNING, logger="broker.lifecycle")
     asyncio.run(scenario())
     assert any("no controller answered a heartbeat" in r.getMessage() for r in caplog.records)
+
+
+class FrozenClock:
+    def __init__(self) -> None:
+        self.now_s = 100.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def test_the_session_lapses_a_session_timeout_after_the_last_answered_heartbeat_was_sent() -> None:
+    async def scenario() -> None:
+        fake = FakeController()
+        clock = FrozenClock()
+        async with running(fake):
+            client = ControllerClient([fake.address], "broker-1")
+            follower = MetadataFollower(client, 1, lambda d, i: None)
+            lifecycle = BrokerLifecycle(
+                client,
+                follower,
+                broker_id=1,
+                cluster_id="cluster-a",
+                incarnation_id=INCARNATION,
+                listeners=[("PLAINTEXT", "127.0.0.1", 9092)],
+                rack=None,
+                heartbeat_interval_ms=10,
+                request_deadline_ms=100,
+                session_timeout_ms=1000,
+                monotonic_clock_s=clock,
+            )
+            assert not lifecycle.session_lapsed(), "no heartbeat answered yet: nothing to lapse"
+            tasks = [asyncio.create_task(follower.run()), asyncio.create_task(lifecycle.run())]
+            try:
+                # two heartbeats: the first was answered before the second went out at 100.0
+                await eventually(lambda: len(heartbeats(fake)) >= 2)
+                fake.hold.add(63)  # from now on no heartbeat is answered
+                held = len(heartbeats(fake))
+                await eventually(lambda: len(heartbeats(fake)) > held)
+                clock.now_s = 100.999
+                assert not lifecycle.session_lapsed()
+                clock.now_s = 101.0  # 1 s after the last answered heartbeat was sent
+                assert lifecycle.session_lapsed()
+                fake.hold.discard(63)  # the next heartbeat (sent at 101.0) is answered
+                await eventually(lambda: not lifecycle.session_lapsed())
+                clock.now_s = 101.999
+                assert not lifecycle.session_lapsed()
+                clock.now_s = 102.0
+                assert lifecycle.session_lapsed()
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                client.close()
+
+    asyncio.run(scenario())
+
+
+def test_without_a_session_timeout_the_session_never_lapses() -> None:
+    async def scenario() -> None:
+        fake = FakeController()
+        async with running(fake), broker(fake, heartbeat_interval_ms=10) as lifecycle:
+            await eventually(lambda: len(heartbeats(fake)) >= 2)
+            fake.hold.add(63)
+            await asyncio.sleep(0.05)
+            assert not lifecycle.session_lapsed()
+
+    asyncio.run(scenario())
