@@ -74,9 +74,18 @@ class SandboxError(RuntimeError):
     """The machine cannot give this test network namespaces (says why and what to install)."""
 
 
+SBIN_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+
+
+def tool(name: str) -> str:
+    """The path of an administration tool (in /usr/sbin, which a user's PATH may lack)."""
+    return shutil.which(name, path=SBIN_PATH) or name
+
+
 def run(*cmd: str, netns: str | None = None, check: bool = True) -> str:
     """Run a command (inside ``netns`` if given); on failure raise with its stderr."""
-    full = ["ip", "netns", "exec", netns, *cmd] if netns else list(cmd)
+    inside = [tool("ip"), "netns", "exec", netns] if netns else []
+    full = [*inside, tool(cmd[0]), *cmd[1:]]
     result = subprocess.run(full, capture_output=True, text=True, timeout=30)
     if check and result.returncode != 0:
         raise SandboxError(f"{' '.join(full)} failed ({result.returncode}): {result.stderr}")
@@ -85,7 +94,7 @@ def run(*cmd: str, netns: str | None = None, check: bool = True) -> str:
 
 def nft(script: str) -> None:
     """Apply an nft script atomically."""
-    result = subprocess.run(["nft", "-f", "-"], input=script, capture_output=True, text=True)
+    result = subprocess.run([tool("nft"), "-f", "-"], input=script, capture_output=True, text=True)
     if result.returncode != 0:
         raise SandboxError(f"nft failed ({result.returncode}): {result.stderr}\n{script}")
 
@@ -93,7 +102,9 @@ def nft(script: str) -> None:
 def preflight() -> None:
     """Fail with a clear message unless this process can build a sandbox."""
     missing = [
-        f"{tool} (Debian package {pkg})" for tool, pkg in TOOLS.items() if not shutil.which(tool)
+        f"{name} (Debian package {pkg})"
+        for name, pkg in TOOLS.items()
+        if not shutil.which(name, path=SBIN_PATH)
     ]
     if missing:
         raise SandboxError(f"network fault tests need {', '.join(missing)}: .ci/run installs them")
@@ -200,7 +211,7 @@ class NetworkSandbox:
 
     def exec_prefix(self, host: Host) -> list[str]:
         """The command prefix that runs a program inside ``host``'s namespace."""
-        return ["ip", "netns", "exec", host.netns]
+        return [tool("ip"), "netns", "exec", host.netns]
 
     # --- faults -----------------------------------------------------------------------------
 
