@@ -27,7 +27,10 @@ The session lease: the controller fences a broker ``broker.session.timeout.ms`` 
 last heartbeat it received, and elects other leaders for its partitions.  A heartbeat the
 controller received was sent before it arrived, so until ``session_timeout_ms`` after the
 sending of the last *answered* heartbeat the controller cannot have fenced us for silence;
-past it, it may have (``session_lapsed``), and the replica manager then stops taking and
+past it, it may have.  The lease ends a little earlier (``SESSION_LEASE_MARGIN``): the two
+clocks may run at slightly different rates, and an acknowledgement decided just before the
+end still has to reach its client.  Once it has ended (``session_lapsed``), the replica
+manager stops taking and
 acknowledging writes, so that a leader cut off from the controllers (or able to reach them
 but not to hear them) stops acknowledging within the session timeout instead of until its
 followers have learnt of the new leader.  Reads go on; the next answered heartbeat renews it.
@@ -70,6 +73,7 @@ MAX_METADATA_VERSION: Final = 25  # 4.0-IV3, what the controller bootstraps a cl
 SECURITY_PROTOCOL_PLAINTEXT: Final = 0
 SHUTDOWN_HEARTBEAT_S: Final = 0.25
 UNFENCE_FIRST_RETRY_S: Final = 0.02
+SESSION_LEASE_MARGIN: Final = 0.05  # the lease ends 5% of the session timeout early
 # How long one heartbeat may take, the client's retries included, before it is reported as
 # unanswered and the next one is due.
 DEFAULT_REQUEST_DEADLINE_MS: Final = 5000
@@ -273,7 +277,8 @@ class BrokerLifecycle:
         if self._lapse_logged:
             log.info("broker %d: a heartbeat was answered; taking writes again", self.broker_id)
             self._lapse_logged = False
-        self._session_until_s = sent_at_s + self.session_timeout_s  # rounds never overlap
+        lease_s = self.session_timeout_s * (1 - SESSION_LEASE_MARGIN)
+        self._session_until_s = sent_at_s + lease_s  # heartbeat rounds never overlap
 
     def _heartbeat_unanswered(self) -> None:
         self._unanswered.failed(

@@ -57,7 +57,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -215,22 +215,27 @@ class NetworkSandbox:
 
     # --- faults -----------------------------------------------------------------------------
 
-    def drop_one_way(self, source: Host, destination: Host) -> None:
-        """Drop every IPv4 packet from ``source`` to ``destination`` (the other way passes)."""
+    def drop(self, pairs: Iterable[tuple[Host, Host]]) -> None:
+        """Drop every IPv4 packet from ``source`` to ``destination`` of each pair (the other
+        way passes unless it is a pair too), all in one nft transaction."""
         nft(
-            f"add rule bridge {self.table} forward"
-            f" ip saddr {source.address} ip daddr {destination.address} drop\n"
+            "".join(
+                f"add rule bridge {self.table} forward"
+                f" ip saddr {source.address} ip daddr {destination.address} drop\n"
+                for source, destination in pairs
+            )
         )
+
+    def drop_one_way(self, source: Host, destination: Host) -> None:
+        self.drop([(source, destination)])
 
     def cut(self, a: Host, b: Host) -> None:
         """Drop every IPv4 packet between ``a`` and ``b``, both ways."""
-        self.drop_one_way(a, b)
-        self.drop_one_way(b, a)
+        self.drop([(a, b), (b, a)])
 
     def isolate(self, host: Host, others: Sequence[Host]) -> None:
         """Cut ``host`` from each of ``others`` (clients in the root namespace still reach it)."""
-        for other in others:
-            self.cut(host, other)
+        self.drop([pair for other in others for pair in ((host, other), (other, host))])
 
     def slow(self, host: Host, rate_kbit: int, queue_ms: int) -> None:
         """Narrow ``host``'s link to ``rate_kbit`` each way, queueing up to ``queue_ms``."""

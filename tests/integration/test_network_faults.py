@@ -352,13 +352,11 @@ def cut_both_ways(net: NetworkSandbox, leader: Host, controllers: list[Host]) ->
 
 
 def drop_leader_to_controllers(net: NetworkSandbox, leader: Host, controllers: list[Host]) -> None:
-    for c in controllers:
-        net.drop_one_way(leader, c)
+    net.drop((leader, c) for c in controllers)
 
 
 def drop_controllers_to_leader(net: NetworkSandbox, leader: Host, controllers: list[Host]) -> None:
-    for c in controllers:
-        net.drop_one_way(c, leader)
+    net.drop((c, leader) for c in controllers)
 
 
 LEADER_FAULTS = {
