@@ -34,12 +34,12 @@ Cleanup
 -------
 Everything a sandbox makes carries its id, and :meth:`NetworkSandbox.close` removes it (its
 nft table, the bridge, every veth, every namespace), also after a failed test; the guard goes
-when the process exits (and a later run removes the guard of a process that died).  Processes
-must have been ended first (a namespace whose last process is gone disappears with its
-veth).  A run killed before it could clean up leaves its slot's record
-(``/tmp/kraft-netns/slot-<s>.json``); the next sandbox that takes that slot removes what the
-record names first.  Slots (one /24 each) are held with ``flock`` for the sandbox's life, so
-concurrent runs never share a subnet.
+when the process exits (and a later run removes the guard of a process that died).  Its
+owner ends the processes it started in the namespaces first; whatever still runs in one is
+killed.  A run killed before it could clean up leaves its slot's record
+(``/tmp/kraft-netns/slot-<s>.json``, the slot's lock no longer held); the next sandbox made
+removes what such records name, nodes included.  Slots (one /24 each) are held with
+``flock`` for the sandbox's life, so concurrent runs never share a subnet.
 
 Needs root (or CAP_NET_ADMIN), ``ip`` and ``tc`` (iproute2) and ``nft`` (nftables):
 :func:`preflight` says which is missing.
@@ -55,6 +55,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -166,6 +167,7 @@ class NetworkSandbox:
         """A bridge with its guard rules; closed (everything removed) on the way out."""
         preflight()
         _install_guard()
+        _remove_abandoned()
         slot, fd = _claim_slot()
         sandbox = cls(slot, secrets.token_hex(3), fd)
         try:
@@ -275,8 +277,12 @@ class NetworkSandbox:
 
 
 def _remove(sandbox_id: str, namespaces: Sequence[str]) -> None:
-    """Delete a sandbox's namespaces, veths, bridge and nft tables; absent ones are fine."""
+    """Delete a sandbox's namespaces (killing what still runs in one: a node of a run that was
+    killed itself), veths, bridge and nft table; absent ones are fine."""
     for netns in namespaces:
+        for pid in run("ip", "netns", "pids", netns, check=False).split():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid), signal.SIGKILL)
         run("ip", "netns", "del", netns, check=False)
     links = run("ip", "-o", "link", "show", check=False)
     for line in links.splitlines():
@@ -330,6 +336,20 @@ def _claim_slot() -> tuple[int, int]:
             continue
         return slot, fd
     raise SandboxError(f"every {SUBNET_PREFIX}.x.0/24 is taken or in use on this machine")
+
+
+def _remove_abandoned() -> None:
+    """Every sandbox whose slot's lock nobody holds but whose record is still there."""
+    for record_path in LOCK_DIR.glob("slot-*.json"):
+        fd = os.open(record_path.with_suffix(".lock"), os.O_CREAT | os.O_RDWR, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # a live sandbox
+        else:
+            _remove_leftovers(record_path)
+        finally:
+            os.close(fd)
 
 
 def _remove_leftovers(record_path: Path) -> None:
