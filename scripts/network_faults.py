@@ -20,6 +20,10 @@ The measures (seconds from the fault, unless said otherwise):
 * ``controller_minority``: when the two others agreed on a new active controller, when the
   cut-off one stopped claiming to be active, when a topic created during the cut was known
   to every broker, and the producer's longest wait between two acknowledgements;
+* ``follower_one_way``: when partition 0's ISR (in a controller's image) no longer had the
+  follower whose answers from the leader are dropped, the producer's longest wait between two
+  acknowledgements of partition 0 (about that: acks=all waits for the ISR), and its
+  acknowledgements of partition 0 from the shrink to the heal;
 * ``slow_leader_link``: the producer's median send-to-acknowledgement time of partition 0
   before and during the slow link, the acknowledgements during it, the longest wait.
 """

@@ -28,11 +28,14 @@ Scenarios
   created meanwhile and every broker learns of it (none keeps long-polling the stale one for
   metadata), the old one stops acting as the active controller, no broker is fenced, and no
   acknowledged record is lost.
+* ``follower_one_way``: packets from partition 0's leader to one follower are dropped (its
+  fetches arrive, their answers do not); it leaves the ISR after ``replica.lag.time.max.ms``
+  and acks=all writes go on with the other two.
 * ``slow_leader_link``: the link of partition 0's leader is narrowed to
   ``SLOW_RATE_KBIT`` each way with up to ``SLOW_QUEUE_MS`` of queueing (a token bucket: this
   kernel has no netem for a fixed delay); acknowledgements keep coming, only later.
 
-Each scenario takes 15-20 s (a fresh cluster each), the module about 90 s: CI runs it all
+Each scenario takes 15-25 s (a fresh cluster each), the module about 2 minutes: CI runs it all
 (marker ``network``).  Each appends its measured times to ``$NETWORK_FAULTS_RESULTS`` (JSON
 lines) when that is set: ``scripts/network_faults.py`` runs the suite several times and prints
 the medians and ranges.  Without root, ``ip``, ``tc`` or ``nft``, or where namespaces cannot be
@@ -407,6 +410,41 @@ def test_leader_cut_from_the_controllers_stops_acknowledging(tmp_path: Path, sce
         last_ack_by_cut_off_leader_s=last_old_ack,
         new_leader_elected_s=elected_at - cut_at,
         longest_ack_gap_p0_s=gap,
+    )
+
+
+def test_follower_cut_one_way_leaves_the_isr(tmp_path: Path) -> None:
+    """Packets from partition 0's leader to one of its followers are dropped: the follower's
+    fetches arrive but their answers never do, so it stops catching up; the leader takes it
+    out of the ISR after ``replica.lag.time.max.ms`` and acks=all writes go on with the
+    other two; healed, it catches up and joins again."""
+    with namespaced_cluster(tmp_path) as setup:
+        producer = start_producer(setup)
+        time.sleep(STEADY_S)
+        p0 = setup.controller_view()["partitions"][0]
+        leader = int(p0["leader"])
+        follower = next(int(r) for r in p0["replicas"] if int(r) != leader)
+        cut_at = time.monotonic()
+        setup.net.drop_one_way(setup.hosts[leader], setup.hosts[follower])
+        wait_for(
+            f"broker {follower} to leave the ISR of partition 0",
+            lambda: follower not in setup.controller_view()["partitions"][0]["isr"],
+            ELECTION_TIMEOUT_S,
+            lambda: describe(setup.cluster),
+        )
+        shrunk_at = time.monotonic()
+        time.sleep(STEADY_S)
+        healed_at = time.monotonic()
+        summary = finish_and_check(setup, producer)
+    acks = producer_acks(setup, 0)
+    resumed = [a for _, a in acks if shrunk_at < a < healed_at]
+    print(summary)
+    assert resumed, f"no acknowledgement of partition 0 after the ISR shrank\n{summary}"
+    record(
+        "follower_one_way",
+        isr_shrunk_s=shrunk_at - cut_at,
+        longest_ack_gap_p0_s=longest_ack_gap(acks, cut_at, healed_at),
+        acks_after_shrink_to_heal=len(resumed),
     )
 
 
