@@ -23,6 +23,18 @@ States, as the flags say them::
          ^                       |  ^                                |
          +---- stale epoch ------+  +----------- fenced again -------+
 
+The session lease: the controller fences a broker ``broker.session.timeout.ms`` after the
+last heartbeat it received, and elects other leaders for its partitions.  A heartbeat the
+controller received was sent before it arrived, so until ``session_timeout_ms`` after the
+sending of the last *answered* heartbeat the controller cannot have fenced us for silence;
+past it, it may have.  The lease ends a little earlier (``SESSION_LEASE_MARGIN``): the two
+clocks may run at slightly different rates, and an acknowledgement decided just before the
+end still has to reach its client.  Once it has ended (``session_lapsed``), the replica
+manager stops taking and
+acknowledging writes, so that a leader cut off from the controllers (or able to reach them
+but not to hear them) stops acknowledging within the session timeout instead of until its
+followers have learnt of the new leader.  Reads go on; the next answered heartbeat renews it.
+
 Connection failures and NOT_CONTROLLER are retried inside :class:`ControllerClient`; the
 caller bounds ``register()`` and ``controlled_shutdown()`` with ``asyncio.timeout``, and
 ``run()`` gives each heartbeat ``request_deadline_ms`` (logging the first of a streak of
@@ -33,13 +45,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
 from broker.failure_streak import FailureStreak
 from broker.kafka_client import Backoff, ControllerClient
 from broker.metadata_follower import MetadataFollower
+from kafka_protocol.clock import monotonic_s
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     BrokerHeartbeatRequest,
@@ -59,6 +73,7 @@ MAX_METADATA_VERSION: Final = 25  # 4.0-IV3, what the controller bootstraps a cl
 SECURITY_PROTOCOL_PLAINTEXT: Final = 0
 SHUTDOWN_HEARTBEAT_S: Final = 0.25
 UNFENCE_FIRST_RETRY_S: Final = 0.02
+SESSION_LEASE_MARGIN: Final = 0.05  # the lease ends 5% of the session timeout early
 # How long one heartbeat may take, the client's retries included, before it is reported as
 # unanswered and the next one is due.
 DEFAULT_REQUEST_DEADLINE_MS: Final = 5000
@@ -97,8 +112,13 @@ class BrokerLifecycle:
         *,
         request_deadline_ms: int = DEFAULT_REQUEST_DEADLINE_MS,
         log_dirs: LogDirsView | None = None,
+        session_timeout_ms: int | None = None,
+        monotonic_clock_s: Callable[[], float] = monotonic_s,
     ) -> None:
+        """``session_timeout_ms``: the controller's ``broker.session.timeout.ms``, for the
+        session lease (None: no lease, ``session_lapsed`` is always False)."""
         assert heartbeat_interval_ms > 0
+        assert session_timeout_ms is None or session_timeout_ms > 0
         self.client = client
         self.follower = follower
         self.broker_id = broker_id
@@ -116,9 +136,27 @@ class BrokerLifecycle:
         self.should_shut_down = False
         self._want_shut_down = False
         self._unanswered = FailureStreak(log)  # heartbeats no controller answered
+        self.session_timeout_s = None if session_timeout_ms is None else session_timeout_ms / 1000
+        self._clock_s = monotonic_clock_s
+        self._session_until_s = math.inf  # the lease: no heartbeat answered yet, none to lapse
+        self._lapse_logged = False
         self._unfence_backoff = Backoff(
             min(UNFENCE_FIRST_RETRY_S, self.heartbeat_interval_s), self.heartbeat_interval_s
         )
+
+    def session_lapsed(self) -> bool:
+        """No heartbeat sent within the session timeout was answered: the controller may
+        have fenced this broker (see the module docstring)."""
+        lapsed = self._clock_s() >= self._session_until_s
+        if lapsed and not self._lapse_logged:
+            self._lapse_logged = True
+            log.warning(
+                "broker %d: no heartbeat sent in the last %g s was answered; taking and"
+                " acknowledging no writes until one is",
+                self.broker_id,
+                self.session_timeout_s,
+            )
+        return lapsed
 
     @property
     def registered(self) -> bool:
@@ -206,6 +244,7 @@ class BrokerLifecycle:
                 await asyncio.sleep(SHUTDOWN_HEARTBEAT_S)
 
     async def _heartbeat_round(self) -> None:
+        sent_at_s = self._clock_s()
         try:
             async with asyncio.timeout(self.request_deadline_s):
                 response = await self._heartbeat()
@@ -216,6 +255,7 @@ class BrokerLifecycle:
         self._heartbeat_answered()
         error = ErrorCode.from_code(response.error_code)
         if error is ErrorCode.NONE:
+            self._renew_session(sent_at_s)
             self._heard(response)
         elif error in _REREGISTER:
             log.warning(
@@ -242,6 +282,15 @@ class BrokerLifecycle:
         response = await self.client.request(request, BROKER_HEARTBEAT_VERSION)
         assert isinstance(response, BrokerHeartbeatResponse)
         return response
+
+    def _renew_session(self, sent_at_s: float) -> None:
+        if self.session_timeout_s is None:
+            return
+        if self._lapse_logged:
+            log.info("broker %d: a heartbeat was answered; taking writes again", self.broker_id)
+            self._lapse_logged = False
+        lease_s = self.session_timeout_s * (1 - SESSION_LEASE_MARGIN)
+        self._session_until_s = sent_at_s + lease_s  # heartbeat rounds never overlap
 
     def _heartbeat_unanswered(self) -> None:
         self._unanswered.failed(

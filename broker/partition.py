@@ -29,6 +29,10 @@ NO_LEADER = -1
 _tiebreak = itertools.count()  # orders delayed produces of one required offset
 
 
+def _session_held() -> bool:
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class Registration:
     """A partition's registration as this broker applies it (from a ``PartitionImage``)."""
@@ -91,6 +95,9 @@ class Partition:
     delayed: list[tuple[int, int, DelayedProduce]] = field(default_factory=list)  # a heap
     recovering: bool = False
     offline: bool = False  # its log directory failed: KAFKA_STORAGE_ERROR until a restart
+    # Whether this broker's session with the controller has lapsed (see ReplicaManager):
+    # then an acks=all produce the high watermark reached is not acknowledged.
+    session_lapsed: Callable[[], bool] = _session_held
 
     @property
     def name(self) -> str:
@@ -177,7 +184,15 @@ class Partition:
         result = role.is_acks_all_complete(entry.required_offset, self.min_insync_replicas)
         if result == "pending":
             return False
-        if result is None:
+        if result is None and self.session_lapsed():
+            entry.done.resolve(
+                AppendOutcome(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    message=f"written, but this broker's session with the controller has"
+                    f" lapsed: {self.name} may have another leader",
+                )
+            )
+        elif result is None:
             entry.done.resolve(entry.written)
         else:
             entry.done.resolve(

@@ -108,6 +108,11 @@ class ReplicaManager:
         # controller; answers come back through on_alter_partition_result.  None: no
         # controller to ask (a single combined node, where every ISR is the broker itself).
         self.alter_partition: AlterPartitionSink | None = None
+        # Whether this broker's session with the controller has lapsed (no heartbeat sent
+        # within broker.session.timeout.ms was answered: BrokerLifecycle.session_lapsed).  The
+        # controller may have fenced it and elected other leaders, so its leaderships take
+        # no write and acknowledge none.  Always False without a controller session.
+        self.session_lapsed: Callable[[], bool] = lambda: False
         self._checkpointed_hw = read_high_watermarks(storage, log_dir)
         # A compaction pass under way: its plan and the thread building the new segments.
         self._cleaning: dict[Partition, tuple[LogCleaning, asyncio.Future[None]]] = {}
@@ -181,6 +186,7 @@ class ReplicaManager:
             log_append_time,
             min_insync_replicas,
             next_offset=end,
+            session_lapsed=lambda: self.session_lapsed(),
         )
         self._rebuild_producer_state(part)
         self.partitions[(topic, index)] = part
@@ -487,6 +493,12 @@ class ReplicaManager:
             return AppendOutcome(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
                 message=f"broker {self.broker_id} does not lead {part.name}",
+            )
+        if self.session_lapsed():
+            return AppendOutcome(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                message=f"broker {self.broker_id}'s session with the controller has lapsed:"
+                f" {part.name} may have another leader",
             )
         if acks == ACKS_ALL and (error := role.check_produce(acks, part.min_insync_replicas)):
             return AppendOutcome(

@@ -5,9 +5,10 @@ Brokers register (BrokerRegistration), heartbeat (BrokerHeartbeat), report ISR c
 ``broker.controller_channel.FORWARDED``, served by one handler that runs the request's
 controller rule), all of which only the active controller serves: any other controller
 answers NOT_CONTROLLER and the broker tries the next one. They tail the committed metadata log
-with Fetch on ``__cluster_metadata`` (long-poll, served by every controller: committed data is
-the same on all of them) and, when they are behind the snapshot, FetchSnapshot. DescribeQuorum
-reports the Raft leader and the voters.
+with Fetch on ``__cluster_metadata`` (long-poll, served by every controller that knows a Raft
+leader: committed data is the same on all of them, but one that knows none may be cut off
+from the quorum and stale, so it answers NOT_LEADER_OR_FOLLOWER) and, when they are behind
+the snapshot, FetchSnapshot. DescribeQuorum reports the Raft leader and the voters.
 """
 
 from __future__ import annotations
@@ -168,6 +169,21 @@ class ControllerApis:
         ):
             return FetchResponse(error_code=ErrorCode.INVALID_REQUEST)
         topic, part = topics[0], topics[0].partitions[0]
+        if self.qc.quorum.leader is None:
+            # Electing, or cut off from the quorum (a minority that lost its leader): what
+            # it has committed may be stale for as long as the cut lasts, and a broker that
+            # kept long-polling it would not learn of fencings, new leaders or new topics.
+            # The broker fetches from another controller.
+            refused = FetchResponse.PartitionData(
+                partition_index=0, error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER
+            )
+            return FetchResponse(
+                responses=[
+                    FetchResponse.FetchableTopicResponse(
+                        topic=topic.topic, topic_id=topic.topic_id, partitions=[refused]
+                    )
+                ]
+            )
         offset = part.fetch_offset
         wait_s = min(max(req.max_wait_ms, 0), MAX_FETCH_WAIT_MS) / 1000
         if self.qc.log_start_offset <= offset and self.qc.high_watermark <= offset:

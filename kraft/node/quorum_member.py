@@ -325,7 +325,9 @@ class BrokerMember:
             bcfg.rack,
             cfg.get_int("broker.heartbeat.interval.ms", 2000),
             log_dirs=broker.replicas.directory,
+            session_timeout_ms=cfg.get_bounded_int("broker.session.timeout.ms"),
         )
+        broker.replicas.session_lapsed = lifecycle.session_lapsed
         epoch.lifecycle = lifecycle
         broker.log_dir_listeners.append(lifecycle.heartbeat_now)
         member = cls(broker, client, follower, lifecycle)

@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,13 +68,14 @@ class ServerProcess(ProcessControl):
     proc: subprocess.Popen[str] | None = None
     address: str = ""
     admin: str = ""
+    # runs the node elsewhere, e.g. ``ip netns exec NS`` (in a network namespace: netns.py)
+    command_prefix: tuple[str, ...] = ()
     log_path: Path = field(init=False)
 
     def __post_init__(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.data_dir / "node.stderr.log"
-        admin_port = self.properties["admin.listener"].rsplit(":", 1)[1]
-        self.admin = f"http://127.0.0.1:{admin_port}"
+        self.admin = self.properties["admin.listener"]
 
     @property
     def config_path(self) -> Path:
@@ -83,7 +84,10 @@ class ServerProcess(ProcessControl):
     def launch(self) -> ServerProcess:
         """Start the process without waiting for READY."""
         self.config_path.write_text("".join(f"{k}={v}\n" for k, v in self.properties.items()))
-        cmd = [sys.executable, "-m", "kraft.cli", "server", "--config", str(self.config_path)]
+        cmd = [
+            *self.command_prefix,
+            *(sys.executable, "-m", "kraft.cli", "server", "--config", str(self.config_path)),
+        ]
         env = {**os.environ, "KRAFT_LOG_LEVEL": os.environ.get("KRAFT_LOG_LEVEL", "INFO")}
         stderr = self.log_path.open("a")
         self.proc = subprocess.Popen(
@@ -131,15 +135,23 @@ class LocalCluster:
         extra: dict[str, str] | None = None,
         *,
         controllers_know_controllers: bool = True,
+        hosts: Mapping[int, str] | None = None,
+        command_prefixes: Mapping[int, Sequence[str]] | None = None,
     ) -> LocalCluster:
+        """Node ``i`` listens on and advertises ``hosts[i]`` (default 127.0.0.1) and runs
+        behind ``command_prefixes[i]`` (default none)."""
         cluster = cls(root)
         cluster_id = secrets.token_urlsafe(16)[:22]
         password = secrets.token_hex(16)
         controller_ids = range(1, n_controllers + 1)
-        raft = {i: f"127.0.0.1:{free_port()}" for i in controller_ids}
+
+        def host(i: int) -> str:
+            return (hosts or {}).get(i, "127.0.0.1")
+
+        raft = {i: f"{host(i)}:{free_port()}" for i in controller_ids}
         kafka = {i: free_port() for i in controller_ids}
         voters = ",".join(f"{i}@{a}" for i, a in raft.items())
-        bootstrap = ",".join(f"127.0.0.1:{p}" for p in kafka.values())
+        bootstrap = ",".join(f"{host(i)}:{p}" for i, p in kafka.items())
         common = {"cluster.id": cluster_id, **(extra or {})}
         for i in controller_ids:
             cluster.controllers[i] = ServerProcess(
@@ -158,11 +170,12 @@ class LocalCluster:
                         if controllers_know_controllers
                         else {}
                     ),
-                    "listeners": f"CONTROLLER://127.0.0.1:{kafka[i]}",
+                    "listeners": f"CONTROLLER://{host(i)}:{kafka[i]}",
                     "metadata.log.dir": str(root / f"controller-{i}" / "metadata"),
                     "log.dirs": str(root / f"controller-{i}" / "logs"),
-                    "admin.listener": f"http://127.0.0.1:{free_port()}",
+                    "admin.listener": f"http://{host(i)}:{free_port()}",
                 },
+                command_prefix=tuple((command_prefixes or {}).get(i, ())),
             )
         for j in range(n_brokers):
             i = n_controllers + 1 + j
@@ -174,12 +187,13 @@ class LocalCluster:
                     "node.id": str(i),
                     "process.roles": "broker",
                     "controller.quorum.bootstrap.servers": bootstrap,
-                    "listeners": f"PLAINTEXT://127.0.0.1:{free_port()}",
+                    "listeners": f"PLAINTEXT://{host(i)}:{free_port()}",
                     "broker.rack": f"rack-{j % 3 + 1}",
                     "metadata.log.dir": str(root / f"broker-{i}" / "metadata"),
                     "log.dirs": str(root / f"broker-{i}" / "logs"),
-                    "admin.listener": f"http://127.0.0.1:{free_port()}",
+                    "admin.listener": f"http://{host(i)}:{free_port()}",
                 },
+                command_prefix=tuple((command_prefixes or {}).get(i, ())),
             )
         return cluster
 

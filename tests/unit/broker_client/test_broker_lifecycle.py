@@ -242,6 +242,62 @@ def test_registration_carries_the_online_log_directories() -> None:
             assert request.log_dirs == [uuid.UUID(int=7)]
             client.close()
 
+
+class FrozenClock:
+    def __init__(self) -> None:
+        self.now_s = 100.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def test_the_session_lapses_before_a_session_timeout_after_the_last_answered_heartbeat() -> None:
+    """The lease: 1 s session timeout, less the 5% margin, from the sending of the last
+    answered heartbeat."""
+
+    async def scenario() -> None:
+        fake = FakeController()
+        clock = FrozenClock()
+        async with running(fake):
+            client = ControllerClient([fake.address], "broker-1")
+            follower = MetadataFollower(client, 1, lambda d, i: None)
+            lifecycle = BrokerLifecycle(
+                client,
+                follower,
+                broker_id=1,
+                cluster_id="cluster-a",
+                incarnation_id=INCARNATION,
+                listeners=[("PLAINTEXT", "127.0.0.1", 9092)],
+                rack=None,
+                heartbeat_interval_ms=10,
+                request_deadline_ms=100,
+                session_timeout_ms=1000,
+                monotonic_clock_s=clock,
+            )
+            assert not lifecycle.session_lapsed(), "no heartbeat answered yet: nothing to lapse"
+            tasks = [asyncio.create_task(follower.run()), asyncio.create_task(lifecycle.run())]
+            try:
+                # two heartbeats: the first was answered before the second went out at 100.0
+                await eventually(lambda: len(heartbeats(fake)) >= 2)
+                fake.hold.add(63)  # from now on no heartbeat is answered
+                held = len(heartbeats(fake))
+                await eventually(lambda: len(heartbeats(fake)) > held)
+                clock.now_s = 100.949
+                assert not lifecycle.session_lapsed()
+                clock.now_s = 100.95  # 0.95 s after the last answered heartbeat was sent
+                assert lifecycle.session_lapsed()
+                fake.hold.discard(63)  # the next heartbeat (sent at 100.95) is answered
+                await eventually(lambda: not lifecycle.session_lapsed())
+                clock.now_s = 101.899
+                assert not lifecycle.session_lapsed()
+                clock.now_s = 101.9
+                assert lifecycle.session_lapsed()
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                client.close()
+
     asyncio.run(scenario())
 
 
@@ -260,5 +316,15 @@ def test_a_failed_log_directory_is_reported_at_once() -> None:
             lifecycle.heartbeat_now()
             await eventually(lambda: len(heartbeats(fake)) > sent, timeout_s=1.0)
             assert heartbeats(fake)[-1].offline_log_dirs == [log_dirs.directory_id]
+
+
+def test_without_a_session_timeout_the_session_never_lapses() -> None:
+    async def scenario() -> None:
+        fake = FakeController()
+        async with running(fake), broker(fake, heartbeat_interval_ms=10) as lifecycle:
+            await eventually(lambda: len(heartbeats(fake)) >= 2)
+            fake.hold.add(63)
+            await asyncio.sleep(0.05)
+            assert not lifecycle.session_lapsed()
 
     asyncio.run(scenario())

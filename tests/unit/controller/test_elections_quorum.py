@@ -37,6 +37,7 @@ from kafka_protocol.messages import (
     ApiVersionsResponse,
     ElectLeadersRequest,
     ElectLeadersResponse,
+    FetchRequest,
     RequestHeader,
 )
 from kafka_protocol.types import TopicName
@@ -412,3 +413,37 @@ def test_api_versions_advertises_elect_leaders(
     assert isinstance(response, ApiVersionsResponse)
     versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     assert versions[43] == (0, 2)
+
+
+# --- metadata fetches on the CONTROLLER listener ----------------------------------------------
+
+
+def metadata_fetch(offset: int) -> FetchRequest:
+    partition = FetchRequest.FetchPartition(partition=0, fetch_offset=offset)
+    return FetchRequest(
+        replica_id=-1,
+        max_wait_ms=0,
+        topics=[
+            FetchRequest.FetchTopic(topic=TopicName("__cluster_metadata"), partitions=[partition])
+        ],
+    )
+
+
+def test_a_controller_that_knows_no_raft_leader_serves_no_metadata(
+    listener: tuple[QuorumController, ControllerApis, asyncio.AbstractEventLoop],
+) -> None:
+    """Cut off from the quorum (electing, or a minority), a controller's committed log may be
+    stale for as long as the cut lasts: it sends the broker to another controller."""
+    qc, apis, loop = listener
+    quorum(qc).is_active = False
+    ctx = RequestContext(
+        RequestHeader(request_api_key=1, request_api_version=12, correlation_id=1), "test", 0, 0
+    )
+    served = loop.run_until_complete(apis.fetch(ctx, metadata_fetch(0)))
+    (data,) = served.responses[0].partitions
+    assert data.error_code == ErrorCode.NONE and data.high_watermark == qc.high_watermark > 0
+    quorum(qc).leader = None
+    refused = loop.run_until_complete(apis.fetch(ctx, metadata_fetch(0)))
+    (data,) = refused.responses[0].partitions
+    assert data.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert not data.records

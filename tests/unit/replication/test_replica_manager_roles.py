@@ -263,3 +263,36 @@ def test_high_watermark_survives_a_restart_through_its_checkpoint() -> None:
         assert (follower.log_end_offset, follower.high_watermark) == (4, 3)
 
     asyncio.run(main())
+
+
+def test_a_lapsed_session_takes_no_write_and_acknowledges_none() -> None:
+    """A leader whose heartbeats go unanswered for the session timeout may have been fenced:
+    it refuses new writes, and an acks=all write its followers complete afterwards is answered
+    NOT_LEADER_OR_FOLLOWER, not acknowledged (the client retries at the new leader)."""
+
+    async def main() -> None:
+        clock = Clock()
+        leader, f2, f3 = _manager(1, clock), _manager(2, clock), _manager(3, clock)
+        lapsed = [False]
+        leader.session_lapsed = lambda: lapsed[0]
+        lp = _open(leader, REG)
+        _open(f2, REG)
+        _open(f3, REG)
+        waiting = leader.append_nowait(lp, _batch(2), acks=-1)
+        await _one_pass()
+        lapsed[0] = True
+        for acks in (-1, 1, 0):
+            refused = _outcome(leader.append_nowait(lp, _batch(), acks=acks))
+            assert refused is not None and refused.error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+        for follower, replica_id in ((f2, 2), (f3, 3), (f2, 2), (f3, 3)):
+            _replicate(leader, follower, replica_id)
+        assert lp.high_watermark == 2, "the followers have the batch: it is committed"
+        answer = _outcome(waiting)
+        assert answer is not None and answer.error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert lp.log_end_offset == 2, "nothing appended while lapsed"
+        lapsed[0] = False  # a heartbeat was answered again
+        again = leader.append_nowait(lp, _batch(), acks=1)
+        await _one_pass()
+        assert _outcome(again) == AppendOutcome(ErrorCode.NONE, 2)
+
+    asyncio.run(main())
