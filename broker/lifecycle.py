@@ -30,10 +30,10 @@ sending of the last *answered* heartbeat the controller cannot have fenced us fo
 past it, it may have.  The lease ends a little earlier (``SESSION_LEASE_MARGIN``): the two
 clocks may run at slightly different rates, and an acknowledgement decided just before the
 end still has to reach its client.  Once it has ended (``session_lapsed``), the replica
-manager stops taking and
-acknowledging writes, so that a leader cut off from the controllers (or able to reach them
-but not to hear them) stops acknowledging within the session timeout instead of until its
-followers have learnt of the new leader.  Reads go on; the next answered heartbeat renews it.
+manager stops taking and acknowledging writes, so that a leader cut off from the controllers
+(or able to reach them but not to hear them) stops acknowledging within the session timeout
+instead of until its followers have learnt of the new leader.  Reads go on; the next answered
+heartbeat renews it.
 
 Connection failures and NOT_CONTROLLER are retried inside :class:`ControllerClient`; the
 caller bounds ``register()`` and ``controlled_shutdown()`` with ``asyncio.timeout``, and

@@ -23,6 +23,12 @@ name-mangled internals and must be re-checked against every new pysyncobj versio
   sends the vote or answers an AppendEntries of a newer term but never fsyncs, goes through
   :class:`DurableMetaStorer`: file fsync, rename, directory fsync. It is installed at the first
   tick, before any message is handled or any vote is cast (both happen only in ticks).
+- **Compaction** (with a dump, ``journal_snapshot``): pysyncobj trims the journal by rewriting
+  it in place, and at start-up clears it unless it begins at the dump. A node stopped during
+  the rewrite, or in the tick between the dump's rename and the trim, restarted without
+  entries it had acknowledged. :func:`delete_journal_prefix` replaces the journal durably
+  instead, and the start-up load trims the journal to the dump before pysyncobj looks at it.
+  A failed fsync of the term, the vote, the dump or the journal crash-stops the node.
 - **Deposed leaders** answer their pending submits at once when the term moves on.
 - **Simulation**: :class:`SimNode` hashes independently of ``PYTHONHASHSEED`` and
   :func:`simulated_time` puts pysyncobj on a virtual clock and a seeded RNG.
@@ -31,18 +37,24 @@ name-mangled internals and must be re-checked against every new pysyncobj versio
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
+import struct
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import pysyncobj.syncobj as _pso  # type: ignore[import-untyped]
 from pysyncobj import FAIL_REASON, SyncObj
-from pysyncobj.journal import MetaStorer  # type: ignore[import-untyped]
+from pysyncobj.journal import (  # type: ignore[import-untyped]
+    LAST_RECORD_OFFSET_OFFSET as _JOURNAL_LAST_RECORD_OFFSET_AT,
+)
+from pysyncobj.journal import MetaStorer, ResizableFile
 from pysyncobj.node import TCPNode  # type: ignore[import-untyped]
 from pysyncobj.pickle import dumps as _pso_dumps  # type: ignore[import-untyped]
 from pysyncobj.pickle import loads as _pso_loads
+from pysyncobj.pickle import to_bytes as _pso_to_bytes
 
 from broker.fatal import fatal
 
@@ -50,6 +62,9 @@ from broker.fatal import fatal
 # tested against these versions only. Another version must be re-checked first.
 TESTED_PYSYNCOBJ_VERSIONS: Final = frozenset({"0.3.17"})
 _LEADER: Final = 2  # pysyncobj's _RAFT_STATE.LEADER
+# pysyncobj's journal file format: each entry is size, (index, term, command), size
+_JOURNAL_ENTRY: Final = struct.Struct("<QQ")
+_JOURNAL_SIZE: Final = struct.Struct("<I")
 
 
 class FixedSyncObj(SyncObj):  # type: ignore[misc]
@@ -214,7 +229,40 @@ class FixedSyncObj(SyncObj):  # type: ignore[misc]
         storer = getattr(journal, "_FileJournal__metaStorer", None)  # MemoryJournal has none
         if storer is not None and not isinstance(storer, DurableMetaStorer):
             journal._FileJournal__metaStorer = DurableMetaStorer(storer.getPath())
+            journal.deleteEntriesTo = functools.partial(delete_journal_prefix, journal)
         self._kraft_meta_durable = True
+
+    def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:
+        """pysyncobj's load of the compaction dump, without its loss on a restart.
+
+        At start-up pysyncobj keeps the journal only if it begins with the dump's last two
+        entries, and otherwise clears it. But it renames the dump into place one tick before it
+        trims the journal: a node stopped between the two restarts with a journal that begins
+        earlier and holds, after the dump's entries, entries it acknowledged, which the clear
+        would lose. So the journal is trimmed to the dump's entries first, when it holds them.
+        """
+        serializer = self._SyncObj__serializer
+        load = serializer.deserialize
+
+        def deserialize_and_trim() -> Any:
+            data = load()
+            if not clearJournal:
+                self._trim_journal_to(previous=data[2], last=data[1])
+            return data
+
+        serializer.deserialize = deserialize_and_trim
+        try:
+            SyncObj._SyncObj__loadDumpFile(self, clearJournal)
+        finally:
+            del serializer.deserialize  # the class's method again
+
+    def _trim_journal_to(self, previous: Any, last: Any) -> None:
+        journal = self._SyncObj__raftLog
+        if len(journal) < 2:
+            return
+        at = previous[1] - journal[0][1]  # the journal's entries have consecutive indexes
+        if 0 < at < len(journal) - 1 and journal[at] == previous and journal[at + 1] == last:
+            journal.deleteEntriesTo(at)
 
     def _flush_journal(self) -> None:
         flush = getattr(self._SyncObj__raftLog, "flush", None)  # MemoryJournal has none
@@ -232,21 +280,62 @@ class DurableMetaStorer(MetaStorer):  # type: ignore[misc]
 
     def storeMeta(self, meta: dict[str, object]) -> None:
         path = self.getPath()
-        temporary = path + ".tmp"
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            view = memoryview(_pso_dumps(meta))
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
-        directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-        try:
-            os.fsync(directory)  # the rename itself
-        finally:
-            os.close(directory)
+            replace_durably(path, _pso_dumps(meta))
+        except OSError as exc:
+            # A vote that may not be on disk must not be sent, and a failed fsync cannot be
+            # retried into a durable state (the kernel may have dropped the dirty pages).
+            fatal("quorum.meta-durable", f"raft term and vote not stored: {exc}", path=path)
+
+
+def replace_durably(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically and durably: a temporary file, fsynced, renamed
+    over ``path``, and the directory fsynced (the rename itself)."""
+    temporary = path + ".tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+    directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def delete_journal_prefix(journal: Any, entry_to: int) -> None:
+    """``FileJournal.deleteEntriesTo``, crash-safe: the journal keeps its entries from
+    position ``entry_to`` on.
+
+    pysyncobj rewrites the journal in place: it marks it empty, then appends the kept entries
+    one by one, so a node stopped midway restarts without entries it acknowledged. Here the
+    kept entries go to a new file in pysyncobj's format, which replaces the journal durably
+    (``replace_durably``); then the journal is reopened on it.
+    """
+    kept = journal._FileJournal__journal[entry_to:]
+    old = journal._FileJournal__journalFile
+    path = old._ResizableFile__fileName
+    header = bytearray(journal._FileJournal__getDefaultHeader())
+    records = bytearray()
+    for command, index, term in kept:
+        data = _JOURNAL_ENTRY.pack(index, term) + _pso_to_bytes(command)
+        size = _JOURNAL_SIZE.pack(len(data))
+        records += size + data + size
+    end = len(header) + len(records)
+    _JOURNAL_SIZE.pack_into(header, _JOURNAL_LAST_RECORD_OFFSET_AT, end)
+    old._destroy()  # msync and close: the old file stays whole until the rename
+    try:
+        replace_durably(path, bytes(header + records))
+    except OSError as exc:
+        fatal("quorum.journal-compacted", f"raft journal not rewritten: {exc}", path=path)
+    journal._FileJournal__journalFile = ResizableFile(path)
+    journal._FileJournal__journal = list(kept)
+    journal._FileJournal__currentOffset = end
 
 
 class SimNode(TCPNode):  # type: ignore[misc]

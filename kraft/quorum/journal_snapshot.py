@@ -210,8 +210,10 @@ class JournalCompaction:
             return
         try:
             fsync_file_and_directory(path)
-        except OSError:
-            logger.warning("could not fsync the raft journal snapshot %s", path, exc_info=True)
+        except OSError as exc:
+            # pysyncobj trims the journal on its next tick: without the dump on disk, that
+            # would leave this node's files unable to rebuild its state.
+            fatal("quorum.journal-snapshot-durable", f"raft journal snapshot: {exc}", path=path)
 
     def read(self, path: str) -> tuple[JournalEntry, JournalEntry, set[Any]]:
         """Restore the counters and the image (pysyncobj's deserializer); an installed dump

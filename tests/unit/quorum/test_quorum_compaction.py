@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kraft.quorum import fixed_syncobj
 from kraft.quorum.fixed_syncobj import simulated_time
 from kraft.quorum.journal_snapshot import (
     CorruptJournalSnapshotError,
@@ -181,6 +182,98 @@ def test_a_node_behind_the_compacted_journal_catches_up_by_snapshot(tmp_path: Pa
         cluster.stop(late)  # and what it installed survives its restart
         cluster.start(late)
         cluster.run_until(lambda: _everyone_has(cluster, expected, 600))
+
+
+def _journal(node: RaftQuorum) -> Any:
+    return node._obj._SyncObj__raftLog
+
+
+def test_a_node_stopped_between_the_dump_and_the_journal_trim_keeps_its_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pysyncobj renames its compaction dump into place one tick before it trims the journal.
+    A node stopped in between restarts with a journal that begins before the dump and holds
+    entries after it, which it has acknowledged: they must survive the restart (pysyncobj's
+    own start-up load cleared the journal down to the dump's two entries)."""
+    victims: list[RaftQuorum] = []  # the node whose next trim is "interrupted"
+    stopped_after_dump: list[int] = []
+    trim = fixed_syncobj.delete_journal_prefix
+
+    def trim_unless_stopped(journal: Any, entry_to: int) -> None:
+        if not victims or journal is not _journal(victims[0]):
+            return trim(journal, entry_to)
+        node = victims.pop()
+        stopped_after_dump.append(len(journal))
+        # no compaction after the interrupted one: the entries written next stay after the dump
+        node._obj._SyncObj__conf.logCompactionMinEntries = 10**9
+        node._obj._SyncObj__conf.logCompactionMinTime = 10**9
+        node._compaction_max_bytes = 10**12
+
+    monkeypatch.setattr(fixed_syncobj, "delete_journal_prefix", trim_unless_stopped)
+    cluster = Cluster(tmp_path, seed=4)
+    with cluster.running():
+        victim = next(i for i, n in cluster.nodes.items() if not n.is_leader)
+        node = cluster.nodes[victim]
+        victims.append(node)
+        cluster.write(MIN_ENTRIES + 10)
+        cluster.run_until(lambda: bool(stopped_after_dump))
+        expected = cluster.write(3 * MIN_ENTRIES)
+        end = 4 * MIN_ENTRIES + 10
+        cluster.run_until(lambda: node.high_watermark == end)
+        journal = _journal(node)
+        first, last = journal[0][1], journal[-1][1]
+        assert first <= 2 < MIN_ENTRIES < last, "the journal was trimmed after all"
+
+        cluster.stop(victim)
+        cluster.down.add(victim)
+        cluster.net.down.add(victim)  # nothing from the leader: only its own files count
+        cluster.start(victim)
+        restarted = cluster.nodes[victim]
+        for _ in range(3):
+            restarted.tick()
+        journal = _journal(restarted)
+        assert journal[-1][1] == last, f"entries {journal[-1][1] + 1}..{last} lost at restart"
+        assert journal[0][1] > first  # trimmed to the dump, not replayed from the start
+        assert cluster.images[victim].restores == 1
+
+        cluster.down.discard(victim)
+        cluster.net.down.discard(victim)
+        cluster.run_until(lambda: cluster.images[victim].end_offset == end)
+        assert all(cluster.images[victim].values[k] == v for k, v in expected.items())
+
+
+@given(
+    entries=st.lists(
+        st.tuples(st.binary(max_size=300), st.integers(0, 2**31)), min_size=1, max_size=40
+    ),
+    data=st.data(),
+)
+def test_a_compacted_journal_reads_back_with_the_entries_kept(
+    entries: list[tuple[bytes, int]], data: st.DataObject
+) -> None:
+    """``delete_journal_prefix`` writes pysyncobj's own format: pysyncobj's ``FileJournal``
+    reopens it with exactly the entries from the cut on, and appends after them."""
+    import tempfile
+
+    from pysyncobj.journal import FileJournal  # type: ignore[import-untyped]
+
+    cut = data.draw(st.integers(0, len(entries)))
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "journal")
+        journal = FileJournal(path)
+        for index, (command, term) in enumerate(entries, start=1):
+            journal.add(command, index, term)
+        fixed_syncobj.delete_journal_prefix(journal, cut)
+        kept = [(c, i, t) for i, (c, t) in enumerate(entries, start=1)][cut:]
+        assert [journal[i] for i in range(len(journal))] == kept
+        journal.add(b"next", len(entries) + 1, 7)
+        journal._destroy()
+        reopened = FileJournal(path)
+        assert [reopened[i] for i in range(len(reopened))] == [
+            *kept,
+            (b"next", len(entries) + 1, 7),
+        ]
+        reopened._destroy()
 
 
 def test_a_vote_is_fsynced_before_it_is_sent(
