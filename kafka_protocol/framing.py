@@ -36,7 +36,14 @@ API_VERSIONS_KEY = 18
 CONTROLLED_SHUTDOWN_KEY = 7
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024  # socket.request.max.bytes
 DEFAULT_RECEIVE_BUFFER_BYTES = 256 * 1024  # one receive's worth; shared by a listener's readers
-FRAME_TRUST_BYTES = 1024 * 1024  # a frame's first allocation: producers' default max.request.size
+# A frame's first allocation is what its first piece proves, not what its size prefix claims:
+# FRAME_PROOF_FACTOR times the bytes of it received, at least FRAME_FIRST_BYTES, at most
+# FRAME_TRUST_BYTES (producers' default max.request.size) and the frame's size.  A burst of
+# 256 KiB gets a 1 MiB request its exact allocation at once; a peer that sends a size prefix
+# and stalls holds 16 KiB, not 1 MiB, of the listener's queued.max.request.bytes.
+FRAME_FIRST_BYTES = 16 * 1024
+FRAME_PROOF_FACTOR = 4
+FRAME_TRUST_BYTES = 1024 * 1024
 DIRECT_RECEIVE_BYTES = 64 * 1024  # this much of a frame still to come: receive it in place
 _SIZE = struct.Struct(">i")
 _HEADER_PREFIX = struct.Struct(">hhi")
@@ -161,12 +168,13 @@ class FrameReader:
       of it with one copy and moves the start of an incomplete frame to that frame's own
       allocation, so nothing refers to the scratch once it returns.  Without a shared scratch a
       reader allocates its own on first use.
-    * A frame being received gets an allocation of its exact size (its size prefix is checked
-      against the limit first), up to :data:`FRAME_TRUST_BYTES`: a size prefix above that is not
-      trusted, and the allocation doubles as bytes arrive, so a peer announcing 100 MiB and
-      sending nothing costs 1 MiB, not 100.  Once :data:`DIRECT_RECEIVE_BYTES` or more of a frame
-      are still to come, :meth:`get_buffer` hands out the frame's own allocation, so the bulk of
-      a large request is received in place, never copied.
+    * A frame being received gets a first allocation in proportion to the bytes of it that
+      arrived with its size prefix (which is checked against the limit first), from
+      :data:`FRAME_FIRST_BYTES` up to its exact size or :data:`FRAME_TRUST_BYTES`; it doubles
+      as more bytes arrive, so a peer announcing 100 MiB and sending nothing costs 16 KiB.
+      While :data:`DIRECT_RECEIVE_BYTES` or more of a frame are still to come and its
+      allocation has that much room, :meth:`get_buffer` hands out the frame's own allocation,
+      so the bulk of a large request is received in place, never copied.
     * Complete frames wait in a queue until :meth:`next_frame` takes them.  Frames are never
       written to again once complete, so zero-copy record slices of them stay valid.
 
@@ -212,10 +220,11 @@ class FrameReader:
         """Where the next received bytes go (non-empty); valid until :meth:`buffer_updated`."""
         frame = self._frame
         if frame is not None and self._frame_size - self._filled >= DIRECT_RECEIVE_BYTES:
-            if self._filled == len(frame):
+            if self._filled == len(frame):  # full: what arrived proves the doubling
                 frame = self._grow_frame(self._filled + 1)
-            self._direct = True
-            return memoryview(frame)[self._filled :]
+            if len(frame) - self._filled >= DIRECT_RECEIVE_BYTES:
+                self._direct = True
+                return memoryview(frame)[self._filled :]
         self._direct = False
         if self._scratch is None:
             self._scratch = bytearray(self._scratch_bytes)
@@ -296,7 +305,8 @@ class FrameReader:
             self._head = bytes(data[pos:end])
 
     def _begin_frame(self, size: int, have: memoryview) -> None:
-        frame = bytearray(max(len(have), min(size, FRAME_TRUST_BYTES)))
+        proven = max(FRAME_FIRST_BYTES, FRAME_PROOF_FACTOR * len(have))
+        frame = bytearray(max(len(have), min(size, FRAME_TRUST_BYTES, proven)))
         frame[: len(have)] = have
         self._frame, self._frame_size, self._filled = frame, size, len(have)
 

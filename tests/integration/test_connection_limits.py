@@ -193,22 +193,26 @@ def test_connections_over_the_per_ip_limit_are_refused_while_clients_work(
 
 
 def test_reading_pauses_while_queued_request_bytes_are_exhausted(tmp_path: Path) -> None:
-    """One connection in the middle of a 1 MiB request holds the whole budget: other
-    connections' requests wait, and are answered once it is released."""
+    """Two connections that have sent all but the last bytes of a 1 MiB request each hold
+    the whole budget: other connections' requests wait, and are answered once it is
+    released. (Only bytes received count: a size prefix alone earns 16 KiB, see
+    FrameReader.)"""
     limit = 1 << 20
     node = start_node(
         tmp_path, f"socket.request.max.bytes={limit}", f"queued.max.request.bytes={limit}"
     )
     try:
-        hog = connect(node)
-        hog.sendall(limit.to_bytes(4, "big") + b"\0" * (limit // 2))
+        hogs = [connect(node) for _ in range(2)]
+        for hog in hogs:
+            hog.sendall(limit.to_bytes(4, "big") + b"\0" * (limit - 1000))
         time.sleep(0.5)  # the broker has read it
         waiting = RawConnection(node.bootstrap, timeout_s=10)
         sent = waiting.send(MetadataRequest(topics=None), 12)
         waiting.sock.settimeout(1.5)
         with pytest.raises(TimeoutError):
             waiting.sock.recv(1, socket.MSG_PEEK)
-        hog.close()  # releases what it held
+        for hog in hogs:
+            hog.close()  # releases what it held
         waiting.sock.settimeout(10)
         correlation, response = waiting.recv(MetadataRequest.API_KEY, 12)
         assert correlation == sent and response.brokers

@@ -19,7 +19,12 @@ from broker.connection_limits import (
     parse_ip_overrides,
 )
 from kafka_protocol.exceptions import FrameTooLargeError
-from kafka_protocol.framing import DIRECT_RECEIVE_BYTES, FRAME_TRUST_BYTES, FrameReader
+from kafka_protocol.framing import (
+    DIRECT_RECEIVE_BYTES,
+    FRAME_FIRST_BYTES,
+    FRAME_TRUST_BYTES,
+    FrameReader,
+)
 
 # --- quotas -------------------------------------------------------------------------------------
 
@@ -183,16 +188,32 @@ def test_an_idle_reader_holds_nothing_and_a_partial_frame_holds_its_size() -> No
     assert reader.held_bytes() == 0 and not reader.in_frame()
 
 
+def test_a_stalled_size_prefix_holds_only_what_its_first_piece_proves() -> None:
+    """A peer announcing a large request and sending little holds 16 KiB (or 4x what it
+    sent), not the announced size: slow senders cannot exhaust queued.max.request.bytes
+    cheaply; a burst still gets the whole (up to 1 MiB) allocation at once."""
+    for sent, held in ((0, FRAME_FIRST_BYTES), (10_000, 40_000), (300_000, FRAME_TRUST_BYTES)):
+        reader = FrameReader(8 << 20, scratch=bytearray(512 * 1024))
+        _receive(reader, (3 * FRAME_TRUST_BYTES).to_bytes(4, "big") + b"x" * sent)
+        assert reader.held_bytes() == held, sent
+    reader = FrameReader(8 << 20, scratch=bytearray(512 * 1024))
+    _receive(reader, (200_000).to_bytes(4, "big") + b"x" * 60_000)
+    assert reader.held_bytes() == 200_000  # never more than the frame's size
+
+
 def test_a_large_frame_is_received_in_place_after_its_first_piece() -> None:
     scratch = bytearray(4096)
     reader = FrameReader(8 << 20, scratch=scratch)
     size = 3 * FRAME_TRUST_BYTES
     body = bytes(range(256)) * (size // 256)
     _receive(reader, _frames(body)[:4000])
-    assert reader.held_bytes() == FRAME_TRUST_BYTES  # a size prefix above this is not trusted
+    assert reader.held_bytes() == FRAME_FIRST_BYTES  # 3,996 bytes prove no more than that
+    assert reader.get_buffer().obj is scratch  # too little room yet to receive in place
+    _receive(reader, _frames(body)[4000:300_000])  # through the scratch, doubling as it comes
+    assert 300_000 <= reader.held_bytes() <= 2 * 300_000
     target = reader.get_buffer()
     assert target.obj is not scratch and len(target) >= DIRECT_RECEIVE_BYTES
-    _receive(reader, _frames(body)[4000:])
+    _receive(reader, _frames(body)[300_000:])
     assert reader.next_frame() == body and reader.held_bytes() == 0
 
 
