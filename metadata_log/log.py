@@ -47,6 +47,7 @@ from kafka_protocol.clock import wall_ms
 from kafka_protocol.record_batch import RecordBatch
 from metadata_log import snapshot as snapshots
 from metadata_log.delta import MetadataDelta
+from metadata_log.durable_files import fsync_path
 from metadata_log.exceptions import (
     CorruptSnapshotError,
     MetadataLogError,
@@ -201,7 +202,7 @@ class LocalMetadataLog:
             os.unlink(segment.path)
         segment = Segment(offset, segment_path(self.directory, offset))
         os.close(open_for_append(segment.path))
-        snapshots.fsync_path(self.directory)
+        fsync_path(self.directory)
         self._segments = [segment]
         self._entries, self._entry_offsets = [], []
         self._next_offset = offset
@@ -327,7 +328,7 @@ class LocalMetadataLog:
         self._fd = None
         segment = Segment(self._next_offset, segment_path(self.directory, self._next_offset))
         self._fd = open_for_append(segment.path)
-        snapshots.fsync_path(self.directory)
+        fsync_path(self.directory)
         with self._state_lock:
             self._segments.append(segment)
 
@@ -418,7 +419,7 @@ class LocalMetadataLog:
             for old in snapshots.list_snapshots(self.directory):
                 if old < snapshot_id:
                     os.unlink(self.directory / old.filename)
-            snapshots.fsync_path(self.directory)
+            fsync_path(self.directory)
             return self.log_start_offset
 
     # --- closing ------------------------------------------------------------------------------
@@ -456,7 +457,7 @@ def _make_dirs(directory: Path) -> None:
         path = path.parent
     directory.mkdir(parents=True, exist_ok=True)
     for created in reversed(missing):
-        snapshots.fsync_path(created.parent)
+        fsync_path(created.parent)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -19,7 +19,7 @@ from typing import BinaryIO, Final
 
 from kafka_protocol.exceptions import ProtocolError
 from kafka_protocol.record_batch import HEADER_BYTES, LOG_OVERHEAD, RecordBatch
-from metadata_log import snapshot as snapshots
+from metadata_log.durable_files import fsync_path
 from metadata_log.exceptions import InvalidMetadataRecordError
 from metadata_log.records import read_metadata_batch
 from metadata_log.snapshot import SnapshotId
@@ -80,7 +80,7 @@ def list_segments(directory: Path, snapshot_ids: list[SnapshotId]) -> list[Segme
     if not found:
         base = snapshot_ids[-1].end_offset if snapshot_ids else 0
         os.close(open_for_append(segment_path(directory, base)))
-        snapshots.fsync_path(directory)
+        fsync_path(directory)
         found = [base]
     return [Segment(base, segment_path(directory, base)) for base in found]
 
@@ -142,10 +142,10 @@ def _drop_from(
         del segments[index:]
     else:
         os.truncate(segment.path, position)
-        snapshots.fsync_path(segment.path)
+        fsync_path(segment.path)
         segment.size = position
         del segments[index + 1 :]
-    snapshots.fsync_path(directory)
+    fsync_path(directory)
     state.report = RecoveryReport(segment.path, position, dropped, reason)
 
 

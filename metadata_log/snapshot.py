@@ -33,6 +33,7 @@ from kafka_protocol.record_batch import (
     iter_batches,
 )
 from metadata_log.delta import MetadataDelta
+from metadata_log.durable_files import replace_durably
 from metadata_log.exceptions import CorruptSnapshotError, InvalidMetadataRecordError
 from metadata_log.image import ClusterImage
 from metadata_log.records import MetadataRecord, build_metadata_batch, read_metadata_batch
@@ -66,16 +67,6 @@ def list_snapshots(directory: Path) -> list[SnapshotId]:
     return sorted(found)
 
 
-def fsync_path(path: Path) -> None:
-    """fsync a file or a directory by name: a truncated segment, or the directory entries of a
-    created, renamed or deleted file."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def encode_snapshot(image: ClusterImage, *, timestamp_ms: int) -> bytes:
     """The bytes of a snapshot of ``image``."""
     header = SnapshotHeaderRecord(version=0, last_contained_log_timestamp=timestamp_ms)
@@ -106,17 +97,7 @@ def write_snapshot(directory: Path, image: ClusterImage, *, timestamp_ms: int) -
     snapshot_id = SnapshotId(image.offset + 1, max(image.epoch, 0))
     final = directory / snapshot_id.filename
     part = directory / (final.name.removesuffix(SUFFIX) + PART_SUFFIX)
-    data = encode_snapshot(image, timestamp_ms=timestamp_ms)
-    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(part, final)
-    fsync_path(directory)
+    replace_durably(final, encode_snapshot(image, timestamp_ms=timestamp_ms), temporary=part)
     return snapshot_id
 
 

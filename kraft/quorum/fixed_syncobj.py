@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import random
 import struct
 import zlib
@@ -57,6 +56,7 @@ from pysyncobj.pickle import loads as _pso_loads
 from pysyncobj.pickle import to_bytes as _pso_to_bytes
 
 from broker.fatal import fatal
+from metadata_log.durable_files import replace_durably
 
 # The fix reaches into pysyncobj's private (name-mangled) internals; it was written and
 # tested against these versions only. Another version must be re-checked first.
@@ -281,31 +281,11 @@ class DurableMetaStorer(MetaStorer):  # type: ignore[misc]
     def storeMeta(self, meta: dict[str, object]) -> None:
         path = self.getPath()
         try:
-            replace_durably(path, _pso_dumps(meta))
+            replace_durably(path, _pso_dumps(meta), mode=0o600)
         except OSError as exc:
             # A vote that may not be on disk must not be sent, and a failed fsync cannot be
             # retried into a durable state (the kernel may have dropped the dirty pages).
             fatal("quorum.meta-durable", f"raft term and vote not stored: {exc}", path=path)
-
-
-def replace_durably(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically and durably: a temporary file, fsynced, renamed
-    over ``path``, and the directory fsynced (the rename itself)."""
-    temporary = path + ".tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
-    directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 def delete_journal_prefix(journal: Any, entry_to: int) -> None:
@@ -330,7 +310,7 @@ def delete_journal_prefix(journal: Any, entry_to: int) -> None:
     _JOURNAL_SIZE.pack_into(header, _JOURNAL_LAST_RECORD_OFFSET_AT, end)
     old._destroy()  # msync and close: the old file stays whole until the rename
     try:
-        replace_durably(path, bytes(header + records))
+        replace_durably(path, bytes(header + records), mode=0o600)
     except OSError as exc:
         fatal("quorum.journal-compacted", f"raft journal not rewritten: {exc}", path=path)
     journal._FileJournal__journalFile = ResizableFile(path)

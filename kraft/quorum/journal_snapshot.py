@@ -37,6 +37,7 @@ from typing import Any, Final, Protocol
 
 from broker.fatal import fatal
 from kraft.quorum.state import LogState
+from metadata_log.durable_files import fsync_path, write_fsynced
 
 logger = logging.getLogger(__name__)
 
@@ -124,24 +125,13 @@ def decode_journal_snapshot(data: bytes) -> JournalSnapshot:
 
 def write_journal_snapshot(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` and fsync it (pysyncobj renames it into place)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_fsynced(path, data, 0o600)
 
 
 def fsync_file_and_directory(path: str) -> None:
     """Make a renamed-into-place file durable: its data and its directory entry."""
-    for target in (path, os.path.dirname(path) or "."):
-        fd = os.open(target, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    fsync_path(path)
+    fsync_path(os.path.dirname(path) or ".")
 
 
 class ImageSnapshots(Protocol):
