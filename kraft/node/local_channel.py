@@ -3,26 +3,38 @@
 The broker half talks to the controller half through the same :class:`ControllerChannel` a
 remote broker will use over the controller listener, so moving the log onto the Raft quorum
 changes this module, not the broker.  The node registers its broker at start-up and then
-unfences it with one heartbeat (it is trivially caught up: it reads the same log).  A
-restart re-registers with a new incarnation; in-process there is no other claimant to the id,
-so the previous session is not waited out.
+unfences it with one heartbeat (it is trivially caught up: it reads the same log).  Later
+heartbeats go only when its log directory fails (KIP-858: ``offline_log_dirs``), so that the
+controller takes the partitions' leadership from it and Metadata, ``/v1/cluster`` and
+``kraft cluster status`` show the offline directory.  A restart re-registers with a new
+incarnation; in-process there is no other claimant to the id, so the previous session is not
+waited out.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
 from pathlib import Path
 
 from broker.controller_channel import ControllerRequestError
+from broker.lifecycle import LogDirsView
 from kafka_protocol._codec import Request, Response
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.messages import BrokerHeartbeatRequest, BrokerRegistrationRequest
+from kafka_protocol.messages import (
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerRegistrationRequest,
+)
 from kafka_protocol.types import BrokerId
 from kraft.controller.cluster import METADATA_VERSION_4_0_IV3
 from kraft.controller.result import ControllerApiError, ControllerConfig
 from kraft.quorum.local_controller import LocalController
 from metadata_log.image import METADATA_VERSION_FEATURE, ClusterImage
 from metadata_log.log import LocalMetadataLog, MetadataListener
+
+log = logging.getLogger(__name__)
 
 
 class ControllerError(Exception):
@@ -35,6 +47,9 @@ class LocalControllerChannel:
         self.controller = controller
         self.node_id = node_id
         self.cluster_id = controller.config.cluster_id
+        self._broker_epoch = -1
+        self._log_dirs: LogDirsView | None = None
+        self._reports: set[asyncio.Task[None]] = set()
 
     @classmethod
     def open(
@@ -51,6 +66,8 @@ class LocalControllerChannel:
         self.log.subscribe(listener)
 
     def close(self) -> None:
+        for task in self._reports:
+            task.cancel()
         self.log.close()
 
     # --- the broker's requests ----------------------------------------------------------------
@@ -68,8 +85,11 @@ class LocalControllerChannel:
 
     # --- this node's broker -------------------------------------------------------------------
 
-    async def register_broker(self, host: str, port: int, rack: str | None) -> int:
+    async def register_broker(
+        self, host: str, port: int, rack: str | None, log_dirs: LogDirsView | None = None
+    ) -> int:
         """Register and unfence this node's broker; returns its broker epoch."""
+        self._log_dirs = log_dirs
         request = BrokerRegistrationRequest(
             broker_id=BrokerId(self.node_id),
             cluster_id=self.cluster_id,
@@ -83,6 +103,7 @@ class LocalControllerChannel:
                 )
             ],
             rack=rack,
+            log_dirs=log_dirs.online_log_dirs() if log_dirs is not None else [],
         )
         registered = await self.controller.submit_async(
             lambda image: self.controller.controller.handle_register_broker(request, image)
@@ -92,14 +113,35 @@ class LocalControllerChannel:
                 f"broker {self.node_id} registration refused: "
                 f"{ErrorCode.from_code(registered.error_code).name}"
             )
-        heartbeat = await self.controller.broker_heartbeat(
-            BrokerHeartbeatRequest(
-                broker_id=BrokerId(self.node_id),
-                broker_epoch=registered.broker_epoch,
-                current_metadata_offset=self.log.next_offset,
-                want_fence=False,
-            )
-        )
+        self._broker_epoch = registered.broker_epoch
+        heartbeat = await self._heartbeat()
         if heartbeat.error_code != ErrorCode.NONE or heartbeat.is_fenced:
             raise ControllerError(f"broker {self.node_id} stayed fenced after its heartbeat")
         return registered.broker_epoch
+
+    def log_dirs_changed(self) -> None:
+        """The broker's log directory went offline (a ``Broker.log_dir_listeners`` callback,
+        on the event loop): tell the controller at once, in a heartbeat."""
+        task = asyncio.get_running_loop().create_task(self._report_log_dirs())
+        self._reports.add(task)
+        task.add_done_callback(self._reports.discard)
+
+    async def _report_log_dirs(self) -> None:
+        response = await self._heartbeat()
+        if response.error_code != ErrorCode.NONE:
+            log.warning(
+                "the controller refused the offline log directory report: %s",
+                ErrorCode.from_code(response.error_code).name,
+            )
+
+    async def _heartbeat(self) -> BrokerHeartbeatResponse:
+        offline = self._log_dirs.offline_log_dirs() if self._log_dirs is not None else []
+        return await self.controller.broker_heartbeat(
+            BrokerHeartbeatRequest(
+                broker_id=BrokerId(self.node_id),
+                broker_epoch=self._broker_epoch,
+                current_metadata_offset=self.log.next_offset,
+                want_fence=False,
+                offline_log_dirs=offline,
+            )
+        )

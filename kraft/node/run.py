@@ -265,7 +265,8 @@ class Node:
         # Registered once listening, so a port of 0 (kraft dev --port 0) is registered as the
         # port bound, which is what Metadata and REST then name.
         host, port = self.broker.advertised
-        await self.channel.register_broker(host, port, bcfg.rack)
+        await self.channel.register_broker(host, port, bcfg.rack, self.broker.replicas.directory)
+        self.broker.log_dir_listeners.append(self.channel.log_dirs_changed)
 
     async def stop(self) -> None:
         for cleanup in reversed(self._cleanups):

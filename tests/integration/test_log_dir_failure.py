@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import secrets
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from history import Ack, Fail, HistoryWriter, Read, Send, check
 
 from integration.cluster_process import LocalCluster, wait_for
+from integration.node_process import NodeProcess
 from integration.raw_client import RawConnection
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import MetadataRequest
@@ -339,3 +342,72 @@ def test_disk_full_moves_leaderships_and_loses_nothing(
     logs = tmp_path / "small-disk" / "logs"
     assert not [n for n in os.listdir(logs) if n.endswith("-stray")]  # nothing set aside
     print(f"disk full on broker {VICTIM}: {report.summary}; moved {moved_after_s:.2f} s after")
+
+
+def test_a_combined_node_reports_its_full_disk_to_its_own_controller(tmp_path: Path) -> None:
+    """``kraft dev`` (broker and controller in one process, no periodic heartbeats): a full
+    disk still reaches the controller, at once, so /v1/cluster shows the offline directory
+    and Metadata reports KAFKA_STORAGE_ERROR for the partition it held."""
+    small = tmp_path / "small-disk"
+    mount_tmpfs(small)
+    node = NodeProcess(
+        tmp_path / "node",
+        overrides=(
+            f"log.dirs={small / 'logs'}",
+            "log.segment.bytes=1048576",
+            "log.index.size.max.bytes=65536",  # not 10 MiB of index files per segment
+        ),
+    )
+    try:
+        node.start()
+        admin = AdminClient({"bootstrap.servers": node.bootstrap})
+        admin.create_topics([NewTopic(SOLO, 1, 1)])[SOLO].result(timeout=10)
+        # no retries: librdkafka would retry the (retriable) storage error until its timeout
+        producer = Producer({"bootstrap.servers": node.bootstrap, "acks": "all", "retries": 0})
+        delivered: list[KafkaError | None] = []
+        producer.produce(SOLO, b"before", on_delivery=lambda e, _m: delivered.append(e))
+        assert producer.flush(10) == 0 and delivered == [None], delivered
+
+        def cluster_view() -> dict[str, Any]:
+            with urllib.request.urlopen(node.admin + "/v1/cluster", timeout=5) as response:
+                brokers = json.load(response)["brokers"]
+            return next(b for b in brokers if b["id"] == 1)
+
+        before = cluster_view()
+        assert len(before["log_dirs"]) == 1 and before["offline_log_dirs"] == [], before
+        fill(small)
+        errors: list[KafkaError] = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while not errors and time.monotonic() < deadline:
+            producer.produce(
+                SOLO, b"x" * 100_000, on_delivery=lambda e, _m: errors.append(e) if e else None
+            )
+            producer.flush(10)
+        assert errors and errors[0].code() == KafkaError.KAFKA_STORAGE_ERROR, errors[:1]
+
+        view = wait_for_value(
+            "the controller to hear of the offline directory",
+            lambda: cluster_view() if cluster_view()["offline_log_dirs"] else None,
+        )
+        assert view["offline_log_dirs"] == before["log_dirs"], view
+        conn = RawConnection(node.bootstrap)
+        try:
+            response = conn.request(MetadataRequest(topics=None), 9)
+        finally:
+            conn.close()
+        (solo,) = [t for t in response.topics if t.name == SOLO]
+        assert solo.partitions[0].error_code == ErrorCode.KAFKA_STORAGE_ERROR
+        assert solo.partitions[0].offline_replicas == [1]
+    finally:
+        node.stop()
+        unmount(small)
+
+
+def wait_for_value(what: str, probe: Callable[[], Any], timeout_s: float = TIMEOUT_S) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
