@@ -261,7 +261,14 @@ def test_a_paused_controller_cannot_commit_stale_records(cluster: LocalCluster) 
     )
     assert offsets
     for broker in cluster.brokers.values():
-        assert "while-paused" in {t["name"] for t in broker.get("/v1/topics")}
+        # brokers tail the log on their own: one whose fetch went to the paused controller
+        # (or was refused while the quorum elected) learns of the topic a moment later
+        wait_for(
+            f"broker {broker.node_id} to learn of the topic",
+            lambda b=broker: "while-paused" in {t["name"] for t in b.get("/v1/topics")},
+            10,
+            cluster,
+        )
 
 
 def test_a_restarted_broker_catches_up_from_a_snapshot(cluster: LocalCluster) -> None:
