@@ -22,6 +22,8 @@ from kraft.rest.common import (
 )
 from metadata_log.image import BrokerRegistration
 
+INT32_MAX: Final = 2**31 - 1  # broker ids are int32 on the wire
+
 PROMETHEUS_CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -73,8 +75,9 @@ async def unregister_broker(request: web.Request) -> web.Response:
     """Remove a stale (fenced) broker registration: Kafka's UnregisterBroker."""
     node = node_of(request)
     text = request.match_info["id"]
-    if not text.isdigit():
-        raise bad_request(f"broker id {text!r} is not a non-negative integer")
+    # ASCII digits only (str.isdigit also takes "²"), and within Kafka's int32 broker ids
+    if not (text.isascii() and text.isdigit()) or int(text) > INT32_MAX:
+        raise bad_request(f"broker id {text!r} is not an integer in 0..{INT32_MAX}")
     broker_id = int(text)
     unregistration = broker_unregistration(broker_id)
     response = await controller_of(node).forward(unregistration, newest_version(unregistration))
