@@ -22,6 +22,7 @@ from typing import Any, TypeAlias
 
 from broker.deferred import Deferred
 from broker.metrics import BrokerMetrics
+from broker.security.session import Session
 from broker.server import CloseConnection, Reply, ReplyValue
 from kafka_protocol._codec import Chunk, Request, Response
 from kafka_protocol.errors import ErrorCode
@@ -35,13 +36,17 @@ log = logging.getLogger("broker.dispatcher")
 @dataclass(frozen=True, slots=True)
 class RequestContext:
     header: RequestHeader
-    peer: str
+    session: Session  # the connection's listener, principal and authentication state
     received_s: float  # perf_counter, for latency metrics
     received_loop_time: float  # loop.time(), for deadlines
 
     @property
     def api_version(self) -> int:
         return self.header.request_api_version
+
+    @property
+    def peer(self) -> str:
+        return self.session.peer
 
 
 HandlerResult: TypeAlias = (
@@ -77,7 +82,8 @@ class RequestDispatcher:
             for h in sorted(self.handlers.values(), key=lambda h: h.api_key)
         ]
 
-    def dispatch(self, frame: bytes | bytearray, peer: str) -> Reply:
+    def dispatch(self, frame: bytes | bytearray, session: Session) -> Reply:
+        peer = session.peer
         try:
             header, body = decode_request(frame)
         except UnsupportedVersionError as exc:
@@ -97,7 +103,7 @@ class RequestDispatcher:
                 version,
             )
             raise CloseConnection
-        ctx = RequestContext(header, peer, time.perf_counter(), self._loop_time())
+        ctx = RequestContext(header, session, time.perf_counter(), self._loop_time())
         result = handler.handle(ctx, body)
         return self._finish(handler, ctx, body, result)
 

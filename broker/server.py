@@ -57,6 +57,7 @@ from broker.connection_limits import (
     normalize_ip,
 )
 from broker.deferred import Deferred
+from broker.security.session import PLAINTEXT_LISTENER, ListenerSecurity, Session
 from kafka_protocol._codec import Chunk, FileRegion
 from kafka_protocol.exceptions import ProtocolError
 from kafka_protocol.framing import DEFAULT_RECEIVE_BUFFER_BYTES, FrameReader
@@ -78,7 +79,7 @@ class CloseConnection(Exception):
 
 
 class Dispatcher(Protocol):
-    def dispatch(self, frame: bytes | bytearray, peer: str) -> Reply: ...
+    def dispatch(self, frame: bytes | bytearray, session: Session) -> Reply: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +134,7 @@ class Connection:
         "ip",
         "last_active_s",
         "peer",
+        "session",
         "waiting_for_memory",
     )
 
@@ -143,6 +145,7 @@ class Connection:
         self._fd = sock.fileno()
         self.ip = ip
         self.peer = peer
+        self.session = Session.for_listener(listener.security, ip, peer)
         self._frames = FrameReader(listener.limits.max_frame_bytes, scratch=listener.scratch)
         self._dispatched = 0  # bytes of frames dispatched whose answer is not ready yet
         self._held = 0  # bytes charged to the listener's budget
@@ -233,7 +236,7 @@ class Connection:
         self._dispatched += slot.frame_bytes
         self._pending.append(slot)
         try:
-            reply = self._listener.dispatcher.dispatch(frame, self.peer)
+            reply = self._listener.dispatcher.dispatch(frame, self.session)
         except CloseConnection:
             self._answered(slot)
             slot.close_after = True
@@ -438,12 +441,13 @@ class KafkaListener:
         port: int,
         limits: ListenerLimits | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
-        name: str = "PLAINTEXT",
+        security: ListenerSecurity = PLAINTEXT_LISTENER,
     ) -> None:
         self.dispatcher = dispatcher
         self.limits = limits = limits or ListenerLimits()
         self.loop = loop or asyncio.get_running_loop()
-        self.name = name
+        self.security = security
+        self.name = security.name
         self._sock = socket.create_server((host, port), reuse_port=False, backlog=1024)
         self._sock.setblocking(False)
         self._connections: set[Connection] = set()

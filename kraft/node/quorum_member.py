@@ -34,6 +34,7 @@ from broker.metadata_follower import MetadataFollower
 from broker.metrics import BrokerMetrics
 from broker.remote_controller import RemoteControllerChannel
 from broker.replication.alter_partition import AlterPartitionSender
+from broker.security.session import ListenerSecurity
 from broker.server import KafkaListener
 from broker.storage import FileStorage
 from kafka_protocol._codec import Request, Response
@@ -231,7 +232,7 @@ class QuorumMember:
                 listener_cfg.host,
                 listener_cfg.port,
                 limits,
-                name=listener_cfg.name,
+                security=ListenerSecurity(name=listener_cfg.name),
             )
         except OSError:
             controller.close()

@@ -18,6 +18,7 @@ import pytest
 from broker.controller_channel import FORWARDED, Forwarder, forwarded_api, forwarded_handlers
 from broker.dispatcher import RequestContext
 from broker.identity import BrokerIdentity
+from broker.security.session import Session
 from kafka_protocol._codec import Request, Response
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
@@ -106,7 +107,7 @@ def test_forwarded_handlers_pass_the_clients_version() -> None:
 
     (spec,) = [h for h in forwarded_handlers(forward) if h.api_key == 19]
     header = RequestHeader(request_api_key=19, request_api_version=5, correlation_id=1)
-    asyncio.run(spec.handle(RequestContext(header, "test", 0.0, 0.0), create("a")))  # type: ignore[arg-type]
+    asyncio.run(spec.handle(RequestContext(header, Session.internal(), 0.0, 0.0), create("a")))  # type: ignore[arg-type]
     assert seen == [(create("a"), 5)]
 
 

@@ -16,6 +16,7 @@ from broker.handlers.admin import AdminHandlers
 from broker.identity import BrokerIdentity
 from broker.kafka_client import NoUsableVersionError
 from broker.remote_controller import RemoteControllerChannel
+from broker.security.session import Session
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     CreateTopicsRequest,
@@ -133,7 +134,7 @@ def test_the_broker_handler_forwards_at_the_clients_version() -> None:
     (spec,) = [h for h in handlers.specs() if h.api_key == 43]
     assert (spec.min_version, spec.max_version, spec.name) == (0, 2, "ElectLeaders")
     header = RequestHeader(request_api_key=43, request_api_version=1, correlation_id=1)
-    ctx = RequestContext(header, "test", 0.0, 0.0)
+    ctx = RequestContext(header, Session.internal(), 0.0, 0.0)
     asyncio.run(spec.handle(ctx, request(0)))  # type: ignore[arg-type]
     assert seen == [(request(0), 1)]
 

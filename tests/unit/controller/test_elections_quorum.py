@@ -30,6 +30,7 @@ from controller_helpers import (
 
 from broker.dispatcher import RequestContext, RequestDispatcher
 from broker.metrics import BrokerMetrics
+from broker.security.session import Session
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.framing import decode_response, encode_request
 from kafka_protocol.messages import (
@@ -338,7 +339,7 @@ def serve(apis: ControllerApis, loop: asyncio.AbstractEventLoop, data: bytes) ->
     assert dispatcher is not None
 
     async def go() -> bytes:
-        reply = dispatcher.dispatch(data, "test")
+        reply = dispatcher.dispatch(data, Session.internal())
         if isinstance(reply, list):
             chunks = reply
         else:
@@ -384,7 +385,7 @@ def test_a_standby_controller_answers_not_controller(
     quorum(qc).is_active = False
     ctx = RequestContext(
         RequestHeader(request_api_key=43, request_api_version=2, correlation_id=1),
-        "test",
+        Session.internal(),
         0.0,
         0.0,
     )
@@ -437,7 +438,10 @@ def test_a_controller_that_knows_no_raft_leader_serves_no_metadata(
     qc, apis, loop = listener
     quorum(qc).is_active = False
     ctx = RequestContext(
-        RequestHeader(request_api_key=1, request_api_version=12, correlation_id=1), "test", 0, 0
+        RequestHeader(request_api_key=1, request_api_version=12, correlation_id=1),
+        Session.internal(),
+        0,
+        0,
     )
     served = loop.run_until_complete(apis.fetch(ctx, metadata_fetch(0)))
     (data,) = served.responses[0].partitions
