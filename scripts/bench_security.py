@@ -76,11 +76,11 @@ MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 def tls_files(directory: Path) -> tuple[Path, Path]:
     """(CA certificate, node key + chain) as PEM files, made by kraft.node.certificates."""
-    from kraft.node.certificates import make_ca, make_cert
+    from kraft.node.certificates import make_ca, make_certificate
 
     ca = make_ca(directory)
-    node = make_cert(ca, directory, "broker", ["127.0.0.1", "localhost"])
-    return Path(ca.certificate), Path(node.keystore)
+    node = make_certificate(ca, directory, "broker", ["127.0.0.1", "localhost"])
+    return ca.certificate_path, node
 
 
 def start_broker(tmp: Path) -> tuple[BrokerProc, Path]:

@@ -89,17 +89,18 @@ def make_tls(directory: Path) -> TlsFiles:
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.serialization import pkcs12
-    from kraft.node.certificates import make_ca, make_cert
+
+    from kraft.node.certificates import make_ca, make_certificate
 
     directory.mkdir(parents=True, exist_ok=True)
     ca = make_ca(directory)
-    broker = make_cert(ca, directory, "broker", ["127.0.0.1", "localhost"])
-    client = make_cert(ca, directory, "client", ["127.0.0.1", "localhost"])
-    ca_pem = Path(ca.certificate)
-    pem = Path(client.keystore).read_bytes()
+    broker = make_certificate(ca, directory, "broker", ["127.0.0.1", "localhost"])
+    client = make_certificate(ca, directory, "client", client=True)
+    ca_pem = ca.certificate_path
+    pem = client.read_bytes()
     key = serialization.load_pem_private_key(pem, password=None)
     certs = x509.load_pem_x509_certificates(pem)
-    ca_cert = x509.load_pem_x509_certificate(ca_pem.read_bytes())
+    ca_cert = ca.certificate
     encrypt = serialization.BestAvailableEncryption(KEY_PASSWORD.encode())
     files = {
         "pub_pem": certs[0].public_bytes(serialization.Encoding.PEM),
@@ -126,7 +127,7 @@ def make_tls(directory: Path) -> TlsFiles:
         env[f"SSL_{name}"] = str(path)
     return TlsFiles(
         ca_pem,
-        Path(broker.keystore),
+        broker,
         directory / "client.pub_pem",
         directory / "client.priv_pem",
         env,
