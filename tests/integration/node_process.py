@@ -138,17 +138,6 @@ def free_port() -> int:
     return port
 
 
-def ready_listeners(line: str) -> dict[str, str]:
-    """``{"SASL_SSL": "127.0.0.1:40123", ...}`` from a READY line's ``listeners=`` word (empty
-    when the node printed none)."""
-    words = dict(w.split("=", 1) for w in line.split() if "=" in w)
-    listeners = {}
-    for item in filter(None, words.get("listeners", "").split(",")):
-        name, _, address = item.partition("://")
-        listeners[name] = address
-    return listeners
-
-
 class ProcessControl:
     """Stop, kill and inspect a node process (``proc`` and ``log_path`` set by the owner)."""
 
@@ -190,8 +179,6 @@ class NodeProcess(ProcessControl):
     proc: subprocess.Popen[str] | None = None
     bootstrap: str = ""
     admin: str = ""
-    # every Kafka listener of the READY line's ``listeners=NAME://host:port,...``, by name
-    listeners: dict[str, str] = field(default_factory=dict)
     log_path: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -234,7 +221,6 @@ class NodeProcess(ProcessControl):
                 break
             if m := READY.search(line):
                 self.bootstrap, self.admin = m.group(1), m.group(2) or ""
-                self.listeners = ready_listeners(line)
                 return self
         self.kill()
         raise AssertionError(f"node did not become ready:\n{self.log_tail()}")
