@@ -109,16 +109,12 @@ def create_scram_user(bootstrap: str) -> None:
     )
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    upserts = [
-        UserScramCredentialUpsertion(
-            USER,
-            ScramCredentialInfo(getattr(ScramMechanism, m.replace("-", "_")), ITERATIONS),
-            PASSWORD.encode(),
-        )
-        for m in MECHANISMS
-    ]
-    for future in admin.alter_user_scram_credentials(upserts).values():
-        future.result(timeout=30)
+    # one request per mechanism: KRaft refuses a user twice in one request (DUPLICATE_RESOURCE)
+    for mechanism in MECHANISMS:
+        info = ScramCredentialInfo(getattr(ScramMechanism, mechanism.replace("-", "_")), ITERATIONS)
+        upsert = UserScramCredentialUpsertion(USER, info, PASSWORD.encode())
+        for future in admin.alter_user_scram_credentials([upsert]).values():
+            future.result(timeout=30)
 
 
 def sasl_ssl_client(broker: BrokerProc, ca_pem: Path) -> dict[str, Any]:

@@ -70,13 +70,14 @@ def upsert_scram_users(broker: SuiteBroker, users: dict[str, str]) -> None:
     )
 
     admin = AdminClient(admin_config(broker))
-    upserts = [
-        UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, 4096), password.encode())
-        for user, password in users.items()
-        for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)
-    ]
-    for future in admin.alter_user_scram_credentials(upserts).values():
-        future.result(timeout=30)
+    # one request per mechanism: KRaft refuses a user twice in one request (DUPLICATE_RESOURCE)
+    for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
+        upserts = [
+            UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, 4096), pw.encode())
+            for user, pw in users.items()
+        ]
+        for future in admin.alter_user_scram_credentials(upserts).values():
+            future.result(timeout=30)
     deadline = time.monotonic() + 15
     while True:
         futures = admin.describe_user_scram_credentials(list(users))

@@ -37,6 +37,7 @@ from kafka_protocol.messages import (
     SaslAuthenticateRequest,
     SaslHandshakeRequest,
 )
+from kafka_protocol.sasl import ScramClient
 
 pytestmark = pytest.mark.integration
 
@@ -65,9 +66,38 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
     if "SASL_PLAINTEXT" not in proc.listeners:
         proc.stop()
         pytest.fail(f"the READY line lists no SASL_PLAINTEXT listener: {proc.listeners}")
+    add_scram_credentials(proc.listeners["SASL_PLAINTEXT"])
     yield proc
     assert proc.alive(), proc.log_tail()
     assert proc.stop() == 0, proc.log_tail()
+
+
+def add_scram_credentials(address: str) -> None:
+    """SCRAM-SHA-256/512 credentials for USER (AlterUserScramCredentials, logged in with PLAIN),
+    so that fuzzed SCRAM exchanges get past the first message."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient(
+        {
+            "bootstrap.servers": address,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": USER,
+            "sasl.password": PASSWORD,
+        }
+    )
+    # one request per mechanism: KRaft refuses a user twice in one request (DUPLICATE_RESOURCE)
+    for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
+        upsert = UserScramCredentialUpsertion(
+            USER, ScramCredentialInfo(mechanism, 4096), PASSWORD.encode()
+        )
+        for future in admin.alter_user_scram_credentials([upsert]).values():
+            future.result(timeout=30)
 
 
 # --- frames -------------------------------------------------------------------------------------
@@ -116,13 +146,8 @@ AUTHENTICATES = st.builds(
 WELL_FORMED = st.one_of(HANDSHAKES, AUTHENTICATES)
 
 
-@st.composite
-def mutated(draw: st.DrawFn) -> bytes:
-    """A well-formed frame with its body changed at the byte level (flips, inserts,
-    deletions, overwrites); the size prefix is recomputed unless ``raw`` says otherwise."""
-    frame = bytearray(draw(WELL_FORMED))
-    raw = draw(st.booleans())
-    data = frame if raw else frame[4:]
+def mutate(draw: st.DrawFn, data: bytearray) -> None:
+    """Flips, inserts, deletions and overwrites of ``data``, in place."""
     for _ in range(draw(st.integers(1, 6))):
         op = draw(st.sampled_from(["flip", "insert", "delete", "set"]))
         at = draw(st.integers(0, max(0, len(data) - 1)))
@@ -134,6 +159,16 @@ def mutated(draw: st.DrawFn) -> bytes:
             del data[at : at + draw(st.integers(1, 8))]
         elif op == "set" and data:
             data[at] = draw(st.sampled_from([0x00, 0x7F, 0x80, 0xFF]))
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> bytes:
+    """A well-formed frame changed at the byte level; the size prefix is recomputed unless
+    ``raw`` says otherwise."""
+    frame = bytearray(draw(WELL_FORMED))
+    raw = draw(st.booleans())
+    data = frame if raw else frame[4:]
+    mutate(draw, data)
     return bytes(data) if raw else struct.pack(">i", len(data)) + bytes(data)
 
 
@@ -153,10 +188,19 @@ GARBAGE = st.one_of(
 ANY_FRAME = st.one_of(WELL_FORMED, mutated(), GARBAGE)
 
 
+GOOD_HANDSHAKES = st.builds(
+    lambda mech, v: request_frame(SaslHandshakeRequest(mechanism=mech), v),
+    st.sampled_from(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]),
+    st.integers(0, 1),
+)
+
+
 @st.composite
 def exchanges(draw: st.DrawFn) -> list[bytes]:
-    """One to four frames; the last may be cut short (the broker then waits for the rest)."""
-    frames = draw(st.lists(ANY_FRAME, min_size=1, max_size=4))
+    """One to four frames, half the time after a valid SaslHandshake (so the mutated tokens
+    reach the mechanism's server); the last frame may be cut short (the broker then waits)."""
+    frames = draw(st.lists(GOOD_HANDSHAKES, max_size=1))
+    frames += draw(st.lists(st.one_of(AUTHENTICATES, ANY_FRAME), min_size=1, max_size=3))
     if draw(st.integers(0, 4)) == 0:
         last = frames[-1]
         frames[-1] = last[: draw(st.integers(0, max(0, len(last) - 1)))]
@@ -214,6 +258,44 @@ def send_exchange(address: str, frames: list[bytes]) -> list[int]:
 def test_fuzzed_sasl_frames_never_authenticate(node: NodeProcess, frames: list[bytes]) -> None:
     answered = send_exchange(node.listeners["SASL_PLAINTEXT"], frames)
     assert METADATA_CORRELATION_ID not in answered, "Metadata answered before authentication"
+    assert node.alive(), node.log_tail()
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    mechanism=st.sampled_from(["SCRAM-SHA-256", "SCRAM-SHA-512"]),
+    password=st.sampled_from(["wrong-password", PASSWORD + "x", "", PASSWORD[:-1]]),
+    change=st.booleans(),
+    data=st.data(),
+)
+def test_fuzzed_scram_client_final_never_authenticates(
+    node: NodeProcess, mechanism: str, password: str, change: bool, data: st.DataObject
+) -> None:
+    """A real SCRAM exchange up to the server-first message (so the nonce and salt are the
+    server's), then a client-final message computed from a wrong password, changed at the
+    byte level or not: the proof check, the attribute parsing and the nonce check are hit."""
+    conn = RawConnection(node.listeners["SASL_PLAINTEXT"])
+    try:
+        handshake = conn.request(SaslHandshakeRequest(mechanism=mechanism), 1)
+        assert handshake.error_code == ErrorCode.NONE
+        client = ScramClient(mechanism, USER, password)
+        first = conn.request(SaslAuthenticateRequest(auth_bytes=client.first()), 2)
+        assert first.error_code == ErrorCode.NONE, first
+        final = bytearray(client.step(bytes(first.auth_bytes)) or b"")
+        if change:
+            mutate(data.draw, final)
+        frames = [request_frame(SaslAuthenticateRequest(auth_bytes=bytes(final)), 2)]
+        with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+            for frame in [*frames, metadata_frame()]:
+                conn.sock.sendall(frame)
+        answered = correlation_ids_until_closed(conn.sock)
+    finally:
+        conn.close()
+    assert METADATA_CORRELATION_ID not in answered, "Metadata answered after a wrong proof"
     assert node.alive(), node.log_tail()
 
 
