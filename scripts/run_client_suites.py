@@ -306,15 +306,26 @@ def run_aiokafka(source: Path, work: Path, broker: RunningBroker) -> SuiteResult
 
 # librdkafka's SMOKE_TESTS (tests/Makefile) that need a broker, less 0103-transactions (our
 # broker has no transactions: it fails over PLAINTEXT as well) ...
-RDK_SMOKE = ["0001", "0012", "0017", "0022", "0030", "0039", "0049"]
-# ... plus the tests that skip without a secure broker.
-RDK_SASL_ONLY = ["0135", "0142"]  # sasl_credentials; reauthentication (KIP-368)
-RDK_SSL_ONLY = ["0097"]  # ssl_verify (SSL_* variables, client certificates)
+RDK_SMOKE = ("0001", "0012", "0017", "0022", "0030", "0039", "0049")
+# ... plus the tests that skip without a secure broker: 0135-sasl_credentials (SASL),
+# 0097-ssl_verify (SSL_* variables, client certificates).
+RDK_SASL_ONLY = ("0135",)
+RDK_SSL_ONLY = ("0097",)
+# 0142-reauthentication (KIP-368) skips unless every broker has connections.max.reauth.ms > 0,
+# and its sub-tests are not "quick": run without -Q, one sub-test per run (SUBTESTS matches a
+# substring).  Left out: its share-consumer (KIP-932), transactional-producer (no
+# transactions here) and OAUTHBEARER sub-tests.
+RDK_REAUTH_SUBTESTS = (
+    "test producer message loss while reauthenticating",
+    "test consumer message loss while reauthenticating",
+    "test reauth failure with wrong credentials for reauth",
+)
+REAUTH_MS = 3000  # connections.max.reauth.ms of the librdkafka broker: each sub-test ~1.2x it
 
 
 @dataclass(frozen=True)
 class RdkSuite:
-    """One security set-up of librdkafka's tests/sasl_test.py."""
+    """One security set-up of librdkafka's tests/sasl_test.py (one test-runner run)."""
 
     name: str
     listener: str
@@ -324,21 +335,36 @@ class RdkSuite:
     user: str = "myuser"
     password: str = "mypassword"
     expect_fail: bool = False
+    subtests: str | None = None  # SUBTESTS: run only the sub-tests whose name has this
+    quick: bool = True  # -Q: librdkafka's quick mode (its `make sasl` target's flags)
+
+
+def _reauth_runs(name: str, listener: str, mechanism: str) -> tuple[RdkSuite, ...]:
+    return tuple(
+        RdkSuite(
+            f"{name}: 0142 {sub.removeprefix('test ')}",
+            listener,
+            listener,
+            mechanism,
+            ("0142",),
+            subtests=sub,
+            quick=False,
+        )
+        for sub in RDK_REAUTH_SUBTESTS
+    )
 
 
 LIBRDKAFKA_SUITES = (
     RdkSuite("SASL PLAIN", "SASL_PLAINTEXT", "SASL_PLAINTEXT", "PLAIN", ("0001", *RDK_SASL_ONLY)),
     RdkSuite(
-        "SASL SCRAM",
-        "SASL_PLAINTEXT",
-        "SASL_PLAINTEXT",
-        "SCRAM-SHA-512",
-        (*RDK_SMOKE, *RDK_SASL_ONLY),
+        "SASL SCRAM", "SASL_PLAINTEXT", "SASL_PLAINTEXT", "SCRAM-SHA-512", RDK_SMOKE + RDK_SASL_ONLY
     ),
-    RdkSuite("SSL (no SASL)", "MTLS", "SSL", None, (*RDK_SMOKE, *RDK_SSL_ONLY)),
+    *_reauth_runs("SASL SCRAM", "SASL_PLAINTEXT", "SCRAM-SHA-512"),
+    RdkSuite("SSL (no SASL)", "MTLS", "SSL", None, RDK_SMOKE + RDK_SSL_ONLY),
     RdkSuite(
-        "SASL_SSL PLAIN", "SASL_SSL", "SASL_SSL", "PLAIN", (*RDK_SMOKE, *RDK_SASL_ONLY, "0097")
+        "SASL_SSL PLAIN", "SASL_SSL", "SASL_SSL", "PLAIN", RDK_SMOKE + RDK_SASL_ONLY + RDK_SSL_ONLY
     ),
+    *_reauth_runs("SASL_SSL PLAIN", "SASL_SSL", "PLAIN"),
     RdkSuite(
         "SASL PLAIN with wrong username",
         "SASL_PLAINTEXT",
@@ -381,7 +407,7 @@ def run_librdkafka(
         raise SystemExit(f"{runner} is missing: build librdkafka and its tests first")
     results = []
     for suite in LIBRDKAFKA_SUITES:
-        slug = suite.name.lower().replace(" ", "-").replace("(", "").replace(")", "")
+        slug = "".join(c if c.isalnum() else "-" for c in suite.name.lower())
         conf = work / f"rdk-{slug}.conf"
         conf.write_text(rdk_conf(suite, broker, tls))
         report = work / f"rdk-{slug}.json"
@@ -396,11 +422,17 @@ def run_librdkafka(
             "TEST_REPORT": str(report),
             "LD_LIBRARY_PATH": f"{source / 'src'}:{source / 'src-cpp'}",
         }
+        if suite.subtests:
+            env["SUBTESTS"] = suite.subtests
+        flags = ["-p1", "-L", *(["-Q"] if suite.quick else [])]
         log = work / f"rdk-{slug}.log"
-        print(f"[librdkafka {suite.name}] TESTS={env['TESTS']} ./test-runner -p1 -L -Q", flush=True)
+        shown = f"TESTS={env['TESTS']} " + (
+            f"SUBTESTS='{suite.subtests}' " if suite.subtests else ""
+        )
+        print(f"[librdkafka {suite.name}] {shown}./test-runner {' '.join(flags)}", flush=True)
         with log.open("w") as out:
             subprocess.run(
-                [str(runner), "-p1", "-L", "-Q"],
+                [str(runner), *flags],
                 cwd=tests_dir,
                 env=env,
                 stdout=out,
@@ -412,7 +444,10 @@ def run_librdkafka(
 
 
 def rdk_results(suite: RdkSuite, report: Path, log: Path) -> SuiteResult:
-    result = SuiteResult(f"librdkafka {suite.name}", f"TESTS={','.join(suite.tests)}")
+    selection = f"TESTS={','.join(suite.tests)}"
+    if suite.subtests:
+        selection += f" SUBTESTS='{suite.subtests}'"
+    result = SuiteResult(f"librdkafka {suite.name}", selection + (" -Q" if suite.quick else ""))
     if not report.exists():
         result.note = f"no report: see {log}"
         result.failed.append("(test-runner)")
@@ -428,6 +463,8 @@ def rdk_results(suite: RdkSuite, report: Path, log: Path) -> SuiteResult:
         if suite.expect_fail:  # sasl_test.py's 'expect_fail': every test must fail
             ok = state == "FAILED"
             (result.passed if ok else result.failed).append(f"{name} (expected to fail)")
+        elif state == "PASSED" and suite.subtests and not ran_subtest(log, suite.subtests):
+            result.skipped.append((name, f"no sub-test matching {suite.subtests!r} ran"))
         elif state == "PASSED":
             result.passed.append(name)
         elif state == "SKIPPED":
@@ -435,6 +472,11 @@ def rdk_results(suite: RdkSuite, report: Path, log: Path) -> SuiteResult:
         else:
             result.failed.append(name)
     return result
+
+
+def ran_subtest(log: Path, subtest: str) -> bool:
+    """The sub-test started and passed (``[ <func>:<line>: <name>: PASS (...) ]``)."""
+    return any(subtest in line and ": PASS (" in line for line in log.read_text().splitlines())
 
 
 def skip_reasons(log: str) -> dict[str, str]:
@@ -483,7 +525,11 @@ def main() -> int:
     plan = [
         ("kafka-python", args.kafka_python, ("num.partitions=4",)),
         ("aiokafka", args.aiokafka, ("num.partitions=2",)),
-        ("librdkafka", args.librdkafka, ("num.partitions=4", "connections.max.reauth.ms=10000")),
+        (
+            "librdkafka",
+            args.librdkafka,
+            ("num.partitions=4", f"connections.max.reauth.ms={REAUTH_MS}"),
+        ),
     ]
     for name, source, extra in plan:
         if source is None:
