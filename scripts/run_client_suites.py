@@ -26,8 +26,10 @@ checked out at the versions installed here (``pip show kafka-python aiokafka``;
   ~5 minutes on 2 cores).  Its ``tests/sasl_test.py`` runs the suite on trivup clusters in
   several security set-ups; the same set-ups are run here against our broker with the
   ``test.conf`` and ``SSL_*`` environment that ``LibrdkafkaTestApp.py`` writes, flags
-  ``-p1 -L -Q`` as its ``make sasl`` target, and a test selection per set-up (see
-  :data:`LIBRDKAFKA_SUITES`).
+  ``-p1 -L -Q`` as its ``make sasl`` target (but 0142-reauthentication's sub-tests, which
+  ``-Q`` would skip, run without it), and a test selection per set-up (see
+  :data:`LIBRDKAFKA_SUITES`).  librdkafka's tests are those of the newest tag stored
+  (v2.15.0) when the installed library is 2.16.0.
 
 Each client gets its own broker, ``python -m kraft.cli dev`` with the settings its CI's
 broker has (listeners PLAINTEXT, SSL, MTLS (SSL, ``ssl.client.auth=required``),
