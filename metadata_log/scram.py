@@ -7,6 +7,8 @@ lets a server verify a proof with: the salt, ``StoredKey``, ``ServerKey`` and th
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from dataclasses import dataclass
 from typing import Final
 
@@ -32,3 +34,23 @@ class ScramCredential:
 
 
 ScramKey = tuple[str, str]  # (user name, mechanism name)
+
+
+def credential_from_salted_password(
+    mechanism: str, salt: bytes, salted_password: bytes, iterations: int
+) -> ScramCredential:
+    """RFC 5802's StoredKey and ServerKey from SaltedPassword (what Kafka's admin clients send
+    in AlterUserScramCredentials: the salt and ``Hi(password, salt, iterations)``)."""
+    digest = SCRAM_HASHES[mechanism]
+    client_key = hmac.digest(salted_password, b"Client Key", digest)
+    return ScramCredential(
+        salt=salt,
+        stored_key=hashlib.new(digest, client_key).digest(),
+        server_key=hmac.digest(salted_password, b"Server Key", digest),
+        iterations=iterations,
+    )
+
+
+def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
+    """RFC 5802's ``Hi(Normalize(password), salt, i)`` (PBKDF2 with the mechanism's HMAC)."""
+    return hashlib.pbkdf2_hmac(SCRAM_HASHES[mechanism], password.encode(), salt, iterations)

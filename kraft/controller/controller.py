@@ -25,12 +25,15 @@ from kafka_protocol.messages import (
     AlterConfigsRequest,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AlterUserScramCredentialsRequest,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteAclsRequest,
     DeleteTopicsRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
@@ -38,11 +41,13 @@ from kafka_protocol.messages import (
 )
 from kafka_protocol.metadata import PartitionChangeRecord
 from kraft.controller import (
+    acls,
     alter_partition,
     cluster,
     configuration,
     elections,
     producer_ids,
+    scram,
     topics,
 )
 from kraft.controller.cluster import HasValidSession
@@ -173,6 +178,12 @@ RULES: Final[dict[type[Request], Rule]] = {
     # Remove a fenced broker's registration (KIP-631).
     UnregisterBrokerRequest: lambda c, r, image: cluster.unregister_broker(
         r, image, c._unclean(image)
+    ),
+    # ACLs (SECURITY_DISABLED without authorizer.class.name) and SCRAM credentials.
+    CreateAclsRequest: lambda c, r, image: acls.create_acls(c.config, c.rng, r, image),
+    DeleteAclsRequest: lambda c, r, image: acls.delete_acls(c.config, r, image),
+    AlterUserScramCredentialsRequest: lambda c, r, image: scram.alter_user_scram_credentials(
+        r, image
     ),
 }
 
