@@ -79,8 +79,12 @@ class Controller:
         self.topics_context = topics.TopicsContext(self.config, self.rng, new_topic_id)
 
     def bootstrap(self, image: ClusterImage) -> ControllerResult[None]:
-        """The records a brand-new cluster starts with (empty once bootstrapped)."""
-        return cluster.bootstrap(image)
+        """The records a brand-new cluster starts with (empty once bootstrapped): the
+        metadata.version, then the configured bootstrap records (SCRAM users)."""
+        result = cluster.bootstrap(image)
+        if not result.records or not self.config.bootstrap_records:
+            return result
+        return ControllerResult([*result.records, *self.config.bootstrap_records], None)
 
     def handle(self, request: Request, image: ClusterImage) -> ControllerResult[Response]:
         """A forwarded admin request, by its rule in :data:`RULES`."""
