@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from kraft import __version__
-from kraft.cli import arguments, cluster, elect, groups, records, storage, topics
+from kraft.cli import arguments, certs, cluster, elect, groups, records, storage, topics
 from kraft.node.config import ConfigError, NodeConfig, StartupError, load_config, parse_overrides
 
 
@@ -156,6 +156,7 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     records.add_parser(sub, common)
     cluster.add_parser(sub, common)
     elect.add_parser(sub)
+    certs.add_parser(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,8 @@ A request alters each user at most once: a second deletion or upsertion naming a
 named (any mechanism) fails that user with DUPLICATE_RESOURCE, and none of its alterations is
 applied. Then, per alteration: an unknown mechanism is UNSUPPORTED_SASL_MECHANISM; deleting a
 credential that does not exist is RESOURCE_NOT_FOUND; an upsertion outside Kafka's iteration
-bounds (4096..16384) or with an empty user, salt or salted password is UNACCEPTABLE_CREDENTIAL.
+bounds (4096..16384), with an empty user or salt, or a salted password that is not one digest
+long is UNACCEPTABLE_CREDENTIAL.
 An upsertion carries the salt and the salted password (``Hi(password, salt, i)``), from which the
 StoredKey and ServerKey of the record are computed; the password itself never travels.
 Results: deletions, then upsertions, then the duplicated users, one result per user.
@@ -18,15 +19,11 @@ from kafka_protocol.messages import (
     AlterUserScramCredentialsResponse,
 )
 from kafka_protocol.metadata import RemoveUserScramCredentialRecord
+from kafka_protocol.sasl import credential_of_salted_password
 from kraft.controller.result import ControllerResult
 from metadata_log.image import ClusterImage, scram_record
 from metadata_log.records import MetadataRecord
-from metadata_log.scram import (
-    MAX_ITERATIONS,
-    MIN_ITERATIONS,
-    SCRAM_MECHANISM_NAMES,
-    credential_from_salted_password,
-)
+from metadata_log.scram import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_MECHANISM_NAMES
 
 Result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
 Deletion = AlterUserScramCredentialsRequest.ScramCredentialDeletion
@@ -72,9 +69,13 @@ def alter_user_scram_credentials(
             results.append(_failed(name, *error))
             continue
         mechanism = SCRAM_MECHANISM_NAMES[u.mechanism]
-        credential = credential_from_salted_password(
-            mechanism, bytes(u.salt), bytes(u.salted_password), u.iterations
-        )
+        try:
+            credential = credential_of_salted_password(
+                mechanism, bytes(u.salt), bytes(u.salted_password), u.iterations
+            )
+        except ValueError as exc:  # e.g. a salted password that is not one digest long
+            results.append(_failed(name, ErrorCode.UNACCEPTABLE_CREDENTIAL, str(exc)))
+            continue
         records.append(scram_record(name, mechanism, credential))
         results.append(Result(user=name, error_code=ErrorCode.NONE, error_message=None))
     results += [_failed(name, ErrorCode.DUPLICATE_RESOURCE, TWICE) for name in duplicated]

@@ -16,7 +16,6 @@ import binascii
 import dataclasses
 import os
 import re
-import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,21 +24,15 @@ from typing import Final
 from kafka_protocol.exceptions import ProtocolError
 from kafka_protocol.metadata import UserScramCredentialRecord
 from kafka_protocol.record_batch import iter_batches
+from kafka_protocol.sasl import credential_of_salted_password, scram_credential
 from kraft.controller.result import ControllerConfig
 from kraft.node.config import ConfigError
 from metadata_log.exceptions import InvalidMetadataRecordError
 from metadata_log.image import scram_record
 from metadata_log.records import build_metadata_batch, read_metadata_batch
-from metadata_log.scram import (
-    MAX_ITERATIONS,
-    MIN_ITERATIONS,
-    ScramCredential,
-    credential_from_salted_password,
-    salted_password,
-)
+from metadata_log.scram import MAX_ITERATIONS, MIN_ITERATIONS, ScramCredential
 
 BOOTSTRAP_FILE: Final = "bootstrap.checkpoint"
-SALT_BYTES: Final = 32
 _ADD_SCRAM = re.compile(r"\s*(SCRAM-SHA-256|SCRAM-SHA-512)\s*=\s*\[(.*)\]\s*", re.DOTALL)
 _ATTRIBUTE = re.compile(r'\s*([a-z]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^,]*)\s*(?:,|$)')
 
@@ -62,11 +55,8 @@ class BootstrapScram:
         iterations: int = MIN_ITERATIONS,
         salt: bytes | None = None,
     ) -> BootstrapScram:
-        salt = secrets.token_bytes(SALT_BYTES) if salt is None else salt
-        salted = salted_password(mechanism, password, salt, iterations)
-        return cls(
-            user, mechanism, credential_from_salted_password(mechanism, salt, salted, iterations)
-        )
+        credential = scram_credential(mechanism, password, salt=salt, iterations=iterations)
+        return cls(user, mechanism, credential)
 
 
 def parse_add_scram(text: str) -> BootstrapScram:
@@ -117,7 +107,10 @@ def _credential_of(text: str, mechanism: str, attributes: dict[str, str]) -> Boo
             )
         salted = _base64(text, attributes, "saltedpassword")
         assert salted is not None
-        credential = credential_from_salted_password(mechanism, salt, salted, iterations)
+        try:
+            credential = credential_of_salted_password(mechanism, salt, salted, iterations)
+        except ValueError as exc:
+            raise ValueError(f"--add-scram {text!r}: {exc}") from None
         return BootstrapScram(name, mechanism, credential)
     if "password" not in attributes:
         raise ValueError(f"--add-scram {text!r}: password= (or saltedpassword=) is required")

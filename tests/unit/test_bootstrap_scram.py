@@ -33,6 +33,8 @@ CLIENT_FINAL_BARE = "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0
 PROOF = "dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
 SERVER_SIGNATURE = "6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
 
+SALTED_512 = base64.b64encode(bytes(range(64))).decode()  # one SHA-512 digest long
+
 
 def test_credential_matches_rfc_7677() -> None:
     salt = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
@@ -61,7 +63,7 @@ def test_add_scram_syntax() -> None:
     )
     assert again == quoted
     salted = parse_add_scram(
-        'SCRAM-SHA-512=[name=alice,iterations=8192,salt="N3E=",saltedpassword="YCE="]'
+        f'SCRAM-SHA-512=[name=alice,iterations=8192,salt="N3E=",saltedpassword="{SALTED_512}"]'
     )
     assert salted.credential.salt == base64.b64decode("N3E=")
 
@@ -77,6 +79,7 @@ def test_add_scram_syntax() -> None:
         "SCRAM-SHA-256=[name=a,password=b,iterations=x]",
         "SCRAM-SHA-256=[name=a,saltedpassword=YCE=]",
         "SCRAM-SHA-256=[name=a,salt=!!,saltedpassword=YCE=]",
+        "SCRAM-SHA-256=[name=a,salt=N3E=,saltedpassword=YCE=]",  # not one digest long
         "SCRAM-SHA-256=[name=a,password=b,colour=red]",
         "SCRAM-SHA-256=[name=a,name=b,password=c]",
         "SCRAM-SHA-256=name=a,password=b",
