@@ -28,12 +28,14 @@ from typing import Any, Final
 from broker.broker import Broker, BrokerConfig
 from broker.controller_channel import Forwarder, forwarded_api
 from broker.dispatcher import RequestDispatcher
+from broker.handlers.acls import SecurityAdminHandlers
 from broker.kafka_client import ControllerClient
 from broker.lifecycle import BrokerLifecycle, BrokerLifecycleError
 from broker.metadata_follower import MetadataFollower
 from broker.metrics import BrokerMetrics
 from broker.remote_controller import RemoteControllerChannel
 from broker.replication.alter_partition import AlterPartitionSender
+from broker.security.authorization import BrokerAuthorizer
 from broker.security.session import ListenerSecurity
 from broker.server import KafkaListener
 from broker.storage import FileStorage
@@ -226,7 +228,11 @@ class QuorumMember:
             ),
         )
         apis = ControllerApis(controller, cfg.node_id, voters)
-        dispatcher = RequestDispatcher(apis.specs(), BrokerMetrics())
+        # ACL and SCRAM changes sent to this listener are authorized here, with the sender's
+        # principal (a forwarding broker's: make brokers super.users, as Kafka requires).
+        authorizer = BrokerAuthorizer.from_config(cfg.values, lambda: controller.image)
+        security = SecurityAdminHandlers(authorizer, lambda: controller.image)
+        dispatcher = RequestDispatcher(security.guard(apis.specs()), BrokerMetrics())
         apis.dispatcher = dispatcher
         try:
             listener = KafkaListener(
