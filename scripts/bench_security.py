@@ -320,7 +320,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer messages, shorter logins")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--count", type=int, help="1 KiB messages per phase (300,000; quick 100,000)")
+    parser.add_argument(
+        "--count", type=int, help="1 KiB records per phase (300,000; quick 100,000)"
+    )
     parser.add_argument("--login-seconds", type=float, help="per login run (5; quick 3)")
     parser.add_argument("--login-clients", type=int, default=4)
     parser.add_argument("--json", nargs="?", const="-", help="write every run as JSON")
