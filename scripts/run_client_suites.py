@@ -336,7 +336,7 @@ RDK_SSL_ONLY = ("0097",)
 # 0142-reauthentication (KIP-368) skips unless every broker has connections.max.reauth.ms > 0,
 # and its sub-tests are not "quick": run without -Q, one sub-test per run (SUBTESTS matches a
 # substring).  Left out: its share-consumer (KIP-932), transactional-producer (no
-# transactions here) and OAUTHBEARER sub-tests.
+# transactions here) and OAUTHBEARER sub-tests, and the consumer one (RDK_REAUTH_EXCLUDED).
 RDK_REAUTH_SUBTESTS = (
     "test producer message loss while reauthenticating",
     "test reauth failure with wrong credentials for reauth",
