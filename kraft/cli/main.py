@@ -3,7 +3,7 @@
     kraft dev [--data-dir DIR] [--port N] [--admin-port N]    one combined node, for development
     kraft dev --controllers 3 --brokers 3                     a local cluster of processes
     kraft server [--config FILE] [--override key=value ...]   one node, exactly as a container runs
-    kraft topics|groups|produce|consume|cluster ...           admin commands over the REST API
+    kraft topics|groups|produce|consume|cluster|users|acls    admin commands over the REST API
     kraft --help                                              every command (one module each)
 
 Errors in configuration exit with status 2 and one line that names the key and its source.
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from kraft import __version__
-from kraft.cli import arguments, cluster, elect, groups, records, topics
+from kraft.cli import acls, arguments, cluster, elect, groups, records, topics, users
 from kraft.node.config import ConfigError, NodeConfig, StartupError, load_config, parse_overrides
 
 
@@ -153,6 +153,8 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     groups.add_parser(sub, common)
     records.add_parser(sub, common)
     cluster.add_parser(sub, common)
+    users.add_parser(sub, common)
+    acls.add_parser(sub, common)
     elect.add_parser(sub)
 
 

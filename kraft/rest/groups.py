@@ -38,6 +38,7 @@ from kraft.groups.model import (
     ToOffsets,
     ToTimestamp,
 )
+from kraft.rest.access import allowed, visible
 from kraft.rest.common import (
     AdminNode,
     ApiError,
@@ -48,6 +49,7 @@ from kraft.rest.common import (
     json_type,
     node_of,
 )
+from metadata_log.acls import CLUSTER_NAME, AclOperation, ResourceType
 from metadata_log.image import TopicPartition
 
 T = TypeVar("T")
@@ -236,6 +238,10 @@ async def list_groups(request: web.Request) -> web.Response:
     """Served by controllers too, like every group route."""
     admin = _admin(request)
     groups = await _call("listing the groups", admin.list_groups())
+    # Kafka's ListGroups: all with DESCRIBE on the cluster, else those with DESCRIBE on them
+    if not allowed(request, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        shown = visible(request, AclOperation.DESCRIBE, ResourceType.GROUP)
+        groups = [g for g in groups if shown(g.group_id)]
     return web.json_response([listing_json(g) for g in groups])
 
 
