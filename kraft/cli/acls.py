@@ -36,8 +36,10 @@ PATTERN_TYPES = ("literal", "prefixed", "match", "any")
 
 def operation_name(text: str) -> str:
     """kafka-acls spells operations in CamelCase (``DescribeConfigs``); the API upper-case."""
-    out = "".join("_" + c if c.isupper() and i else c for i, c in enumerate(text.strip()))
-    return out.replace("__", "_").upper()
+    text = text.strip()
+    if "_" in text or text.isupper() or text.islower():
+        return text.upper()
+    return "".join("_" + c if c.isupper() and i else c for i, c in enumerate(text)).upper()
 
 
 def resources(args: argparse.Namespace) -> list[tuple[str, str]]:
