@@ -20,17 +20,18 @@ from __future__ import annotations
 
 import re
 import ssl
-from collections.abc import Mapping
 from typing import Any, Final
 
+from broker.security.authorization import BrokerAuthorizer
 from broker.security.principal import PrincipalMapper
 from broker.security.ssl_config import server_ssl_context
-from kafka_protocol.sasl import SCRAM_MECHANISM_IDS, ScramCredential, verify_scram_password
+from kafka_protocol.sasl import verify_scram_password
 from kafka_protocol.sasl.jaas import parse_jaas, plain_users
 from kraft.node.config import ConfigError, NodeConfig
 from kraft.rest.access import RestAuthorizer
 from kraft.rest.authentication import AdminSecurity
 from kraft.rest.common import AdminNode
+from metadata_log.image import ClusterImage
 
 ADMIN_PREFIX: Final = "admin."
 FAILED_DELAY_KEY: Final = "connection.failed.authentication.delay.ms"
@@ -122,22 +123,9 @@ def authentication_required(cfg: NodeConfig) -> bool:
     return bool((cfg.get("authorizer.class.name") or "").strip()) or has_sasl_listener(cfg)
 
 
-def scram_credential_of(image: Any, user: str, mechanism: str) -> ScramCredential | None:
-    """The image's SCRAM credential of ``user`` (keyed by the mechanism's name or its id)."""
-    if image is None:
-        return None
-    scram: Mapping[Any, Any] = image.scram
-    record = scram.get((user, mechanism))
-    if record is None:
-        record = scram.get((user, SCRAM_MECHANISM_IDS[mechanism]))
-    if record is None or isinstance(record, ScramCredential):
-        return record
-    return ScramCredential(
-        salt=bytes(record.salt),
-        stored_key=bytes(record.stored_key),
-        server_key=bytes(record.server_key),
-        iterations=int(record.iterations),
-    )
+def scram_credential_of(image: ClusterImage | None, user: str, mechanism: str) -> Any:
+    """The image's SCRAM credential of ``user`` for ``mechanism`` (salt, keys, iterations)."""
+    return None if image is None else image.scram.get((user, mechanism))
 
 
 def admin_security(node: AdminNode) -> AdminSecurity:
@@ -167,6 +155,11 @@ def admin_authorizer(node: AdminNode) -> RestAuthorizer | None:
     every caller may do everything, as on the Kafka listeners)."""
     if not (node.config.get("authorizer.class.name") or "").strip():
         return None
-    from broker.security.authorization import BrokerAuthorizer
 
-    return BrokerAuthorizer.from_config(node.config.values, lambda: node.image)
+    def image() -> ClusterImage:
+        return node.image or ClusterImage.EMPTY
+
+    try:
+        return BrokerAuthorizer.from_config(node.config.values, image)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None

@@ -85,7 +85,8 @@ PRINCIPAL: Final = web.RequestKey("principal", str)  # set by the middleware
 
 def principal_of(request: web.Request) -> str:
     """The principal the middleware authenticated (``User:ANONYMOUS`` on open paths)."""
-    return request.get(PRINCIPAL, ANONYMOUS)
+    principal: str = request.get(PRINCIPAL, ANONYMOUS)
+    return principal
 
 
 class Unauthenticated(Exception):
@@ -206,7 +207,11 @@ async def authenticate(request: web.Request, security: AdminSecurity) -> str:
         return user_principal(user)
     certificate = peer_certificate(request)
     if certificate and security.principal_of_certificate is not None:
-        return security.principal_of_certificate(certificate)
+        try:
+            return security.principal_of_certificate(certificate)
+        except ValueError:  # no ssl.principal.mapping.rules rule applies to its name
+            log.info("REST client certificate of %s maps to no principal", request.remote)
+            raise Unauthenticated("the client certificate maps to no principal") from None
     if security.required:
         raise Unauthenticated(
             "authentication required: give a user and password (HTTP Basic)"

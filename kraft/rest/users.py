@@ -39,21 +39,13 @@ from metadata_log.image import ClusterImage
 SALT_BYTES: Final = 32
 MAX_PASSWORD_BYTES: Final = 1024
 _HASH_OF: Final = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
-_MECHANISM_OF_ID: Final = {v: k for k, v in SCRAM_MECHANISM_IDS.items()}
-
-
-def mechanism_name(mechanism: object) -> str:
-    """The image keys credentials by the mechanism's name or its Kafka id: the name."""
-    if isinstance(mechanism, int):
-        return _MECHANISM_OF_ID.get(mechanism, str(mechanism))
-    return str(mechanism)
 
 
 def credentials_of(image: ClusterImage) -> dict[str, dict[str, int]]:
     """user -> {mechanism: iterations}, from the image's SCRAM credentials."""
     users: dict[str, dict[str, int]] = {}
     for (user, mechanism), credential in image.scram.items():
-        users.setdefault(user, {})[mechanism_name(mechanism)] = int(credential.iterations)
+        users.setdefault(user, {})[mechanism] = credential.iterations
     return users
 
 
