@@ -168,13 +168,29 @@ class VerifiedCache:
         return len(self._entries)
 
 
+@dataclass(frozen=True, slots=True)
+class _UnknownUser:
+    """Checked in place of a credential a user does not have, so that an unknown user costs
+    the same PBKDF2 as a wrong password (the timing does not tell which users exist)."""
+
+    salt: bytes = secrets.token_bytes(32)
+    stored_key: bytes = b""
+    server_key: bytes = b""
+    iterations: int = 4096
+
+
+UNKNOWN_USER: Final = _UnknownUser()
+
+
 async def verify_password(security: AdminSecurity, user: str, password: str) -> bool:
     """Whether ``password`` is ``user``'s, as a PLAIN user or by a SCRAM credential."""
     plain = security.plain_users().get(user)
     if plain is not None and hmac.compare_digest(plain.encode(), password.encode()):
         return True
-    for mechanism in SCRAM_MECHANISMS:
-        credential = security.scram_lookup(user, mechanism)
+    credentials = [(m, security.scram_lookup(user, m)) for m in SCRAM_MECHANISMS]
+    if all(credential is None for _, credential in credentials):
+        credentials = [(SCRAM_MECHANISMS[0], UNKNOWN_USER)]
+    for mechanism, credential in credentials:
         if credential is None:
             continue
         key = security.cache.key(user, mechanism, password, credential)

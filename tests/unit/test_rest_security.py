@@ -189,7 +189,7 @@ def test_a_failed_login_is_delayed_without_holding_up_other_callers() -> None:
     assert good_s < 0.3
 
 
-def test_a_scram_verification_is_cached_only_when_it_succeeds() -> None:
+def test_a_scram_verification_is_cached_only_when_it_succeeds_and_costs_the_same_for_all() -> None:
     verify = CountingVerify()
 
     async def scenario(client: TestClient[Any, Any]) -> None:
@@ -200,6 +200,9 @@ def test_a_scram_verification_is_cached_only_when_it_succeeds() -> None:
             response = await client.get("/v1/topics", headers=basic("alice", "guess"))
             assert response.status == 401
         assert verify.calls == 4  # each failure paid PBKDF2 again
+        # an unknown user costs the same PBKDF2 (timing does not tell who exists)
+        assert (await client.get("/v1/topics", headers=basic("nobody", "guess"))).status == 401
+        assert verify.calls == 5
 
     serve(scenario, security(verify=verify))
 
