@@ -38,7 +38,7 @@ from kraft.groups.model import (
     ToOffsets,
     ToTimestamp,
 )
-from kraft.rest.access import allowed, visible
+from kraft.rest.access import allowed, require, visible
 from kraft.rest.common import (
     AdminNode,
     ApiError,
@@ -263,6 +263,8 @@ async def reset_group_offsets(request: web.Request) -> web.Response:
     admin = _admin(request)
     group_id = request.match_info["group"]
     topics, target, execute = parse_reset(await json_object(request))
+    for topic in topics or ():  # Kafka's OffsetCommit: READ on the group and on each topic
+        require(request, AclOperation.READ, ResourceType.TOPIC, topic)
     result = await _call(
         f"resetting the offsets of {group_id!r}",
         admin.reset_offsets(group_id, topics, target, execute=execute),

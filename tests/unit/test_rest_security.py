@@ -263,6 +263,7 @@ def test_acls_decide_each_route() -> None:
         ("User:bob", AclOperation.DESCRIBE, ResourceType.TOPIC, "orders"),
         ("User:bob", AclOperation.DESCRIBE, ResourceType.TOPIC, "payments"),
         ("User:bob", AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, "payments"),
+        ("User:bob", AclOperation.READ, ResourceType.GROUP, "g"),
     )
     bob = basic("bob", "bob-secret")
 
@@ -288,6 +289,10 @@ def test_acls_decide_each_route() -> None:
             assert (await response.json())["error"] == error, (method, path)
         response = await client.post("/v1/topics", headers=bob, json={"name": "new"})
         assert response.status == 403
+        # READ on the group is not enough to move its offsets of a topic without READ
+        reset = {"topic": "orders", "to": "earliest"}
+        response = await client.post("/v1/groups/g/offsets", headers=bob, json=reset)
+        assert (await response.json())["error"] == "TOPIC_AUTHORIZATION_FAILED"
         # DESCRIBE without DESCRIBE_CONFIGS: the topic, not its configs
         orders = await (await client.get("/v1/topics/orders", headers=bob)).json()
         payments = await (await client.get("/v1/topics/payments", headers=bob)).json()
