@@ -4,9 +4,10 @@ for an https:// URL, the CA to trust and an optional client certificate.
 Sources, highest first: ``--user``/``--password``; ``KRAFT_ADMIN_USER``/``KRAFT_ADMIN_PASSWORD``;
 ``--command-config FILE``, a properties file as ``kafka-*.sh --command-config`` takes:
 ``sasl.jaas.config`` (its ``username``/``password`` options) or ``admin.user``/
-``admin.password``; ``ssl.truststore.location`` or ``ssl.ca.location`` (a PEM CA file; also
-``--ca-file``), and ``ssl.keystore.location`` (a PEM file with the client's key and
-certificate chain, ``ssl.key.password``) or ``ssl.certificate.location`` + ``ssl.key.location``.
+``admin.password``; Kafka's client ``ssl.*`` keys (:func:`broker.security.ssl_config.
+client_ssl_context`: ``ssl.truststore.location``, ``ssl.keystore.location`` for a client
+certificate, ...), or librdkafka's ``ssl.ca.location`` / ``ssl.certificate.location`` +
+``ssl.key.location``; ``--ca-file`` names the CA too.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
+from broker.security.ssl_config import client_ssl_context
 from kafka_protocol.sasl.jaas import own_credentials, parse_jaas
 from kraft.node.config import parse_properties
 
@@ -69,19 +71,22 @@ def _credentials_of(props: dict[str, str], path: str) -> tuple[str | None, str |
     return own if own is not None else (None, None)
 
 
-def client_ssl_context(props: dict[str, str], ca_file: str | None) -> ssl.SSLContext:
-    """Verify the server against the given CA (else the system's), with a client certificate
-    when the properties name one."""
-    ca = ca_file or props.get("ssl.truststore.location") or props.get("ssl.ca.location")
+def admin_ssl_context(props: dict[str, str], ca_file: str | None) -> ssl.SSLContext:
+    """Kafka's client ``ssl.*`` keys (the server checked against the CA given, else the
+    system's), with librdkafka's ``ssl.ca.location``, ``ssl.certificate.location`` and
+    ``ssl.key.location`` read as their Kafka equivalents."""
+    tls = {k: v for k, v in props.items() if k.startswith("ssl.")}
+    if ca := ca_file or tls.pop("ssl.ca.location", None):
+        tls["ssl.truststore.location"] = ca
     try:
-        context = ssl.create_default_context(cafile=ca)
-        chain = props.get("ssl.keystore.location") or props.get("ssl.certificate.location")
-        if chain:
-            key = props.get("ssl.key.location")  # None: the key is in the chain file
-            context.load_cert_chain(chain, key, props.get("ssl.key.password"))
-    except (OSError, ssl.SSLError) as exc:
+        certificate = tls.pop("ssl.certificate.location", None)
+        key = tls.pop("ssl.key.location", None)
+        if certificate and key:
+            tls["ssl.keystore.certificate.chain"] = Path(certificate).read_text()
+            tls["ssl.keystore.key"] = Path(key).read_text()
+        return client_ssl_context(tls)
+    except (OSError, ValueError, ssl.SSLError) as exc:
         raise LoginError(f"TLS settings: {exc}") from None
-    return context
 
 
 def admin_login(args: argparse.Namespace) -> AdminLogin:
@@ -96,5 +101,5 @@ def admin_login(args: argparse.Namespace) -> AdminLogin:
         raise LoginError(f"--user {user} needs a password: --password, ${PASSWORD_ENV} or a file")
     context = None
     if str(getattr(args, "admin", "")).startswith("https://"):
-        context = client_ssl_context(props, getattr(args, "ca_file", None))
+        context = admin_ssl_context(props, getattr(args, "ca_file", None))
     return AdminLogin(user or None, password if user else None, context)
