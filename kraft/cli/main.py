@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from kraft import __version__
-from kraft.cli import acls, arguments, cluster, elect, groups, records, topics, users
+from kraft.cli import acls, arguments, certs, cluster, elect, groups, records, topics, users
 from kraft.node.config import ConfigError, NodeConfig, StartupError, load_config, parse_overrides
 
 
@@ -156,6 +156,7 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     users.add_parser(sub, common)
     acls.add_parser(sub, common)
     elect.add_parser(sub)
+    certs.add_parser(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

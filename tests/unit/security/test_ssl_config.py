@@ -17,7 +17,7 @@ from broker.security.ssl_config import (
     resolve_listener_props,
     server_ssl_context,
 )
-from kraft.node.certificates import CertificateAuthority, make_ca, make_certificate
+from kraft.node.certificates import CertificateAuthority, load_ca, make_ca, make_certificate
 
 
 @pytest.fixture(scope="module")
@@ -258,6 +258,8 @@ def test_certificate_files(pki: dict[str, Any]) -> None:
     assert (
         Path(pki["server"]).stat().st_mode & 0o077 == 0 and ca.key_path.stat().st_mode & 0o077 == 0
     )
+    again = load_ca(pki["dir"])  # kraft dev --secure reuses the CA of its data directory
+    assert again.certificate == ca.certificate and again.key_path == ca.key_path
     with pytest.raises(ValueError, match="plain file name"):
         make_certificate(ca, pki["dir"], "../evil", ["x"])
     with pytest.raises(ValueError, match="at least one host"):
