@@ -23,6 +23,7 @@ from kafka_protocol.messages import (
     AlterUserScramCredentialsResponse,
 )
 from kafka_protocol.sasl import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_MECHANISM_IDS
+from kafka_protocol.sasl.scram import SALT_BYTES, hash_name
 from kraft.rest.common import (
     AdminNode,
     ApiError,
@@ -36,9 +37,7 @@ from kraft.rest.common import (
 )
 from metadata_log.image import ClusterImage
 
-SALT_BYTES: Final = 32
 MAX_PASSWORD_BYTES: Final = 1024
-_HASH_OF: Final = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
 
 
 def credentials_of(image: ClusterImage) -> dict[str, dict[str, int]]:
@@ -98,7 +97,7 @@ async def upsert_user(request: web.Request) -> web.Response:
     if iterations > MAX_ITERATIONS:
         raise bad_request(f"iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}")
     salt = secrets.token_bytes(SALT_BYTES)
-    salted = hashlib.pbkdf2_hmac(_HASH_OF[mechanism], password.encode(), salt, iterations)
+    salted = hashlib.pbkdf2_hmac(hash_name(mechanism), password.encode(), salt, iterations)
     upsertion = AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
         name=name,
         mechanism=SCRAM_MECHANISM_IDS[mechanism],
