@@ -1,5 +1,6 @@
 """The REST admin API of one node (aiohttp): health, cluster, topics, configs, records, consumer
-groups, metrics.
+groups, SCRAM users, ACLs, metrics; over https when ``admin.listener`` says so, behind the same
+users and ACLs as the Kafka listeners.
 
 Every route is listed in :data:`ROUTES` and described in :mod:`kraft.rest.openapi`.  Handlers
 parse and check the request, make one call (a request forwarded to the active controller for
@@ -7,9 +8,12 @@ writes, the replica manager or the partition's leader for records, the node's im
 descriptions) and answer JSON.  Every node serves every route, controllers included.
 
 The package: :mod:`~kraft.rest.common` (errors and their middleware, request parsing, shared
-lookups), the routes in :mod:`~kraft.rest.cluster`, :mod:`~kraft.rest.topics`,
-:mod:`~kraft.rest.records` and :mod:`~kraft.rest.groups`, the document in
-:mod:`~kraft.rest.openapi`, and here the application that puts them together.
+lookups), who is calling in :mod:`~kraft.rest.authentication` (settings from the node's config:
+:mod:`~kraft.rest.admin_security`), the ACL each route needs in :mod:`~kraft.rest.access`, the
+routes in :mod:`~kraft.rest.cluster`, :mod:`~kraft.rest.topics`, :mod:`~kraft.rest.records`,
+:mod:`~kraft.rest.groups`, :mod:`~kraft.rest.users` and :mod:`~kraft.rest.acls`, the document in
+:mod:`~kraft.rest.openapi`, and here the application that puts them together.  Middlewares, outer
+first: errors as JSON, authentication (401), access rules (403), JSON-only writes (415).
 """
 
 from __future__ import annotations
