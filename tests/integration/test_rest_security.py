@@ -247,3 +247,28 @@ def test_a_client_certificate_is_a_login(secured: Secured) -> None:
     assert reply.status == 200 and reply.json == []
     denied = call(secured, "GET", "/v1/cluster", context=context)
     assert denied.status == 403
+
+
+def test_required_client_certificates(tmp_path: Path) -> None:
+    ca = make_ca(tmp_path / "ca")
+    server = make_certificate(ca, tmp_path / "certs", "node", ["127.0.0.1"])
+    client = make_certificate(ca, tmp_path / "certs", "frank", client=True)
+    node = NodeProcess(
+        tmp_path / "data",
+        overrides=(
+            "admin.listener=https://127.0.0.1:0",
+            f"ssl.keystore.location={server}",  # the node's own ssl.* keys serve the API too
+            f"ssl.truststore.location={ca.certificate_path}",
+            "admin.ssl.client.auth=required",
+        ),
+    ).start()
+    try:
+        anonymous = ssl.create_default_context(cafile=str(ca.certificate_path))
+        with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
+            urllib.request.urlopen(node.admin + "/v1/health", timeout=10, context=anonymous)
+        with_cert = ssl.create_default_context(cafile=str(ca.certificate_path))
+        with_cert.load_cert_chain(str(client))
+        secured = Secured(node, ca.certificate_path, client, with_cert)
+        assert call(secured, "GET", "/v1/topics").status == 200
+    finally:
+        node.stop()
