@@ -40,7 +40,7 @@ import errno
 import os
 import socket
 import ssl
-from typing import Final
+from typing import Final, cast
 
 from broker.connection import Connection, ConnectionOwner
 from kafka_protocol._codec import FileRegion
@@ -169,7 +169,8 @@ class TlsConnection(Connection):
         read, room, filled = self._tls.read, len(buffer), 0
         try:
             while filled < room:
-                count = read(room - filled, buffer[filled:] if filled else buffer)
+                # with a buffer, SSLObject.read returns the count (typeshed says bytes)
+                count = cast(int, read(room - filled, buffer[filled:] if filled else buffer))
                 if not count:  # close_notify: shows again on the next read
                     if not filled:
                         self.abort("peer closed the TLS session")

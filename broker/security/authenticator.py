@@ -28,6 +28,7 @@ from typing import Final
 from broker.security.session import Session, user_principal
 from kafka_protocol.clock import monotonic_ms
 from kafka_protocol.errors import ErrorCode
+from kafka_protocol.sasl import SaslAuthenticationError
 
 log = logging.getLogger("broker.security")
 
@@ -116,15 +117,12 @@ def step(session: Session, token: bytes) -> tuple[bytes, int]:
         )
     try:
         reply: bytes = server.step(bytes(token))
-    except Exception as exc:  # the state machines raise SaslAuthenticationError
-        session.sasl_server = None
-        log.warning(
-            "SASL authentication failed listener=%s peer=%s mechanism=%s reason=%r",
-            session.listener,
-            session.peer,
-            session.mechanism,
-            str(exc),
-        )
+    except SaslAuthenticationError as exc:  # its message is safe to send to the client
+        _failed(session, str(exc))
+        raise SaslExchangeError(ErrorCode.SASL_AUTHENTICATION_FAILED, str(exc)) from None
+    except Exception:  # a bug in a state machine: still a failure, never a success
+        log.exception("SASL server %s failed peer=%s", session.mechanism, session.peer)
+        _failed(session, "internal error")
         raise SaslExchangeError(
             ErrorCode.SASL_AUTHENTICATION_FAILED, f"{INVALID_CREDENTIALS} {session.mechanism}"
         ) from None
@@ -149,3 +147,14 @@ def step(session: Session, token: bytes) -> tuple[bytes, int]:
     session.expires_at_ms = monotonic_ms() + lifetime_ms if lifetime_ms else None
     log.debug("SASL authenticated peer=%s principal=%s", session.peer, principal)
     return reply, lifetime_ms
+
+
+def _failed(session: Session, reason: str) -> None:
+    session.sasl_server = None
+    log.warning(
+        "SASL authentication failed listener=%s peer=%s mechanism=%s reason=%r",
+        session.listener,
+        session.peer,
+        session.mechanism,
+        reason,
+    )

@@ -28,31 +28,13 @@ from kafka_protocol.messages import (
     MetadataRequest,
     MetadataResponse,
     SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
     SaslHandshakeRequest,
 )
+from kafka_protocol.sasl import PlainServer, ScramClient, ScramServer, scram_credential
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 TOPIC = "sasl-topic"
-
-try:  # helper "sasl"'s state machines once merged; a minimal PLAIN server until then
-    from kafka_protocol.sasl import PlainServer
-except ImportError:  # pragma: no cover - removed once kafka_protocol.sasl is on main
-
-    class PlainServer:  # type: ignore[no-redef]
-        def __init__(self, lookup: Any) -> None:
-            self.lookup = lookup
-            self.complete = False
-            self.authorization_id = ""
-
-        def step(self, token: bytes) -> bytes:
-            parts = token.split(b"\0")
-            if len(parts) != 3:
-                raise ValueError("Invalid SASL/PLAIN token")
-            user, password = parts[1].decode(), parts[2].decode()
-            if self.lookup(user) != password:
-                raise ValueError("Authentication failed: Invalid username or password")
-            self.complete, self.authorization_id = True, user
-            return b""
 
 
 def plain_token(user: str, password: str) -> bytes:
@@ -174,9 +156,10 @@ def test_wrong_password_is_answered_after_the_delay_while_others_are_served() ->
         assert metadata_served(good)
         assert time.monotonic() - start < 0.5
         _, answer = decode_response(36, 2, bad.recv_frame())
+        assert isinstance(answer, SaslAuthenticateResponse)
         assert time.monotonic() - start >= 0.55
         assert answer.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
-        assert "invalid credentials with SASL mechanism PLAIN" in answer.error_message
+        assert answer.error_message == "Authentication failed: Invalid username or password"
         assert bad.is_closed()
         assert node.principals == ["User:bob"]
 
@@ -260,3 +243,91 @@ def test_confluent_kafka_over_sasl_plaintext(tmp_path: Path, password: str, ok: 
                 errors
             )
             assert broker.replicas.partitions[(TOPIC, 0)].log_end_offset == 0
+
+
+SCRAM = {
+    m: {"carol": scram_credential(m, "carol-secret")} for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+}
+
+
+def scram_security(tls: Any = None) -> ListenerSecurity:
+    def server(mechanism: str) -> Any:
+        return lambda: ScramServer(mechanism, SCRAM[mechanism].get)
+
+    return ListenerSecurity(
+        name="SASL_SSL" if tls else "SASL_PLAINTEXT",
+        protocol=SecurityProtocol.SASL_SSL if tls else SecurityProtocol.SASL_PLAINTEXT,
+        ssl_context=tls,
+        sasl_mechanisms=("PLAIN", *SCRAM),
+        sasl_servers={"PLAIN": lambda: PlainServer(USERS.get)} | {m: server(m) for m in SCRAM},
+        failed_authentication_delay_ms=0,
+    )
+
+
+@pytest.mark.parametrize("mechanism", sorted(SCRAM))
+def test_scram_exchange_with_the_reference_client(mechanism: str) -> None:
+    with sasl_node(scram_security()) as (node, port):
+        client = RawClient(port)
+        handshake = client.request(SaslHandshakeRequest(mechanism=mechanism), 1)
+        assert handshake.mechanisms == ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+        scram = ScramClient(mechanism, "carol", "carol-secret")
+        token: bytes | None = scram.first()
+        while token is not None:
+            answer = client.request(SaslAuthenticateRequest(auth_bytes=token), 2)
+            assert answer.error_code == 0
+            token = scram.step(answer.auth_bytes)
+        assert scram.complete and metadata_served(client)
+        assert node.principals == ["User:carol"]
+        wrong = RawClient(port)
+        wrong.request(SaslHandshakeRequest(mechanism=mechanism), 1)
+        bad = ScramClient(mechanism, "carol", "not-her-password")
+        answer = wrong.request(SaslAuthenticateRequest(auth_bytes=bad.first()), 2)
+        assert answer.error_code == 0  # the server-first message
+        proof = bad.step(answer.auth_bytes)  # the client-final message, a wrong proof
+        assert proof is not None
+        final = wrong.request(SaslAuthenticateRequest(auth_bytes=proof), 2)
+        assert final.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED
+        assert wrong.is_closed()
+
+
+@pytest.mark.parametrize(
+    "mechanism,user,password,ok",
+    [
+        ("SCRAM-SHA-256", "carol", "carol-secret", True),
+        ("SCRAM-SHA-512", "carol", "carol-secret", True),
+        ("PLAIN", "alice", "alice-secret", True),
+        ("SCRAM-SHA-512", "carol", "wrong", False),
+    ],
+)
+def test_confluent_kafka_over_sasl_ssl(
+    tmp_path: Path, mechanism: str, user: str, password: str, ok: bool
+) -> None:
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from secure_listener import make_pki, server_context
+
+    pki = make_pki(tmp_path)
+    port = free_port()
+    broker = topic_broker(tmp_path / "log", port, TOPIC)
+    errors: list[Any] = []
+    with serving(broker.dispatcher, scram_security(server_context(pki)), port=port):
+        producer = confluent_kafka.Producer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{port}",
+                "security.protocol": "SASL_SSL",
+                "ssl.ca.location": str(pki.ca),
+                "sasl.mechanism": mechanism,
+                "sasl.username": user,
+                "sasl.password": password,
+                "error_cb": errors.append,
+                "message.timeout.ms": 5000,
+            }
+        )
+        producer.produce(TOPIC, b"hello")
+        remaining = producer.flush(8)
+        end = broker.replicas.partitions[(TOPIC, 0)].log_end_offset
+        if ok:
+            assert remaining == 0 and not errors and end == 1
+        else:
+            codes = {e.code() for e in errors}
+            assert confluent_kafka.KafkaError._AUTHENTICATION in codes, errors
+            assert end == 0

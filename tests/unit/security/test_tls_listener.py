@@ -67,7 +67,7 @@ class Recorder:
 
 
 def api_versions_ok(client: RawClient) -> bool:
-    return client.request(ApiVersionsRequest(), 0).error_code == 0
+    return bool(client.request(ApiVersionsRequest(), 0).error_code == 0)
 
 
 @pytest.fixture
