@@ -5,15 +5,20 @@ Theory of operation
 The socket stays a raw non-blocking socket driven by ``loop.add_reader``/``add_writer``,
 exactly as a plaintext :class:`~broker.connection.Connection` (which this class extends, so the
 plaintext path has no TLS branch at all); TLS runs in an ``ssl.SSLObject`` between two
-``ssl.MemoryBIO``s.  Why memory BIOs and not ``wrap_socket`` (an ``SSLSocket``), measured with
-``scripts/bench_tls.py`` (confluent-kafka, 1 KiB records): an ``SSLSocket`` lets OpenSSL read
-the socket itself, two ``recv`` calls per TLS record (header, then body), and each
-``recv_into`` returns one record; librdkafka writes small records, so produce over SSL ran at
-0.25-0.32x of plaintext.  With memory BIOs one ``recv`` takes up to :data:`TLS_READ_BYTES` of
-ciphertext, and the records are decrypted from memory in a tight loop; on the way out, a
-256 KiB piece is encrypted into the outgoing BIO and sent with one ``send``, not one write per
-16 KiB record.  The price is one extra copy of each byte in each direction (memcpy, cheap next
-to the cipher).
+``ssl.MemoryBIO``s.  Why memory BIOs and not ``wrap_socket`` (an ``SSLSocket``): both were
+built and measured with ``scripts/bench_tls.py`` (confluent-kafka, 1 KiB records, 150k per
+run, 3 repeats).  Broker CPU per GB was the same within noise (produce 2.15 vs 2.34 CPU-s/GB,
+consume 0.46 vs 0.46; plaintext: 0.52 and 0.20), while throughput, on a shared 2-core
+machine, favoured memory BIOs (SSL produce 295 vs 122-188 MB/s, consume 610 vs 265-406).  The
+deciding differences are structural: an ``SSLSocket`` reads the socket itself, two ``recv``
+calls per TLS record (header, then body), and librdkafka writes small records (1.8 KiB on
+average, measured), so a produce costs about a thousand syscalls per MB; with memory BIOs one
+``recv`` takes up to :data:`TLS_READ_BYTES` of ciphertext and the records are decrypted from
+memory in a tight loop, and a 256 KiB piece is encrypted into the outgoing BIO and sent with
+one ``send`` instead of one write per 16 KiB record.  Nothing waits inside OpenSSL unseen by
+the event loop (the ``pending()`` trap of an ``SSLSocket``), and a failed handshake's alert
+can be flushed.  The price is one extra copy of each byte in each direction.  What remains
+per byte is the cipher and one ``SSLObject.read`` call per TLS record.
 
 Handshake: ``do_handshake()`` runs on each arrival of bytes until it completes, its output
 flushed to the socket, for at most ``ListenerLimits.tls_handshake_timeout_ms`` (a peer that
