@@ -1,19 +1,20 @@
-"""TLS benchmark: produce and consume 1 KiB records over SSL vs PLAINTEXT, side by side.
+"""TLS benchmark: produce and consume 1 KiB records over SSL and SASL_SSL vs PLAINTEXT.
 
     python scripts/bench_tls.py [--count N] [--repeat R] [--json PATH]
 
-Two broker processes run at once (one listener each, so that Metadata advertises the port the
-client came in on): the project's broker (``broker.broker.Broker``, file storage, one
-partition per topic, uvloop when installed), one behind a PLAINTEXT listener and one behind an
-SSL listener (a self-signed certificate made with ``cryptography``, TLS 1.3, no client
+Three broker processes run at once (one listener each, so that Metadata advertises the port
+the client came in on): the project's broker (``broker.broker.Broker``, file storage, one
+partition per topic, uvloop when installed) behind a PLAINTEXT, an SSL and a SASL_SSL (PLAIN)
+listener (a self-signed certificate made with ``cryptography``, TLS 1.3, no client
 authentication).  Each repeat produces ``--count`` x 1 KiB records (confluent-kafka, acks=1,
 ``linger.ms=10``, no compression) to a fresh topic on each broker, then consumes them back,
-the order of the two brokers alternating between repeats; every client runs in its own
-spawned process.  Figures: MB/s (10^6 payload bytes) per phase, the median of the repeats with
-the range (min-max), and the SSL/PLAINTEXT ratio of the medians; and the broker's CPU-seconds
-per GB (from /proc/PID/stat), steadier than MB/s on a shared 2-core machine where the client
-competes with the broker.  Issue 17's targets: produce
->= 0.6x, consume >= 0.4x (over TLS a fetch cannot use ``sendfile``: the broker reads the
+the order of the brokers alternating between repeats; every client runs in its own
+spawned process.  Figures: MB/s (10^6 payload bytes) per phase, the median of the repeats
+with the range (min-max), the SSL/PLAINTEXT and SASL_SSL/PLAINTEXT ratios of the medians, and
+the broker's CPU-seconds per GB (from /proc/PID/stat: 10 ms clock ticks, coarse for short
+phases), less sensitive than MB/s to a shared 2-core machine where the client competes with
+the broker.  Issue 17's targets: produce >= 0.6x, consume >= 0.4x (over TLS a fetch cannot
+use ``sendfile``: the broker reads the
 segment with ``pread`` and encrypts it, which is what the consume ratio measures).
 """
 
@@ -39,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 SIZE = 1024
-PROTOCOLS = ("PLAINTEXT", "SSL")
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_SSL")
+SASL_USER, SASL_PASSWORD = "bench", "bench-secret"  # PLAIN on SASL_SSL
 PRODUCER = {
     "linger.ms": 10,
     "batch.size": 1_000_000,
@@ -104,15 +106,22 @@ async def serve(protocol: str, log_dir: Path, cert: Path, topics: list[str]) -> 
     from broker.server import KafkaListener
     from broker.storage import FileStorage
     from kafka_protocol.metadata import PartitionRecord, TopicRecord
+    from kafka_protocol.sasl import PlainServer
     from kafka_protocol.types import BrokerId
     from metadata_log.delta import MetadataDelta
     from metadata_log.image import ClusterImage
 
     security = ListenerSecurity()
-    if protocol == "SSL":
+    if protocol != "PLAINTEXT":
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert)
-        security = ListenerSecurity("SSL", SecurityProtocol.SSL, ssl_context=context)
+        security = ListenerSecurity(
+            protocol,
+            SecurityProtocol[protocol],
+            ssl_context=context,
+            sasl_mechanisms=("PLAIN",),
+            sasl_servers={"PLAIN": lambda: PlainServer({SASL_USER: SASL_PASSWORD}.get)},
+        )
     with socket.socket() as probe:  # the port to advertise, known before the broker exists
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -160,8 +169,11 @@ def serve_main(args: argparse.Namespace) -> None:
 
 def client_config(protocol: str, port: int, cert: str) -> dict[str, Any]:
     config: dict[str, Any] = {"bootstrap.servers": f"127.0.0.1:{port}"}
-    if protocol == "SSL":
-        config |= {"security.protocol": "SSL", "ssl.ca.location": cert}
+    if protocol != "PLAINTEXT":
+        config |= {"security.protocol": protocol, "ssl.ca.location": cert}
+    if protocol == "SASL_SSL":
+        config |= {"sasl.mechanism": "PLAIN", "sasl.username": SASL_USER}
+        config |= {"sasl.password": SASL_PASSWORD}
     return config
 
 
@@ -291,26 +303,26 @@ def main() -> None:
     targets = {"produce": 0.6, "consume": 0.4}
     print(f"\n{args.count} x {SIZE} B, median of {args.repeat} (range), MB/s")
     for phase, target in targets.items():
-        plain, tls = spread(results["PLAINTEXT"][phase]), spread(results["SSL"][phase])
-        ratio = tls["median"] / plain["median"]
+        plain = spread(results["PLAINTEXT"][phase])
         cpu = {p: spread(results[p][f"{phase}_cpu"]) for p in PROTOCOLS}
-        summary[phase] = {
-            "PLAINTEXT": plain,
-            "SSL": tls,
-            "ratio": ratio,
-            "target": target,
-            "broker_cpu_s_per_gb": cpu,
-        }
-        print(
-            f"{phase:8s} PLAINTEXT {plain['median']:7.1f} ({plain['min']:.1f}-{plain['max']:.1f})"
-            f"  SSL {tls['median']:7.1f} ({tls['min']:.1f}-{tls['max']:.1f})"
-            f"  SSL/PLAINTEXT {ratio:.2f}x (target >= {target}x:"
-            f" {'met' if ratio >= target else 'NOT met'})"
+        summary[phase] = {"PLAINTEXT": plain, "target": target, "broker_cpu_s_per_gb": cpu}
+        line = (
+            f"{phase:8s} PLAINTEXT {plain['median']:6.1f} ({plain['min']:.1f}-{plain['max']:.1f})"
         )
+        for protocol in PROTOCOLS[1:]:
+            secure = spread(results[protocol][phase])
+            ratio = secure["median"] / plain["median"]
+            summary[phase][protocol] = secure | {"ratio": ratio}
+            line += (
+                f"  {protocol} {secure['median']:6.1f} ({secure['min']:.1f}-{secure['max']:.1f})"
+                f" {ratio:.2f}x ({'met' if ratio >= target else 'NOT met'})"
+            )
+        print(line + f"  [target >= {target}x]")
         print(
-            f"{'':8s} broker CPU-s/GB PLAINTEXT {cpu['PLAINTEXT']['median']:.2f}"
-            f" ({cpu['PLAINTEXT']['min']:.2f}-{cpu['PLAINTEXT']['max']:.2f})"
-            f"  SSL {cpu['SSL']['median']:.2f} ({cpu['SSL']['min']:.2f}-{cpu['SSL']['max']:.2f})"
+            f"{'':8s} broker CPU-s/GB "
+            + "  ".join(
+                f"{p} {c['median']:.2f} ({c['min']:.2f}-{c['max']:.2f})" for p, c in cpu.items()
+            )
         )
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2))
