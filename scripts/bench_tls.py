@@ -14,8 +14,8 @@ with the range (min-max), the SSL/PLAINTEXT and SASL_SSL/PLAINTEXT ratios of the
 the broker's CPU-seconds per GB (from /proc/PID/stat: 10 ms clock ticks, coarse for short
 phases), less sensitive than MB/s to a shared 2-core machine where the client competes with
 the broker.  Issue 17's targets: produce >= 0.6x, consume >= 0.4x (over TLS a fetch cannot
-use ``sendfile``: the broker reads the
-segment with ``pread`` and encrypts it, which is what the consume ratio measures).
+use ``sendfile``: the broker reads the segment with ``pread`` and encrypts it, which is what
+the consume ratio measures).
 """
 
 from __future__ import annotations
