@@ -25,8 +25,9 @@ from __future__ import annotations
 import logging
 from typing import Final
 
+from broker.connection_limits import RateLimitedWarning
 from broker.security.session import Session, user_principal
-from kafka_protocol.clock import monotonic_ms
+from kafka_protocol.clock import monotonic_ms, monotonic_s
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.sasl import SaslAuthenticationError
 
@@ -39,6 +40,8 @@ API_VERSIONS_KEY: Final = 18
 UNAUTHENTICATED_APIS: Final = frozenset(
     {API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY}
 )
+# A client retrying a wrong password (or a guesser) gets one line per interval, with a count.
+_FAILURES: Final = RateLimitedWarning()
 INVALID_CREDENTIALS: Final = (
     "Authentication failed during authentication due to invalid credentials with SASL mechanism"
 )
@@ -151,7 +154,8 @@ def step(session: Session, token: bytes) -> tuple[bytes, int]:
 
 def _failed(session: Session, reason: str) -> None:
     session.sasl_server = None
-    log.warning(
+    _FAILURES.warn(
+        monotonic_s(),
         "SASL authentication failed listener=%s peer=%s mechanism=%s reason=%r",
         session.listener,
         session.peer,

@@ -331,3 +331,63 @@ def test_confluent_kafka_over_sasl_ssl(
             codes = {e.code() for e in errors}
             assert confluent_kafka.KafkaError._AUTHENTICATION in codes, errors
             assert end == 0
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+@pytest.mark.parametrize("client", ["kafka_python", "aiokafka"])
+def test_python_clients_over_sasl_plaintext(tmp_path: Path, client: str, mechanism: str) -> None:
+    """kafka-python and aiokafka log in (and fail to with a wrong password) and produce."""
+    user, password = (
+        ("alice", "alice-secret") if mechanism == "PLAIN" else ("carol", "carol-secret")
+    )
+    port = free_port()
+    broker = topic_broker(tmp_path / "log", port, TOPIC)
+    with serving(broker.dispatcher, scram_security(), port=port):
+        assert produce_with(client, port, mechanism, user, password)
+        assert not produce_with(client, port, mechanism, user, "wrong")
+    assert broker.replicas.partitions[(TOPIC, 0)].log_end_offset == 1
+
+
+def produce_with(client: str, port: int, mechanism: str, user: str, password: str) -> bool:
+    settings = {
+        "bootstrap_servers": f"127.0.0.1:{port}",
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": mechanism,
+        "sasl_plain_username": user,
+        "sasl_plain_password": password,
+    }
+    if client == "kafka_python":
+        import kafka
+        import kafka.errors
+
+        try:
+            producer = kafka.KafkaProducer(
+                **settings,
+                enable_idempotence=False,  # no controller here to allocate producer ids
+                request_timeout_ms=5000,
+                bootstrap_timeout_ms=3000,  # it retries a failed login until then
+            )
+        except (kafka.errors.KafkaError, OSError):
+            return False
+        producer.send(TOPIC, b"hello").get(timeout=10)
+        producer.close()
+        return True
+    import asyncio
+
+    import aiokafka
+    import aiokafka.errors
+
+    async def run() -> bool:
+        producer = aiokafka.AIOKafkaProducer(**settings, request_timeout_ms=5000)
+        try:
+            await producer.start()
+        except (aiokafka.errors.KafkaError, OSError):
+            await producer.stop()
+            return False
+        try:
+            await producer.send_and_wait(TOPIC, b"hello")
+        finally:
+            await producer.stop()
+        return True
+
+    return asyncio.run(run())
