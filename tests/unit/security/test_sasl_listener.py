@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -391,3 +392,41 @@ def produce_with(client: str, port: int, mechanism: str, user: str, password: st
         return True
 
     return asyncio.run(run())
+
+
+def test_librdkafka_reauthenticates_before_its_session_expires(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """KIP-368 with a real client: sessions of 1 s, a producer sending for 3.5 s keeps its
+    connection by re-authenticating (SaslHandshake + SaslAuthenticate on an authenticated
+    session); no request reaches the broker on an expired session."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    port = free_port()
+    broker = topic_broker(tmp_path / "log", port, TOPIC)
+    security = replace(scram_security(), max_reauth_ms=1000)
+    errors: list[Any] = []
+    with serving(broker.dispatcher, security, port=port):
+        producer = confluent_kafka.Producer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{port}",
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "SCRAM-SHA-256",
+                "sasl.username": "carol",
+                "sasl.password": "carol-secret",
+                "error_cb": errors.append,
+                "linger.ms": 0,
+            }
+        )
+        sent = 0
+        deadline = time.monotonic() + 3.5
+        while time.monotonic() < deadline:
+            producer.produce(TOPIC, b"tick")
+            sent += 1
+            producer.poll(0.1)
+        assert producer.flush(10) == 0
+        assert not errors, errors
+        assert broker.replicas.partitions[(TOPIC, 0)].log_end_offset == sent
+    text = caplog.text
+    assert "expired" not in text, "a request came on an expired session"
+    logins = broker.metrics.request_counter("SaslAuthenticate", 0)
+    assert logins._value.get() >= 2 * 3, "one SCRAM login (2 tokens) per second at least"
