@@ -125,15 +125,6 @@ def client_context(pki: Pki, with_cert: bool = False) -> ssl.SSLContext:
     return ctx
 
 
-def subject_principal(cert: Any) -> str:
-    """A small stand-in for ssl.principal.mapping.rules=DEFAULT."""
-    parts = [f"{k}={v}" for rdn in cert["subject"] for k, v in rdn]
-    names = {"commonName": "CN", "organizationName": "O"}
-    for long, short in names.items():
-        parts = [p.replace(long + "=", short + "=") for p in parts]
-    return "User:" + ",".join(parts)
-
-
 class LoopThread:
     """An event loop in a daemon thread."""
 
