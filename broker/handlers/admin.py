@@ -112,7 +112,7 @@ class AdminHandlers:
     def describe_cluster(
         self, ctx: RequestContext, req: DescribeClusterRequest
     ) -> DescribeClusterResponse:
-        host, port = self.node.advertised()
+        host, port = self.node.address_on(self.node.listener_for(ctx.session.listener))
         return DescribeClusterResponse(
             cluster_id=self.node.cluster_id,
             controller_id=BrokerId(self.node.node_id),

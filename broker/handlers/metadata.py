@@ -110,7 +110,8 @@ class MetadataHandler:
         self, ctx: RequestContext, names: list[str] | None, errors: dict[str, ErrorCode]
     ) -> MetadataResponse:
         image = self.image()
-        host, port = self.node.advertised()
+        listener = self.node.listener_for(ctx.session.listener)
+        host, port = self.node.address_on(listener)
         topics: list[Topic] = []
         if names is None:
             topics = [self._topic(t) for t in image.topics.by_name.values()]
@@ -131,7 +132,7 @@ class MetadataHandler:
             )
         }
         for reg in image.brokers.values():
-            endpoint = reg.listener("PLAINTEXT")
+            endpoint = reg.listener(listener)  # a broker without it is left out
             if reg.fenced or endpoint is None or reg.id == self.node.node_id:
                 continue
             brokers[reg.id] = MetadataResponse.MetadataResponseBroker(
