@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-READY = re.compile(r"READY bootstrap=(\S+)(?: admin=(\S+))?")
+READY = re.compile(r"READY bootstrap=(\S+)(?: admin=(\S+))?(?: listeners=(\S+))?")
 START_TIMEOUT_S = 30.0
 HOST = "127.0.0.1"
 PORT_FLOOR = 20_000  # below it: ports people run services on (9092, 8080, kraft dev's 9192...)
@@ -179,6 +179,8 @@ class NodeProcess(ProcessControl):
     proc: subprocess.Popen[str] | None = None
     bootstrap: str = ""
     admin: str = ""
+    # every Kafka listener's "host:port" by name, from the READY line's listeners=NAME://h:p,...
+    listeners: dict[str, str] = field(default_factory=dict)
     log_path: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -221,6 +223,9 @@ class NodeProcess(ProcessControl):
                 break
             if m := READY.search(line):
                 self.bootstrap, self.admin = m.group(1), m.group(2) or ""
+                self.listeners = dict(
+                    item.split("://", 1) for item in (m.group(3) or "").split(",") if item
+                )
                 return self
         self.kill()
         raise AssertionError(f"node did not become ready:\n{self.log_tail()}")
