@@ -21,6 +21,7 @@ from broker.handlers.list_offsets import ListOffsetsHandler
 from broker.handlers.metadata import AutoCreate, MetadataHandler
 from broker.handlers.offset_for_leader_epoch import OffsetForLeaderEpochHandler
 from broker.handlers.produce import ProduceHandler
+from broker.handlers.sasl import SaslHandlers
 from broker.identity import BrokerIdentity
 from broker.metrics import BrokerMetrics
 from broker.replica_manager import ReplicaManager
@@ -70,6 +71,7 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
             lambda broker, listener: parts.endpoint_of(broker, parts.node.listener_for(listener)),
         ).specs(),
         ApiVersionsHandler(parts.api_versions).spec(),
+        *SaslHandlers().specs(),
         InitProducerIdHandler(parts.controller, parts.node.node_id).spec(),
         *AdminHandlers(
             parts.controller, parts.node, lambda: parts.image, cfg.broker_defaults
