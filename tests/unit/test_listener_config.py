@@ -48,7 +48,7 @@ def test_explicit_map_and_unmapped_names() -> None:
     assert mapped == {"INTERNAL": P.SASL_SSL, "EXTERNAL": P.SSL, "PLAINTEXT": P.PLAINTEXT}
     with pytest.raises(ListenerConfigError, match=r"listener.security.protocol.map.*CONTROLLER"):
         protocol_map(values, ["CONTROLLER"])  # not mapped explicitly and no protocol name
-    with pytest.raises(ListenerConfigError, match="listener.security.protocol.map"):
+    with pytest.raises(ListenerConfigError, match=r"listener.security.protocol.map"):
         protocol_map({"listener.security.protocol.map": "A:TLS"}, ["A"])
     with pytest.raises(ListenerConfigError, match="mapped twice"):
         protocol_map({"listener.security.protocol.map": "A:SSL,A:SASL_SSL"}, ["A"])
@@ -65,12 +65,12 @@ def test_inter_broker_listener_keys_are_exclusive() -> None:
 
 def test_inter_broker_listener_must_be_served() -> None:
     values = {"inter.broker.listener.name": "INTERNAL"}
-    with pytest.raises(ListenerConfigError, match="inter.broker.listener.name: INTERNAL"):
+    with pytest.raises(ListenerConfigError, match=r"inter.broker.listener.name: INTERNAL"):
         node_security(values, ["PLAINTEXT"], is_broker=True)
     assert node_security(values, ["PLAINTEXT"], is_broker=False).inter_broker_listener == (
         "INTERNAL"
     )
-    with pytest.raises(ListenerConfigError, match="sasl.mechanism.inter.broker.protocol"):
+    with pytest.raises(ListenerConfigError, match=r"sasl.mechanism.inter.broker.protocol"):
         node_security(
             {"sasl.mechanism.inter.broker.protocol": "GSSAPI"}, ["PLAINTEXT"], is_broker=True
         )
@@ -148,7 +148,7 @@ def test_client_security_logs_in_with_the_jaas_username() -> None:
     no_login = {**values, "listener.name.controller.plain.sasl.jaas.config": "x required;"}
     with pytest.raises(ListenerConfigError, match="username"):
         client_security_for(no_login, "CONTROLLER", "sasl.mechanism.controller.protocol")
-    with pytest.raises(ListenerConfigError, match="listener.name.controller.plain.sasl.jaas"):
+    with pytest.raises(ListenerConfigError, match=r"listener.name.controller.plain.sasl.jaas"):
         client_security_for(
             {"listener.security.protocol.map": "CONTROLLER:SASL_PLAINTEXT"},
             "CONTROLLER",

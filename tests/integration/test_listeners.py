@@ -1,0 +1,103 @@
+"""Named listeners on one ``kraft dev`` node: every client on every listener, Metadata answering
+with the listener asked, wrong credentials refused."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError as AioKafkaError
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient
+
+from integration.node_process import NodeProcess
+from integration.secure_clients import ROUNDTRIPS, Login
+
+ALICE_PASSWORD = "alice-secret-pw"
+JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required"
+    ' username="admin" password="admin-secret-pw" user_admin="admin-secret-pw"'
+    f' user_alice="{ALICE_PASSWORD}";'
+)
+# listener name -> its security protocol (the map's default: each name is its protocol)
+LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT")
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    listeners = ",".join(f"{name}://127.0.0.1:0" for name in (*LISTENERS, "EXTERNAL"))
+    overrides = (
+        f"listeners={listeners}",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+        "EXTERNAL:PLAINTEXT",
+        # advertised under another name: Metadata on EXTERNAL must say "localhost"
+        "advertised.listeners=EXTERNAL://localhost:0",
+        f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
+    )
+    proc = NodeProcess(Path(tmp_path_factory.mktemp("listeners")), overrides).start()
+    yield proc
+    if proc.alive():
+        assert proc.stop() == 0, proc.log_tail()
+
+
+def login(node: NodeProcess, listener: str, password: str = ALICE_PASSWORD) -> Login:
+    address = node.listeners[listener]
+    if listener.startswith("SASL_"):
+        return Login(address, listener, "PLAIN", "alice", password)
+    return Login(address, "PLAINTEXT" if listener == "EXTERNAL" else listener)
+
+
+def test_ready_line_lists_every_listener(node: NodeProcess) -> None:
+    assert set(node.listeners) == {*LISTENERS, "EXTERNAL"}
+    assert node.bootstrap == node.listeners["PLAINTEXT"]  # the first PLAINTEXT one
+    assert node.listeners["EXTERNAL"].startswith("localhost:")
+    assert len({a.rsplit(":", 1)[1] for a in node.listeners.values()}) == 3  # three ports
+
+
+@pytest.mark.parametrize("listener", [*LISTENERS, "EXTERNAL"])
+def test_metadata_answers_with_the_listener_asked(node: NodeProcess, listener: str) -> None:
+    metadata = AdminClient(login(node, listener).librdkafka()).list_topics(timeout=10)
+    [broker] = metadata.brokers.values()
+    assert f"{broker.host}:{broker.port}" == node.listeners[listener]
+
+
+@pytest.mark.parametrize("client", sorted(ROUNDTRIPS))
+@pytest.mark.parametrize("listener", LISTENERS)
+def test_each_client_produces_and_consumes(
+    node: NodeProcess, listener: str, client: str, topic_name: str
+) -> None:
+    values = [f"{client}-{listener}-{i}".encode() for i in range(5)]
+    got = ROUNDTRIPS[client](login(node, listener), topic_name, values)
+    assert got == values, node.log_tail(20)
+
+
+async def _start_aiokafka_producer(login: Login) -> None:
+    producer = AIOKafkaProducer(**login.aiokafka())
+    try:
+        await producer.start()
+    finally:
+        await producer.stop()
+
+
+def test_wrong_password_is_an_authentication_error(
+    node: NodeProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    errors: list[KafkaError] = []
+    bad = login(node, "SASL_PLAINTEXT", password="wrong-password")
+    producer = Producer({**bad.librdkafka(), "error_cb": errors.append})
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not errors:
+        producer.poll(0.2)  # error callbacks are served by poll
+    assert [e.code() for e in errors[:1]] == [KafkaError._AUTHENTICATION], errors
+    # aiokafka raises a connection error and logs Kafka's error code
+    with caplog.at_level(logging.ERROR, logger="aiokafka"), pytest.raises(AioKafkaError):
+        asyncio.run(_start_aiokafka_producer(bad))
+    assert "SaslAuthenticationFailed" in caplog.text, caplog.text
+    # the listener and the node serve on
+    good = AdminClient(login(node, "SASL_PLAINTEXT").librdkafka()).list_topics(timeout=10)
+    assert good.brokers
