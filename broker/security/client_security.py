@@ -21,6 +21,7 @@ from broker.security.listener_config import (
     protocol_map,
 )
 from broker.security.session import SecurityProtocol
+from broker.security.ssl_config import client_ssl_context, resolve_listener_props
 from kafka_protocol.sasl import MECHANISMS
 from kafka_protocol.sasl.jaas import own_credentials, parse_jaas
 
@@ -53,8 +54,6 @@ def client_security_for(
     protocol = protocol_map(values, [listener_name])[listener_name]
     context = None
     if protocol.uses_tls:
-        from broker.security.ssl_config import client_ssl_context, resolve_listener_props
-
         try:
             context = client_ssl_context(resolve_listener_props(values, listener_name))
         except (ValueError, OSError) as exc:

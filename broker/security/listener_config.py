@@ -19,7 +19,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from broker.security.principal import PrincipalMapper
 from broker.security.session import ListenerSecurity, SecurityProtocol
+from broker.security.ssl_config import resolve_listener_props, server_ssl_context
 from kafka_protocol.sasl import MECHANISMS, SCRAM_MECHANISM_IDS, ScramCredential, server_for
 from kafka_protocol.sasl.jaas import parse_jaas, plain_users
 
@@ -237,8 +239,6 @@ def listener_security(
     prefix = listener_prefix(name)
     ssl_context = None
     if protocol.uses_tls:
-        from broker.security.ssl_config import resolve_listener_props, server_ssl_context
-
         props = resolve_listener_props(values, name)
         if not props.get("ssl.keystore.location") and not props.get(
             "ssl.keystore.certificate.chain"
@@ -272,8 +272,6 @@ def listener_security(
     mapper = None
     rules = listener_value(values, name, "ssl.principal.mapping.rules")
     if protocol.uses_tls:
-        from broker.security.principal import PrincipalMapper
-
         try:
             mapper = PrincipalMapper(rules or "DEFAULT")
         except ValueError as exc:

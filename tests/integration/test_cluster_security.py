@@ -1,10 +1,13 @@
 """Three controllers and three brokers that authenticate to each other: the controller listener
-and the brokers' INTERNAL listener (``inter.broker.listener.name``) demand SASL, clients use an
-EXTERNAL PLAINTEXT listener.  Replication and registration go over the authenticated
-listeners; a broker with a wrong password cannot register, and says why."""
+and the brokers' INTERNAL listener (``inter.broker.listener.name``) are SASL_SSL (TLS with the
+node certificates of a test CA, then PLAIN), clients use an EXTERNAL PLAINTEXT listener.
+Replication and registration go over the authenticated listeners; a broker with a wrong
+password cannot register, and says why."""
 
 from __future__ import annotations
 
+import socket
+import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,11 +18,12 @@ from confluent_kafka.admin import NewTopic
 
 from integration.cluster_process import LocalCluster, ServerProcess, admin_client, wait_for
 from integration.node_process import free_port
+from kraft.node.certificates import CertificateAuthority, load_ca, make_ca, make_certificate
 
 pytestmark = pytest.mark.integration
 
 BROKER_PASSWORD = "broker-secret-password"
-PROTOCOL = "SASL_PLAINTEXT"
+PROTOCOL = "SASL_SSL"
 
 
 def jaas(password: str) -> str:
@@ -30,16 +34,21 @@ def jaas(password: str) -> str:
     )
 
 
-def secure(node: ServerProcess, password: str = BROKER_PASSWORD) -> None:
+def secure(node: ServerProcess, ca: CertificateAuthority, password: str = BROKER_PASSWORD) -> None:
     """Move ``node`` onto authenticated listeners (before it is launched)."""
     props = node.properties
+    keystore = make_certificate(ca, node.data_dir, f"node-{node.node_id}", ["127.0.0.1"])
+    props["ssl.keystore.type"] = props["ssl.truststore.type"] = "PEM"
+    props["ssl.keystore.location"] = str(keystore)
+    props["ssl.truststore.location"] = str(ca.certificate_path)
     props["listener.security.protocol.map"] = (
         f"CONTROLLER:{PROTOCOL},INTERNAL:{PROTOCOL},EXTERNAL:PLAINTEXT"
     )
     props["listener.name.controller.plain.sasl.jaas.config"] = jaas(password)
     props["sasl.mechanism.controller.protocol"] = "PLAIN"
     if props["process.roles"] == "broker":
-        props["listeners"] = f"EXTERNAL://127.0.0.1:{free_port()},INTERNAL://127.0.0.1:0"
+        internal = f"127.0.0.1:{free_port()}"
+        props["listeners"] = f"EXTERNAL://127.0.0.1:{free_port()},INTERNAL://{internal}"
         props["inter.broker.listener.name"] = "INTERNAL"
         props["sasl.mechanism.inter.broker.protocol"] = "PLAIN"
         props["listener.name.internal.plain.sasl.jaas.config"] = jaas(password)
@@ -50,8 +59,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     root = Path(tmp_path_factory.mktemp("secure-quorum"))
     extra = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
     cluster = LocalCluster.create(root, 3, 3, extra)
+    ca = make_ca(root / "ca")
     for node in cluster.nodes:
-        secure(node)
+        secure(node, ca)
     try:
         yield cluster.start()
     finally:
@@ -75,6 +85,17 @@ def test_brokers_register_every_listener_with_its_protocol(cluster: LocalCluster
     metadata = admin_client(cluster).list_topics(timeout=10)
     addresses = {f"{b.host}:{b.port}" for b in metadata.brokers.values()}
     assert addresses == {b.address for b in cluster.brokers.values()}
+    # INTERNAL is TLS with the node's certificate (checked against the CA and the address)
+    ca = str(next(iter(cluster.brokers.values())).properties["ssl.truststore.location"])
+    context = ssl.create_default_context(cafile=ca)
+    for node in cluster.brokers.values():
+        internal = node.properties["listeners"].split("INTERNAL://")[1]
+        host, port = internal.rsplit(":", 1)
+        with (
+            socket.create_connection((host, int(port)), timeout=5) as raw,
+            context.wrap_socket(raw, server_hostname=host) as tls,
+        ):
+            assert tls.version() in ("TLSv1.2", "TLSv1.3")
 
 
 def test_replication_over_the_authenticated_listener_survives_a_kill(
@@ -128,7 +149,7 @@ def test_a_broker_with_a_wrong_password_cannot_register(cluster: LocalCluster) -
         "admin.listener": f"http://127.0.0.1:{free_port()}",
     }
     intruder = ServerProcess(intruder_id, root, props)
-    secure(intruder, password="not-the-password")
+    secure(intruder, load_ca(template.data_dir.parent / "ca"), password="not-the-password")
     intruder.launch()
     try:
         wait_for(

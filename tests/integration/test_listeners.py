@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient
 
 from integration.node_process import NodeProcess
 from integration.secure_clients import ROUNDTRIPS, Login
+from kraft.node.certificates import make_ca, make_certificate
 
 ALICE_PASSWORD = "alice-secret-pw"
 JAAS = (
@@ -25,21 +26,30 @@ JAAS = (
     f' user_alice="{ALICE_PASSWORD}";'
 )
 # listener name -> its security protocol (the map's default: each name is its protocol)
-LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT")
+LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL")
+CA_FILES: dict[str, str] = {}  # the node's data directory -> its CA (the truststore)
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    root = Path(tmp_path_factory.mktemp("listeners"))
+    ca = make_ca(root / "ca")
+    keystore = make_certificate(ca, root / "certs", "node", ["127.0.0.1", "localhost"])
     listeners = ",".join(f"{name}://127.0.0.1:0" for name in (*LISTENERS, "EXTERNAL"))
     overrides = (
         f"listeners={listeners}",
         "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,"
-        "EXTERNAL:PLAINTEXT",
+        "SSL:SSL,SASL_SSL:SASL_SSL,EXTERNAL:PLAINTEXT",
         # advertised under another name: Metadata on EXTERNAL must say "localhost"
         "advertised.listeners=EXTERNAL://localhost:0",
+        # the per-listener form on one listener, the global one on the other
         f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
+        f"sasl.jaas.config={JAAS}",
+        "ssl.keystore.type=PEM",
+        f"ssl.keystore.location={keystore}",
     )
-    proc = NodeProcess(Path(tmp_path_factory.mktemp("listeners")), overrides).start()
+    proc = NodeProcess(root / "node", overrides).start()
+    CA_FILES[str(proc.data_dir)] = str(ca.certificate_path)
     yield proc
     if proc.alive():
         assert proc.stop() == 0, proc.log_tail()
@@ -47,16 +57,18 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
 
 def login(node: NodeProcess, listener: str, password: str = ALICE_PASSWORD) -> Login:
     address = node.listeners[listener]
+    ca_file = CA_FILES[str(node.data_dir)] if "SSL" in listener else None
     if listener.startswith("SASL_"):
-        return Login(address, listener, "PLAIN", "alice", password)
-    return Login(address, "PLAINTEXT" if listener == "EXTERNAL" else listener)
+        return Login(address, listener, "PLAIN", "alice", password, ca_file)
+    return Login(address, "PLAINTEXT" if listener == "EXTERNAL" else listener, ca_file=ca_file)
 
 
 def test_ready_line_lists_every_listener(node: NodeProcess) -> None:
     assert set(node.listeners) == {*LISTENERS, "EXTERNAL"}
     assert node.bootstrap == node.listeners["PLAINTEXT"]  # the first PLAINTEXT one
     assert node.listeners["EXTERNAL"].startswith("localhost:")
-    assert len({a.rsplit(":", 1)[1] for a in node.listeners.values()}) == 3  # three ports
+    ports = {address.rsplit(":", 1)[1] for address in node.listeners.values()}
+    assert len(ports) == len(LISTENERS) + 1  # a port each
 
 
 @pytest.mark.parametrize("listener", [*LISTENERS, "EXTERNAL"])
