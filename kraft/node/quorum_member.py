@@ -42,6 +42,7 @@ from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
 from kafka_protocol.types import TopicName
 from kraft.controller.result import ControllerConfig
+from kraft.node.bootstrap_scram import with_bootstrap_records
 from kraft.node.config import ConfigError, NodeConfig, listener_limits
 from kraft.node.controller_apis import ControllerApis
 from kraft.node.security_config import (
@@ -240,6 +241,7 @@ class QuorumMember:
             config = ControllerConfig.from_properties(cfg.values, cluster_id=cluster_id)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        config = with_bootstrap_records(config, cfg.metadata_log_dir)
         controller = QuorumController(
             settings,
             config,
