@@ -177,6 +177,7 @@ class NodeProcess(ProcessControl):
     data_dir: Path
     overrides: tuple[str, ...] = ()
     proc: subprocess.Popen[str] | None = None
+    dev_flags: tuple[str, ...] = ()  # more `kraft dev` options, e.g. --secure
     bootstrap: str = ""
     admin: str = ""
     # every Kafka listener's "host:port" by name, from the READY line's listeners=NAME://h:p,...
@@ -208,6 +209,7 @@ class NodeProcess(ProcessControl):
             "--admin-port",
             str(admin_port),
         ]
+        cmd += self.dev_flags
         for o in self.overrides:
             cmd += ["--override", o]
         env = {**os.environ, "KRAFT_LOG_LEVEL": os.environ.get("KRAFT_LOG_LEVEL", "INFO")}
