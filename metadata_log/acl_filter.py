@@ -126,12 +126,9 @@ def new_acl(
         return "Resource name should not be empty"
     if kind == ResourceType.CLUSTER and resource_name != CLUSTER_NAME:
         return f"The only valid name for the CLUSTER resource is {CLUSTER_NAME}"
-    kind_of_principal, colon, name = principal.partition(":")
-    if not colon or not kind_of_principal or not name:
+    if ":" not in principal:  # Kafka's SecurityUtils.parseKafkaPrincipal
         return (
-            f"Could not parse principal from `{principal}` (no colon is present separating the"
-            " principal type from the principal name)"
+            "expected a string in format principalType:principalName but got"
+            f" {principal or 'an empty string'}"
         )
-    if not host:
-        return "Invalid empty host"
     return AclEntry(kind, resource_name, pattern, principal, host, op, perm)

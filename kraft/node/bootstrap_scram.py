@@ -131,9 +131,12 @@ def _base64(text: str, attributes: dict[str, str], key: str) -> bytes | None:
     return value
 
 
-def write_bootstrap_scram(metadata_dir: Path, credentials: Iterable[BootstrapScram]) -> Path:
-    """Write (replace) the bootstrap file of ``metadata_dir``; its path."""
-    records = [scram_record(c.user, c.mechanism, c.credential) for c in credentials]
+def write_bootstrap_scram(metadata_dir: Path, credentials: Iterable[BootstrapScram | str]) -> Path:
+    """Write (replace) the bootstrap file of ``metadata_dir``; its path. A credential is a
+    :class:`BootstrapScram` (``BootstrapScram.from_password(user, mechanism, password)``) or an
+    ``--add-scram`` value (``"SCRAM-SHA-512=[name=admin,password=secret]"``)."""
+    users = [parse_add_scram(c) if isinstance(c, str) else c for c in credentials]
+    records = [scram_record(c.user, c.mechanism, c.credential) for c in users]
     keys = [(r.name, r.mechanism) for r in records]
     if len(set(keys)) != len(keys):
         raise ValueError("--add-scram: a user is given twice for one mechanism")

@@ -67,16 +67,10 @@ class SecureDev:
             lines.append(
                 f"admin password (shown once; kept in {self.password_file}): {self.password}"
             )
-        librdkafka = (
-            f"security.protocol=SASL_SSL sasl.mechanism={CLIENT_MECHANISM}"
-            f" sasl.username={ADMIN_USER} sasl.password={password}"
-            f" ssl.ca.location={self.ca_file}"
-        )
         lines += [
-            f"librdkafka (confluent-kafka): bootstrap.servers={bootstrap} {librdkafka}",
-            "kcat (librdkafka 2.0.x repeats the SCRAM nonce, which servers refuse: PLAIN there):",
+            "librdkafka (confluent-kafka) / kcat:",
             f"  kcat -b {bootstrap} -X security.protocol=SASL_SSL"
-            f" -X sasl.mechanisms=PLAIN -X sasl.username={ADMIN_USER}"
+            f" -X sasl.mechanisms={CLIENT_MECHANISM} -X sasl.username={ADMIN_USER}"
             f" -X sasl.password={password} -X ssl.ca.location={self.ca_file} -L",
             "kafka-python / aiokafka:",
             f'  bootstrap_servers="{bootstrap}", security_protocol="SASL_SSL",'

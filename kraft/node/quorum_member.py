@@ -28,12 +28,14 @@ from typing import Any, Final
 from broker.broker import Broker, BrokerConfig
 from broker.controller_channel import Forwarder, forwarded_api
 from broker.dispatcher import RequestDispatcher
+from broker.handlers.acls import SecurityAdminHandlers
 from broker.kafka_client import ControllerClient
 from broker.lifecycle import BrokerLifecycle, BrokerLifecycleError
 from broker.metadata_follower import MetadataFollower
 from broker.metrics import BrokerMetrics
 from broker.remote_controller import RemoteControllerChannel
 from broker.replication.alter_partition import AlterPartitionSender
+from broker.security.authorization import BrokerAuthorizer
 from broker.security.client_security import ClientSecurity
 from broker.server import KafkaListener
 from broker.storage import FileStorage
@@ -219,7 +221,7 @@ class QuorumMember:
         password = cfg.get("controller.quorum.password") or ""
         check_quorum_password(password, len(voters))
         image_of: list[Callable[[], ClusterImage]] = []  # the controller's, once it exists
-        listener_cfg, security = controller_listener(
+        listener_cfg, listener_security = controller_listener(
             cfg, image_scram_lookup(lambda: image_of[0]() if image_of else None)
         )
         limits = listener_limits(cfg)
@@ -252,7 +254,11 @@ class QuorumMember:
         )
         image_of.append(lambda: controller.image)
         apis = ControllerApis(controller, cfg.node_id, voters)
-        dispatcher = RequestDispatcher(apis.specs(), BrokerMetrics())
+        # ACL and SCRAM changes sent to this listener are authorized here, with the sender's
+        # principal (a forwarding broker's: make brokers super.users, as Kafka requires).
+        authorizer = BrokerAuthorizer.from_config(cfg.values, lambda: controller.image)
+        security = SecurityAdminHandlers(authorizer, lambda: controller.image)
+        dispatcher = RequestDispatcher(security.guard(apis.specs()), BrokerMetrics())
         apis.dispatcher = dispatcher
         try:
             listener = KafkaListener(
@@ -260,7 +266,7 @@ class QuorumMember:
                 listener_cfg.host,
                 listener_cfg.port,
                 limits,
-                security=security,
+                security=listener_security,
             )
         except OSError:
             controller.close()

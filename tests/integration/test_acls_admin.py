@@ -2,9 +2,9 @@
 
 confluent-kafka (librdkafka) and kafka-python create, describe and delete ACLs on a node with
 Kafka's StandardAuthorizer (``super.users=User:ANONYMOUS``: the plaintext clients are super
-users); the ACLs take effect (a DENY makes the cluster refuse the same client); confluent-kafka
-alters and describes SCRAM credentials (salts and keys never come back); without an authorizer
-the ACL APIs answer SECURITY_DISABLED.
+users); the ACLs take effect (a DENY makes the cluster refuse the same client); both alter and
+describe SCRAM credentials (salts and keys never come back); without an authorizer the ACL APIs
+answer SECURITY_DISABLED.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ from kafka.admin import (
 from kafka.admin import ResourcePattern as KpPattern
 from kafka.admin import ResourcePatternFilter as KpPatternFilter
 from kafka.admin import ResourceType as KpResourceType
+from kafka.admin import UserScramCredentialDeletion as KpDeletion
+from kafka.admin import UserScramCredentialUpsertion as KpUpsertion
 from kafka.errors import ClusterAuthorizationFailedError, NoError, SecurityDisabledError
 
 from integration.clients import CLIENT_TIMEOUT_MS, TIMEOUT_S, confluent_conf
@@ -258,3 +260,24 @@ def test_acl_apis_without_an_authorizer(node: NodeProcess) -> None:
             kp.describe_acls(KP_EVERY_ACL)
     finally:
         kp.close()
+
+
+def test_kafka_python_scram_credentials(secured: NodeProcess) -> None:
+    admin = KafkaAdminClient(
+        bootstrap_servers=secured.bootstrap, request_timeout_ms=CLIENT_TIMEOUT_MS
+    )
+    try:
+        result = admin.alter_user_scram_credentials(
+            [
+                KpUpsertion("kp-user", "SCRAM-SHA-512", "kp-secret", iterations=8192),
+                KpDeletion("kp-ghost", "SCRAM-SHA-256"),
+            ]
+        )
+        assert result["kp-user"] is None and "does not exist" in result["kp-ghost"]
+        described = admin.describe_user_scram_credentials(["kp-user", "kp-nobody"])
+        assert [
+            (int(i["mechanism"]), i["iterations"]) for i in described["kp-user"]["credential_infos"]
+        ] == [(2, 8192)]
+        assert described["kp-user"]["error"] is None and described["kp-nobody"]["error"]
+    finally:
+        admin.close()

@@ -18,7 +18,9 @@ pytestmark = pytest.mark.integration
 SALTED_512 = base64.b64encode(bytes(range(64))).decode()  # one SHA-512 digest long
 
 
-def storage_format(data: Path, *add_scram: str) -> subprocess.CompletedProcess[str]:
+def storage_format(
+    data: Path, *add_scram: str, flags: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     config = data / "format.properties"
     config.write_text(
         "node.id=1\nprocess.roles=broker,controller\nlisteners=PLAINTEXT://127.0.0.1:0\n"
@@ -26,7 +28,10 @@ def storage_format(data: Path, *add_scram: str) -> subprocess.CompletedProcess[s
     )
     args = [a for text in add_scram for a in ("--add-scram", text)]
     return subprocess.run(
-        [sys.executable, "-m", "kraft.cli", "storage", "format", "--config", str(config), *args],
+        [
+            *(sys.executable, "-m", "kraft.cli", "storage", "format"),
+            *("--config", str(config), *flags, *args),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -51,6 +56,12 @@ def test_formatted_users_are_created_once(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     again = storage_format(tmp_path)
     assert again.returncode == 1 and "already formatted" in again.stderr
+    bootstrap = (tmp_path / "metadata" / "bootstrap.checkpoint").read_bytes()
+    ignored = storage_format(
+        tmp_path, "SCRAM-SHA-256=[name=x,password=y]", flags=("--ignore-formatted",)
+    )
+    assert ignored.returncode == 0 and "unchanged" in ignored.stdout, ignored.stderr
+    assert (tmp_path / "metadata" / "bootstrap.checkpoint").read_bytes() == bootstrap
     node = NodeProcess(tmp_path).start()
     try:
         admin = AdminClient(confluent_conf(node))

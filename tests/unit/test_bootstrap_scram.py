@@ -106,6 +106,9 @@ def test_bootstrap_file_and_the_controller(tmp_path: Path) -> None:
     assert controller.bootstrap(image).records == []  # once: the cluster exists
     with pytest.raises(ValueError, match="twice"):
         write_bootstrap_scram(tmp_path, [users[0], users[0]])
+    write_bootstrap_scram(tmp_path, ["SCRAM-SHA-512=[name=root,password=pw,iterations=5000]"])
+    (record,) = read_bootstrap_records(tmp_path)
+    assert (record.name, record.mechanism, record.iterations) == ("root", 2, 5000)
 
 
 def test_damaged_bootstrap_file_is_a_config_error(tmp_path: Path) -> None:
