@@ -13,7 +13,12 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError as AioKafkaError
 from confluent_kafka import KafkaError, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 
 from integration.node_process import NodeProcess
 from integration.secure_clients import ROUNDTRIPS, Login
@@ -94,6 +99,35 @@ async def _start_aiokafka_producer(login: Login) -> None:
         await producer.start()
     finally:
         await producer.stop()
+
+
+SCRAM_USER, SCRAM_PASSWORD = "carol", "carol-scram-secret"
+
+
+@pytest.fixture(scope="module")
+def scram_user(node: NodeProcess) -> str:
+    """A SCRAM user made with the admin API of a client, over the PLAINTEXT listener."""
+    admin = AdminClient(login(node, "PLAINTEXT").librdkafka())
+    for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
+        # one request per mechanism: a user twice in one request is DUPLICATE_RESOURCE
+        upsert = UserScramCredentialUpsertion(
+            SCRAM_USER, ScramCredentialInfo(mechanism, 4096), SCRAM_PASSWORD.encode()
+        )
+        for future in admin.alter_user_scram_credentials([upsert]).values():
+            future.result(timeout=10)
+    return SCRAM_USER
+
+
+@pytest.mark.parametrize("client", sorted(ROUNDTRIPS))
+@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_scram_users_made_by_a_client_log_in(
+    node: NodeProcess, scram_user: str, listener: str, mechanism: str, client: str, topic_name: str
+) -> None:
+    base = login(node, listener)
+    scram = Login(base.address, listener, mechanism, scram_user, SCRAM_PASSWORD, base.ca_file)
+    values = [f"{client}-{mechanism}-{i}".encode() for i in range(3)]
+    assert ROUNDTRIPS[client](scram, topic_name, values) == values, node.log_tail(20)
 
 
 def test_wrong_password_is_an_authentication_error(
