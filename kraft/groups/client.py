@@ -147,6 +147,18 @@ class BrokerView(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class BrokerRoute:
+    """Which listener of the brokers the node reaches them on, and how it logs in there
+    (``inter.broker.listener.name`` and its login, :mod:`kraft.node.security_config`)."""
+
+    listener: str = LISTENER
+    security: ClientSecurity | None = None
+
+
+PLAINTEXT_ROUTE: Final = BrokerRoute()
+
+
 class ImageView:
     """The brokers of a node's metadata image (the REST API's view)."""
 

@@ -22,6 +22,7 @@ from broker.security.listener_config import (
 )
 from broker.security.session import ListenerSecurity
 from kafka_protocol.sasl import ScramCredential
+from kraft.groups.client import PLAINTEXT_ROUTE, BrokerRoute
 from kraft.node.config import ConfigError, Listener, NodeConfig
 
 MIN_QUORUM_PASSWORD_CHARS: Final = 16
@@ -117,6 +118,17 @@ def _client(cfg: NodeConfig, listener_name: str, mechanism_key: str) -> ClientSe
         return client_security_for(cfg.values, listener_name, mechanism_key)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def broker_route(cfg: NodeConfig) -> BrokerRoute:
+    """How the node's own Kafka clients (REST records and groups) reach the brokers: their
+    inter-broker listener with this node's login there; PLAINTEXT without one (a
+    controller-only node that has no credentials for it)."""
+    try:
+        settings = security_of(cfg)
+        return BrokerRoute(settings.inter_broker_listener, inter_broker_client(cfg))
+    except ConfigError:
+        return PLAINTEXT_ROUTE
 
 
 def check_quorum_password(password: str, voters: int) -> None:

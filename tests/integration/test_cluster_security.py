@@ -16,7 +16,13 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import NewTopic
 
-from integration.cluster_process import LocalCluster, ServerProcess, admin_client, wait_for
+from integration.cluster_process import (
+    LocalCluster,
+    ServerProcess,
+    admin_client,
+    rest_call,
+    wait_for,
+)
 from integration.node_process import free_port
 from kraft.node.certificates import CertificateAuthority, load_ca, make_ca, make_certificate
 
@@ -167,3 +173,28 @@ def test_a_broker_with_a_wrong_password_cannot_register(cluster: LocalCluster) -
         assert log.count("cannot authenticate to the controller") <= 2, log
     finally:
         intruder.kill()
+
+
+def test_rest_records_reach_leaders_over_the_authenticated_listener(
+    cluster: LocalCluster,
+) -> None:
+    topic = "via-rest"
+    admin = admin_client(cluster)
+    admin.create_topics([NewTopic(topic, 3, 1)], request_timeout=10)[topic].result(timeout=15)
+    via = next(b for b in cluster.brokers.values() if b.alive())
+    records = [{"partition": p, "value": f"v{p}"} for p in range(3)]
+    # partitions led by other brokers are written over their INTERNAL (SASL_SSL) listener
+    status, body = wait_for(
+        "the REST produce",
+        lambda: (
+            (r := rest_call(via, "POST", f"/v1/topics/{topic}/records", {"records": records}))
+            and r[0] == 200
+            and r
+        ),
+        15,
+        cluster,
+    )
+    assert all(o["offset"] == 0 for o in body["offsets"]), body
+    for p in range(3):
+        status, read = rest_call(via, "GET", f"/v1/topics/{topic}/partitions/{p}/records")
+        assert status == 200 and [r["value"] for r in read["records"]] == [f"v{p}"], read
