@@ -21,7 +21,9 @@ from confluent_kafka.admin import (
 )
 
 from integration.node_process import NodeProcess
+from integration.raw_client import RawConnection
 from integration.secure_clients import ROUNDTRIPS, Login
+from kafka_protocol.messages import DescribeConfigsRequest
 from kraft.node.certificates import make_ca, make_certificate
 
 ALICE_PASSWORD = "alice-secret-pw"
@@ -147,3 +149,23 @@ def test_wrong_password_is_an_authentication_error(
     # the listener and the node serve on
     good = AdminClient(login(node, "SASL_PLAINTEXT").librdkafka()).list_topics(timeout=10)
     assert good.brokers
+
+
+def test_describe_configs_never_shows_the_jaas_passwords(node: NodeProcess) -> None:
+    conn = RawConnection(node.listeners["PLAINTEXT"])
+    try:
+        resource = DescribeConfigsRequest.DescribeConfigsResource(
+            resource_type=4,
+            resource_name="1",
+            configuration_keys=None,  # BROKER 1, every key
+        )
+        response = conn.request(
+            DescribeConfigsRequest(resources=[resource], include_synonyms=True), 4
+        )
+    finally:
+        conn.close()
+    [result] = response.results
+    [jaas] = [c for c in result.configs if c.name == "sasl.jaas.config"]
+    assert jaas.is_sensitive and jaas.value is None
+    assert jaas.synonyms and all(s.value is None for s in jaas.synonyms)
+    assert ALICE_PASSWORD.encode() not in repr(response).encode()
