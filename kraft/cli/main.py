@@ -60,8 +60,6 @@ def _announce(line: str) -> None:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    if args.secure and (args.controllers != 1 or args.brokers != 1):
-        raise ConfigError("kraft dev --secure runs one combined node (no --controllers/--brokers)")
     if args.controllers != 1 or args.brokers != 1:
         from kraft.node.dev_cluster import run_dev_cluster
 
@@ -73,6 +71,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
             args.admin_port,
             parse_overrides(args.override or []),
             _announce,
+            secure=args.secure,
         )
     from kraft.node.run import run, serve
 

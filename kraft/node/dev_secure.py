@@ -12,14 +12,16 @@ The password is printed once, when it is generated, with the client settings to 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from kraft.node.bootstrap_scram import BootstrapScram, write_bootstrap_scram
-from kraft.node.certificates import load_ca, make_ca, make_certificate
+from kraft.node.certificates import CertificateAuthority, load_ca, make_ca, make_certificate
 
 ADMIN_USER: Final = "admin"
+NODE_USER: Final = "broker"  # what the nodes of a --secure cluster log in to each other as
 SECURE_DIR: Final = "secure"
 PASSWORD_FILE: Final = "admin.password"
 STANDARD_AUTHORIZER: Final = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -83,25 +85,86 @@ class SecureDev:
 
 def prepare_secure_dev(data_dir: Path, metadata_dir: Path) -> SecureDev:
     """Generate (first start) or reuse (later starts) the CA, certificate and password."""
+    root, ca = _secure_root(data_dir)
+    keystore = _keystore(ca, root, "node")
+    password_file = root / PASSWORD_FILE
+    password, new = _password(password_file)
+    _bootstrap_admin(metadata_dir, password)
+    return SecureDev(ca.certificate_path, keystore, password, password_file, new)
+
+
+def prepare_secure_cluster(
+    data_dir: Path, nodes: Sequence[tuple[int, str, Path]]
+) -> tuple[SecureDev, dict[int, dict[str, str]]]:
+    """``kraft dev --controllers M --brokers N --secure``: SASL_SSL between every node.
+
+    ``nodes``: (node id, role, metadata directory).  Every node gets its certificate; brokers
+    serve SASL_SSL (clients and replication), controllers a SASL_SSL CONTROLLER listener;
+    nodes log in to each other as the PLAIN user ``broker`` (its password generated under
+    ``secure/broker.password``), clients as ``admin``.  Returns what to print and each node's
+    settings."""
+    root, ca = _secure_root(data_dir)
+    password_file = root / PASSWORD_FILE
+    password, new = _password(password_file)
+    node_password, _ = _password(root / "broker.password")
+    jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required"
+        f' username="{NODE_USER}" password="{node_password}"'
+        f' user_{NODE_USER}="{node_password}" user_{ADMIN_USER}="{password}";'
+    )
+    settings: dict[int, dict[str, str]] = {}
+    for node_id, role, metadata_dir in nodes:
+        keystore = _keystore(ca, root, f"node-{node_id}")
+        props = {
+            "listener.security.protocol.map": "CONTROLLER:SASL_SSL,SASL_SSL:SASL_SSL",
+            "inter.broker.listener.name": "SASL_SSL",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
+            "listener.name.controller.plain.sasl.jaas.config": jaas,
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas,
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(ca.certificate_path),
+            "super.users": f"User:{ADMIN_USER};User:{NODE_USER}",
+            "authorizer.class.name": STANDARD_AUTHORIZER,
+        }
+        if role == "controller":
+            _bootstrap_admin(metadata_dir, password)  # the first active controller's log
+        settings[node_id] = props
+    return SecureDev(ca.certificate_path, root / "node-*.pem", password, password_file, new), (
+        settings
+    )
+
+
+def _secure_root(data_dir: Path) -> tuple[Path, CertificateAuthority]:
     root = data_dir / SECURE_DIR
     root.mkdir(parents=True, exist_ok=True)
-    ca_dir = root / "ca"
     try:
-        ca = load_ca(ca_dir)
+        return root, load_ca(root / "ca")
     except FileNotFoundError:
-        ca = make_ca(ca_dir, "kraft dev --secure CA")
-    keystore = root / "node.pem"
-    if not keystore.exists():
-        keystore = make_certificate(ca, root, "node", ["127.0.0.1", "localhost"])
-    password_file = root / PASSWORD_FILE
-    new = not password_file.exists()
-    if new:
-        password = secrets.token_urlsafe(18)
-        password_file.touch(mode=0o600)
-        password_file.write_text(password + "\n")
-    else:
-        password = password_file.read_text().strip()
-    # read only by the controller that starts an empty metadata log: a no-op later
+        return root, make_ca(root / "ca", "kraft dev --secure CA")
+
+
+def _keystore(ca: CertificateAuthority, root: Path, name: str) -> Path:
+    keystore = root / f"{name}.pem"
+    if keystore.exists():
+        return keystore
+    return make_certificate(ca, root, name, ["127.0.0.1", "localhost"])
+
+
+def _password(path: Path) -> tuple[str, bool]:
+    """The password kept in ``path`` (mode 0600), generated when there is none; whether new."""
+    if path.exists():
+        return path.read_text().strip(), False
+    password = secrets.token_urlsafe(18)
+    path.touch(mode=0o600)
+    path.write_text(password + "\n")
+    return password, True
+
+
+def _bootstrap_admin(metadata_dir: Path, password: str) -> None:
+    """The admin's SCRAM credentials, read only by the controller that starts an empty
+    metadata log (a no-op on later starts)."""
     write_bootstrap_scram(
         metadata_dir,
         [
@@ -109,4 +172,3 @@ def prepare_secure_dev(data_dir: Path, metadata_dir: Path) -> SecureDev:
             for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
         ],
     )
-    return SecureDev(ca.certificate_path, keystore, password, password_file, new)

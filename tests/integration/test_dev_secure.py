@@ -3,11 +3,17 @@ user exists (SCRAM-SHA-256/512 and PLAIN) before any client connects."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import re
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from integration.node_process import NodeProcess
 from integration.secure_clients import ROUNDTRIPS, Login
@@ -73,3 +79,39 @@ def test_a_restart_keeps_the_password_and_does_not_print_it(node: NodeProcess) -
     values = [b"after-restart"]
     got = ROUNDTRIPS["confluent-kafka"](admin_login(node, "SCRAM-SHA-512"), "restart", values)
     assert got == values
+
+
+def test_a_secure_three_by_three_dev_cluster(tmp_path: Path) -> None:
+    """SASL_SSL between every node and for clients: an RF 3 topic replicates."""
+    data = tmp_path / "data"
+    cmd = [sys.executable, "-m", "kraft.cli", "dev", "--secure", "--controllers", "3"]
+    cmd += ["--brokers", "3", "--port", "0", "--admin-port", "0", "--data-dir", str(data)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KRAFT_")}
+    with (tmp_path / "stderr.log").open("w") as stderr:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        log = (tmp_path / "stderr.log").read_text()
+        m = re.search(r"READY bootstrap=(\S+)", line)
+        assert m, f"no READY line: {line!r}\n{log[-3000:]}"
+        password = (data / PASSWORD_FILE).read_text().strip()
+        assert f"admin password (shown once; kept in {data / PASSWORD_FILE}): {password}" in log
+        login = Login(m.group(1), "SASL_SSL", "SCRAM-SHA-512", "admin", password)
+        login = dataclasses.replace(login, ca_file=str(data / CA_FILE))
+        admin = AdminClient(login.librdkafka())
+        admin.create_topics([NewTopic("r3", 3, 3)])["r3"].result(timeout=15)
+        values = [f"v{i}".encode() for i in range(20)]
+        assert ROUNDTRIPS["confluent-kafka"](login, "r3", values) == values
+        parts = admin.list_topics("r3", timeout=5).topics["r3"].partitions.values()
+        assert all(len(p.isrs) == 3 for p in parts)  # followers fetch over SASL_SSL
+        # every node's properties: SASL_SSL listeners only, no plaintext way in
+        for config in data.glob("node-*/server.properties"):
+            text = config.read_text()
+            assert "PLAINTEXT://" not in text and "SASL_SSL" in text, text
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
