@@ -6,9 +6,11 @@ password cannot register, and says why."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import ssl
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +18,9 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import NewTopic
 
+from broker.kafka_client import KafkaConnection, KafkaConnectionError
+from broker.security.client_security import ClientSecurity
+from broker.security.session import SecurityProtocol
 from integration.cluster_process import (
     LocalCluster,
     ServerProcess,
@@ -24,6 +29,8 @@ from integration.cluster_process import (
     wait_for,
 )
 from integration.node_process import free_port
+from kafka_protocol.messages import BrokerRegistrationRequest
+from kafka_protocol.types import BrokerId
 from kraft.node.certificates import CertificateAuthority, load_ca, make_ca, make_certificate
 
 pytestmark = pytest.mark.integration
@@ -198,3 +205,34 @@ def test_rest_records_reach_leaders_over_the_authenticated_listener(
     for p in range(3):
         status, read = rest_call(via, "GET", f"/v1/topics/{topic}/partitions/{p}/records")
         assert status == 200 and [r["value"] for r in read["records"]] == [f"v{p}"], read
+
+
+def test_an_unauthenticated_registration_is_refused(cluster: LocalCluster) -> None:
+    """TLS to the controller listener without SASL: the registration of a fake broker is not
+    served (the connection is closed), and no broker 99 appears."""
+    ca = next(iter(cluster.controllers.values())).properties["ssl.truststore.location"]
+    tls_only = ClientSecurity(SecurityProtocol.SSL, ssl.create_default_context(cafile=ca))
+
+    async def register(host: str, port: int) -> None:
+        conn = await KafkaConnection.open(host, port, "fake-broker", tls_only)
+        try:
+            request = BrokerRegistrationRequest(
+                broker_id=BrokerId(99),
+                cluster_id=cluster.controllers[1].properties["cluster.id"],
+                incarnation_id=uuid.uuid4(),
+                listeners=[
+                    BrokerRegistrationRequest.Listener(name="PLAINTEXT", host="127.0.0.1", port=1)
+                ],
+            )
+            with pytest.raises(KafkaConnectionError):
+                await conn.request(request, 4)
+        finally:
+            conn.close()
+
+    for controller in cluster.controllers.values():
+        if controller.alive():
+            address = controller.properties["listeners"].split("://", 1)[1]
+            host, port = address.rsplit(":", 1)
+            asyncio.run(register(host, int(port)))
+    view = cluster.any_broker().get("/v1/cluster")
+    assert 99 not in {b["id"] for b in view["brokers"]}
