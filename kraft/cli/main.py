@@ -121,7 +121,10 @@ e.g. 3 + 3 nodes: brokers 9092-9094 (admin 8080-8082), controllers 9192-9194 (Ra
 9292-9294, admin 8180-8182). --port 0 / --admin-port 0 pick free ports. The READY line lists
 every broker: READY bootstrap=127.0.0.1:9092,127.0.0.1:9093,... admin=http://127.0.0.1:8080.
 DIR/cluster.properties keeps the cluster id and Raft password, so a restart on the same
---data-dir resumes the same cluster; each node's files are under DIR/node-<id>/."""
+--data-dir resumes the same cluster; each node's files are under DIR/node-<id>/.
+--secure: SASL_SSL listeners (SCRAM-SHA-256/512, PLAIN) with a CA, certificates and the admin
+password generated under DIR/secure/ (the password printed once), SASL_SSL between the nodes
+of a cluster, super.users=User:admin and the StandardAuthorizer."""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -373,6 +373,6 @@ def run_dev_cluster(
     configs = write_node_configs(plan, identity, data_dir, overrides, node_settings)
     launcher = Launcher(plan, configs, announce, sys.stderr)
     launcher.log(f"{_count(controllers, 'controller')}, {_count(brokers, 'broker')} in {data_dir}")
-    for line in describe_plan(plan):
+    for line in describe_plan(plan, "SASL_SSL" if secure else "PLAINTEXT"):
         launcher.log(line)
     return asyncio.run(_supervise(launcher))
