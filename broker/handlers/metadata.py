@@ -114,12 +114,12 @@ class MetadataHandler:
         host, port = self.node.address_on(listener)
         topics: list[Topic] = []
         if names is None:
-            topics = [self._topic(t) for t in image.topics.by_name.values()]
+            topics = [self._topic(t, listener) for t in image.topics.by_name.values()]
         else:
             for name in names:
                 topic = image.topics.get(name)
                 if topic is not None:
-                    topics.append(self._topic(topic))
+                    topics.append(self._topic(topic, listener))
                 else:
                     error = errors.get(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     topics.append(Topic(error_code=error, name=TopicName(name)))
@@ -145,7 +145,7 @@ class MetadataHandler:
             topics=topics,
         )
 
-    def _topic(self, topic: TopicImage) -> Topic:
+    def _topic(self, topic: TopicImage, listener: str) -> Topic:
         image = self.image()
         partitions = []
         for index in sorted(topic.partitions):
@@ -159,7 +159,7 @@ class MetadataHandler:
                     replica_nodes=[BrokerId(r) for r in p.replicas],
                     isr_nodes=[BrokerId(r) for r in p.isr],
                     offline_replicas=[
-                        BrokerId(r) for r in p.replicas if image.is_replica_offline(r)
+                        BrokerId(r) for r in p.replicas if image.is_replica_offline(r, listener)
                     ],
                 )
             )

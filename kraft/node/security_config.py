@@ -120,6 +120,14 @@ def _client(cfg: NodeConfig, listener_name: str, mechanism_key: str) -> ClientSe
         raise ConfigError(str(exc)) from None
 
 
+def inter_broker_listener(cfg: NodeConfig) -> str:
+    """``inter.broker.listener.name`` (PLAINTEXT when the node's settings cannot say)."""
+    try:
+        return security_of(cfg).inter_broker_listener
+    except ConfigError:
+        return "PLAINTEXT"
+
+
 def broker_route(cfg: NodeConfig) -> BrokerRoute:
     """How the node's own Kafka clients (REST records and groups) reach the brokers: their
     inter-broker listener with this node's login there; PLAINTEXT without one (a

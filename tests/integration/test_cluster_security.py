@@ -29,7 +29,8 @@ from integration.cluster_process import (
     wait_for,
 )
 from integration.node_process import free_port
-from kafka_protocol.messages import BrokerRegistrationRequest
+from integration.raw_client import RawConnection
+from kafka_protocol.messages import BrokerRegistrationRequest, MetadataRequest
 from kafka_protocol.types import BrokerId
 from kraft.node.certificates import CertificateAuthority, load_ca, make_ca, make_certificate
 
@@ -124,6 +125,18 @@ def test_replication_over_the_authenticated_listener_survives_a_kill(
         return len(parts) == 3 and all(len(p.isrs) == 3 for p in parts)
 
     wait_for("an ISR of 3", fully_replicated, 20, cluster)
+    # replicas are online on the listener asked (EXTERNAL) and on REST's (INTERNAL)
+    conn = RawConnection(cluster.any_broker().address)
+    try:
+        metadata = conn.request(
+            MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)]), 12
+        )
+    finally:
+        conn.close()
+    [described_topic] = metadata.topics
+    assert all(not p.offline_replicas for p in described_topic.partitions)
+    status, described = rest_call(cluster.any_broker(), "GET", f"/v1/topics/{topic}")
+    assert status == 200 and all(not p["offline_replicas"] for p in described["partitions"])
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
     values = [f"v{i}".encode() for i in range(300)]
     for value in values:
