@@ -24,6 +24,7 @@ from typing import Final
 from aiohttp import web
 
 from kraft.node.config import ConfigError
+from kraft.node.security_config import broker_route
 from kraft.rest.access import ACCESS, AUTHORIZER, RestAuthorizer, access_middleware
 from kraft.rest.acls import create_acls, delete_acls, list_acls
 from kraft.rest.authentication import AdminSecurity, authentication_middleware
@@ -111,7 +112,7 @@ def build_app(
     app[NODE] = node
     if authorizer is not None:
         app[AUTHORIZER] = authorizer
-    setup_records(app, lambda: node.image)
+    setup_records(app, lambda: node.image, broker_route(node.config))
     setup_groups(app, node)
     for method, path, handler in ROUTES:
         if method == "GET":
