@@ -144,9 +144,7 @@ def admin_security(node: AdminNode) -> AdminSecurity:
         scram_lookup=lambda user, mechanism: scram_credential_of(node.image, user, mechanism),
         scram_verify=verify_scram_password,
         principal_of_certificate=mapper,
-        failed_authentication_delay_ms=cfg.get_int(
-            "connection.failed.authentication.delay.ms", 100
-        ),
+        failed_authentication_delay_ms=cfg.get_bounded_int(FAILED_DELAY_KEY),
     )
 
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from broker.security.session import Session
 from kafka_protocol.sasl import scram_credential, verify_scram_password
+from kraft.node.config import load_config
 from kraft.rest import ROUTES, build_app
 from kraft.rest.access import ACCESS
 from kraft.rest.authentication import (
@@ -62,12 +63,14 @@ class FakeNode:
         self.metrics = None
         self.ready = True
         self.cluster_id = "test"
-
-        class Config:
-            node_id = 1
-            values: dict[str, str] = {}
-
-        self.config = Config()
+        self.config = load_config(
+            overrides={
+                "node.id": "1",
+                "process.roles": "broker,controller",
+                "listeners": "PLAINTEXT://127.0.0.1:0",
+            },
+            environ={},
+        )
 
 
 class Acls:
