@@ -272,3 +272,20 @@ def test_required_client_certificates(tmp_path: Path) -> None:
         assert call(secured, "GET", "/v1/topics").status == 200
     finally:
         node.stop()
+
+
+def test_kraft_dev_secure_serves_the_api_over_https_for_its_admin(tmp_path: Path) -> None:
+    node = NodeProcess(tmp_path / "dev", dev_flags=("--secure",)).start()
+    try:
+        assert node.admin.startswith("https://127.0.0.1:"), node.admin
+        ca = node.data_dir / "secure" / "ca" / "ca.pem"
+        password = (node.data_dir / "secure" / "admin.password").read_text().strip()
+        secured = Secured(node, ca, ca, ssl.create_default_context(cafile=str(ca)))
+        assert call(secured, "GET", "/v1/topics").status == 401
+        assert call(secured, "GET", "/v1/topics", user=("admin", password)).status == 200
+        assert f"KRAFT_ADMIN={node.admin}" in node.log_path.read_text()  # printed for the CLI
+        env = {"KRAFT_ADMIN_USER": "admin", "KRAFT_ADMIN_PASSWORD": password}
+        made = kraft(secured, "topics", "create", "from-cli", "--ca-file", str(ca), env=env)
+        assert made.returncode == 0, made.stderr
+    finally:
+        node.stop()
