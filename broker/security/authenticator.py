@@ -109,10 +109,14 @@ def begin(session: Session, mechanism: str, handshake_version: int) -> list[str]
     return enabled
 
 
-def step(session: Session, token: bytes) -> tuple[bytes, int]:
+def step(session: Session, token: bytes, *, can_reauthenticate: bool) -> tuple[bytes, int]:
     """One client token: returns the server's token and, once the exchange is complete, the
     session lifetime in ms (0: no expiry; -1 while the exchange goes on).  Raises
-    :class:`SaslExchangeError` on a failure (the session is then never authenticated)."""
+    :class:`SaslExchangeError` on a failure (the session is then never authenticated).
+
+    ``can_reauthenticate``: the client sent SaslAuthenticate v1+ (Kafka 2.2+); only such
+    sessions get a lifetime (``connections.max.reauth.ms``), as in Kafka: older clients
+    could not renew it."""
     server = session.sasl_server
     if server is None:
         raise SaslExchangeError(
@@ -146,7 +150,7 @@ def step(session: Session, token: bytes) -> tuple[bytes, int]:
         )
     session.principal = principal
     session.authenticated = True
-    lifetime_ms = max(session.security.max_reauth_ms, 0)
+    lifetime_ms = max(session.security.max_reauth_ms, 0) if can_reauthenticate else 0
     session.expires_at_ms = monotonic_ms() + lifetime_ms if lifetime_ms else None
     log.debug("SASL authenticated peer=%s principal=%s", session.peer, principal)
     return reply, lifetime_ms

@@ -97,7 +97,7 @@ def login(client: RawClient, user: str, password: str, version: int = 2) -> Any:
 def test_only_api_versions_and_sasl_before_authentication(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, "broker.dispatcher")
+    caplog.set_level(logging.WARNING, "broker.server")
     with sasl_node(sasl_security()) as (node, port):
         client = RawClient(port)
         versions = client.request(ApiVersionsRequest(), 3)
@@ -179,6 +179,16 @@ def test_handshake_v0_raw_tokens() -> None:
         token = plain_token("alice", "nope")
         failing.sock.sendall(struct.pack(">i", len(token)) + token)
         assert failing.is_closed()
+
+
+def test_sessions_of_old_clients_do_not_expire() -> None:
+    """SaslAuthenticate v0 (and raw v0 tokens) cannot re-authenticate: no lifetime (Kafka)."""
+    with sasl_node(sasl_security(max_reauth_ms=200)) as (node, port):
+        client = RawClient(port)
+        assert login(client, "alice", "alice-secret", version=0).error_code == 0
+        time.sleep(0.3)
+        assert metadata_served(client)
+        assert node.principals == ["User:alice"]
 
 
 def test_expired_session_is_closed_unless_it_reauthenticates() -> None:
