@@ -13,6 +13,7 @@ from broker.broker_config import BrokerConfig
 from broker.controller_channel import ControllerChannel
 from broker.coordinator.runtime import GroupCoordinator
 from broker.dispatcher import ApiHandler
+from broker.handlers.acls import SecurityAdminHandlers
 from broker.handlers.admin import AdminHandlers
 from broker.handlers.basics import ApiVersionsHandler, InitProducerIdHandler
 from broker.handlers.fetch import FetchHandler
@@ -25,6 +26,7 @@ from broker.handlers.sasl import SaslHandlers
 from broker.identity import BrokerIdentity
 from broker.metrics import BrokerMetrics
 from broker.replica_manager import ReplicaManager
+from broker.security.authorization import BrokerAuthorizer
 from kafka_protocol.messages import ApiVersionsResponse
 from metadata_log.image import ClusterImage
 
@@ -48,7 +50,9 @@ class BrokerParts(Protocol):
     def metrics(self) -> BrokerMetrics: ...
 
     def broker_epoch_of(self, broker_id: int) -> int: ...
-    def endpoint_of(self, broker_id: int) -> tuple[str, int] | None: ...
+    def endpoint_of(
+        self, broker_id: int, listener: str | None = None
+    ) -> tuple[str, int] | None: ...
     def api_versions(self) -> list[ApiVersionsResponse.ApiVersion]: ...
 
 
@@ -58,17 +62,25 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
         cfg.auto_topic_creation, cfg.num_partitions, cfg.default_replication_factor
     )
     replicas = parts.replicas
+    authorizer = BrokerAuthorizer.from_config(cfg.broker_defaults, lambda: parts.image)
+    security = SecurityAdminHandlers(authorizer, lambda: parts.image)
     return [
         ProduceHandler(replicas, parts.metrics).spec(),
         FetchHandler(replicas, parts.metrics, parts.broker_epoch_of).spec(),
         ListOffsetsHandler(replicas).spec(),
         OffsetForLeaderEpochHandler(replicas).spec(),
         MetadataHandler(parts.node, lambda: parts.image, parts.controller, auto_create).spec(),
-        *GroupHandlers(parts.coordinator, parts.endpoint_of).specs(),
+        *GroupHandlers(
+            parts.coordinator,
+            lambda broker, listener: parts.endpoint_of(broker, parts.node.listener_for(listener)),
+        ).specs(),
         ApiVersionsHandler(parts.api_versions).spec(),
         *SaslHandlers().specs(),
         InitProducerIdHandler(parts.controller, parts.node.node_id).spec(),
-        *AdminHandlers(
-            parts.controller, parts.node, lambda: parts.image, cfg.broker_defaults
-        ).specs(),
+        *security.guard(
+            AdminHandlers(
+                parts.controller, parts.node, lambda: parts.image, cfg.broker_defaults
+            ).specs()
+        ),
+        *security.specs(),
     ]
