@@ -25,9 +25,8 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from broker.connection_limits import RateLimitedWarning
 from broker.security.session import Session, user_principal
-from kafka_protocol.clock import monotonic_ms, monotonic_s
+from kafka_protocol.clock import monotonic_ms
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.sasl import SaslAuthenticationError
 
@@ -40,8 +39,6 @@ API_VERSIONS_KEY: Final = 18
 UNAUTHENTICATED_APIS: Final = frozenset(
     {API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY}
 )
-# A client retrying a wrong password (or a guesser) gets one line per interval, with a count.
-_FAILURES: Final = RateLimitedWarning()
 INVALID_CREDENTIALS: Final = (
     "Authentication failed during authentication due to invalid credentials with SASL mechanism"
 )
@@ -158,8 +155,8 @@ def step(session: Session, token: bytes, *, can_reauthenticate: bool) -> tuple[b
 
 def _failed(session: Session, reason: str) -> None:
     session.sasl_server = None
-    _FAILURES.warn(
-        monotonic_s(),
+    log.warning(  # one line per failure, as Kafka; connection.failed.authentication.delay.ms
+        # bounds how fast one connection can fail
         "SASL authentication failed listener=%s peer=%s mechanism=%s reason=%r",
         session.listener,
         session.peer,
