@@ -2,9 +2,10 @@
 
     kraft dev [--data-dir DIR] [--port N] [--admin-port N]    one combined node, for development
     kraft dev --controllers 3 --brokers 3                     a local cluster of processes
+    kraft dev --secure                                        TLS + SCRAM, generated CA/password
     kraft server [--config FILE] [--override key=value ...]   one node, exactly as a container runs
     kraft storage format --config FILE [--add-scram ...]      format a node (kafka-storage format)
-    kraft topics|groups|produce|consume|cluster ...           admin commands over the REST API
+    kraft topics|groups|produce|consume|cluster|users|acls    admin commands over the REST API
     kraft --help                                              every command (one module each)
 
 Errors in configuration exit with status 2 and one line that names the key and its source.
@@ -17,10 +18,25 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kraft import __version__
-from kraft.cli import arguments, certs, cluster, elect, groups, records, storage, topics
+from kraft.cli import (
+    acls,
+    arguments,
+    certs,
+    cluster,
+    elect,
+    groups,
+    records,
+    storage,
+    topics,
+    users,
+)
 from kraft.node.config import ConfigError, NodeConfig, StartupError, load_config, parse_overrides
+
+if TYPE_CHECKING:
+    from kraft.node.dev_secure import SecureDev
 
 
 def _setup_logging() -> None:
@@ -32,7 +48,8 @@ def _setup_logging() -> None:
     )
 
 
-def dev_config(args: argparse.Namespace) -> NodeConfig:
+def dev_config(args: argparse.Namespace, secure: dict[str, str] | None = None) -> NodeConfig:
+    """``secure``: the settings of ``--secure`` (between the defaults and ``--override``)."""
     port = args.port
     admin_port = args.admin_port
     if admin_port is None:  # derived: 9092 -> 8080, N -> N - 1012; any free port for --port 0
@@ -43,9 +60,11 @@ def dev_config(args: argparse.Namespace) -> NodeConfig:
             "node.id": "1",
             "process.roles": "broker,controller",
             "listeners": f"PLAINTEXT://127.0.0.1:{port}",
-            "admin.listener": f"http://127.0.0.1:{admin_port}",
+            # --secure: the REST API over https too, with the same keystore
+            "admin.listener": f"{'https' if secure else 'http'}://127.0.0.1:{admin_port}",
             "log.dirs": str(data / "logs"),
             "metadata.log.dir": str(data / "metadata"),
+            **(secure or {}),
             **parse_overrides(args.override or []),
         },
         environ={},
@@ -68,12 +87,38 @@ def cmd_dev(args: argparse.Namespace) -> int:
             args.admin_port,
             parse_overrides(args.override or []),
             _announce,
+            secure=args.secure,
         )
     from kraft.node.run import run, serve
 
-    cfg = dev_config(args)
-    run(lambda: serve(cfg, _announce))
+    if not args.secure:
+        cfg = dev_config(args)
+        run(lambda: serve(cfg, _announce))
+        return 0
+    from kraft.node.dev_secure import prepare_secure_dev
+
+    data = Path(args.data_dir)
+    secure = prepare_secure_dev(data, data / "metadata")
+    cfg = dev_config(args, secure.overrides(args.port))
+
+    def announce(line: str) -> None:  # the settings first: READY means all is printed
+        bootstrap = line.split("bootstrap=", 1)[1].split()[0]
+        print(secure.client_settings(bootstrap), file=sys.stderr, flush=True)
+        if "admin=" in line:
+            print(_cli_settings(line.split("admin=", 1)[1].split()[0], secure), file=sys.stderr)
+        _announce(line)
+
+    run(lambda: serve(cfg, announce))
     return 0
+
+
+def _cli_settings(admin: str, secure: SecureDev) -> str:
+    password = secure.password if secure.new_password else f"$(cat {secure.password_file})"
+    return (
+        "kraft CLI (REST admin API):\n"
+        f"  export KRAFT_ADMIN={admin} KRAFT_ADMIN_USER=admin KRAFT_ADMIN_PASSWORD={password}\n"
+        f"  kraft topics list --ca-file {secure.ca_file}"
+    )
 
 
 def cmd_server(args: argparse.Namespace) -> int:
@@ -83,7 +128,9 @@ def cmd_server(args: argparse.Namespace) -> int:
         from kraft.node.dev_cluster import exit_with_parent
 
         exit_with_parent(args.parent_pid)
-    cfg = load_config(
+    from kraft.node.autoconfigure import load_autoconfigured
+
+    cfg = load_autoconfigured(
         Path(args.config) if args.config else None, parse_overrides(args.override or [])
     )
     run(lambda: serve(cfg, _announce))
@@ -103,7 +150,10 @@ e.g. 3 + 3 nodes: brokers 9092-9094 (admin 8080-8082), controllers 9192-9194 (Ra
 9292-9294, admin 8180-8182). --port 0 / --admin-port 0 pick free ports. The READY line lists
 every broker: READY bootstrap=127.0.0.1:9092,127.0.0.1:9093,... admin=http://127.0.0.1:8080.
 DIR/cluster.properties keeps the cluster id and Raft password, so a restart on the same
---data-dir resumes the same cluster; each node's files are under DIR/node-<id>/."""
+--data-dir resumes the same cluster; each node's files are under DIR/node-<id>/.
+--secure: SASL_SSL listeners (SCRAM-SHA-256/512, PLAIN) with a CA, certificates and the admin
+password generated under DIR/secure/ (the password printed once), SASL_SSL between the nodes
+of a cluster, super.users=User:admin and the StandardAuthorizer."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,6 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dev.add_argument("--brokers", type=int, default=1, help="broker processes (1 to 100)")
     dev.add_argument(
+        "--secure",
+        action="store_true",
+        help="TLS + SASL (SCRAM, PLAIN) on 127.0.0.1 with a generated CA and admin password,"
+        " the StandardAuthorizer on (one combined node)",
+    )
+    dev.add_argument(
         "--override", action="append", metavar="KEY=VALUE", help="a setting for every node"
     )
     dev.set_defaults(func=cmd_dev)
@@ -155,6 +211,8 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     groups.add_parser(sub, common)
     records.add_parser(sub, common)
     cluster.add_parser(sub, common)
+    users.add_parser(sub, common)
+    acls.add_parser(sub, common)
     elect.add_parser(sub)
     certs.add_parser(sub)
 

@@ -23,6 +23,8 @@ from broker.controller_channel import (
 )
 from kafka_protocol._codec import Request
 from kafka_protocol.errors import ErrorCode
+from kraft.node.security_config import inter_broker_listener
+from kraft.rest.access import create_topic_allowed, describe_configs_allowed, visible
 from kraft.rest.common import (
     IMAGE_WAIT_S,
     AdminNode,
@@ -37,6 +39,7 @@ from kraft.rest.common import (
     only_result,
     topic_of,
 )
+from metadata_log.acls import AclOperation, ResourceType
 from metadata_log.configs import effective_topic_config
 from metadata_log.image import ClusterImage, TopicImage
 
@@ -62,6 +65,7 @@ def topic_json(node: AdminNode, topic: TopicImage, *, all_configs: bool = False)
     else:
         configs = dict(sorted(overrides.items()))
     replicas = node.broker.replicas if node.broker is not None else None
+    listener = inter_broker_listener(node.config)  # a replica without it is offline
     partitions = []
     for index in sorted(topic.partitions):
         p = topic.partitions[index]
@@ -73,7 +77,9 @@ def topic_json(node: AdminNode, topic: TopicImage, *, all_configs: bool = False)
                 "leader_epoch": p.leader_epoch,
                 "replicas": list(p.replicas),
                 "isr": list(p.isr),
-                "offline_replicas": [r for r in p.replicas if image.is_replica_offline(r)],
+                "offline_replicas": [
+                    r for r in p.replicas if image.is_replica_offline(r, listener)
+                ],
                 "log_start_offset": local.log_start_offset if local else None,
                 "high_watermark": local.high_watermark if local else None,
                 "log_end_offset": local.log_end_offset if local else None,
@@ -83,15 +89,20 @@ def topic_json(node: AdminNode, topic: TopicImage, *, all_configs: bool = False)
 
 
 async def list_topics(request: web.Request) -> web.Response:
+    """The topics the caller may DESCRIBE (as Kafka's Metadata hides the others)."""
     topics = image_of(node_of(request)).topics.by_name
-    return web.json_response([topic_summary(topics[name]) for name in sorted(topics)])
+    shown = filter(visible(request, AclOperation.DESCRIBE, ResourceType.TOPIC), sorted(topics))
+    return web.json_response([topic_summary(topics[name]) for name in shown])
 
 
 async def get_topic(request: web.Request) -> web.Response:
     node = node_of(request)
     topic = topic_of(image_of(node), request.match_info["name"])
     all_configs = request.query.get("all_configs", "false").lower() in ("true", "1", "yes")
-    return web.json_response(topic_json(node, topic, all_configs=all_configs))
+    described = topic_json(node, topic, all_configs=all_configs)
+    if not describe_configs_allowed(request, topic.name):
+        described["configs"] = None  # DescribeConfigs needs DESCRIBE_CONFIGS on the topic
+    return web.json_response(described)
 
 
 async def create_topic(request: web.Request) -> web.Response:
@@ -100,6 +111,7 @@ async def create_topic(request: web.Request) -> web.Response:
         "name", "partitions", "replication_factor", "configs", "validate_only"
     )
     name = body.get_str("name")
+    create_topic_allowed(request, name)
     # The default: the controller's num.partitions / default.replication.factor
     new = NewTopic(name)
     partitions = body.get_int("partitions", new.partitions, minimum=1)
