@@ -24,6 +24,8 @@ from broker.handlers.produce import ProduceHandler
 from broker.identity import BrokerIdentity
 from broker.metrics import BrokerMetrics
 from broker.replica_manager import ReplicaManager
+from broker.security.admin_rules import BROKER_RULES
+from broker.security.api_authorization import SessionAuthorizer, guard
 from kafka_protocol.messages import ApiVersionsResponse
 from metadata_log.image import ClusterImage
 
@@ -57,7 +59,7 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
         cfg.auto_topic_creation, cfg.num_partitions, cfg.default_replication_factor
     )
     replicas = parts.replicas
-    return [
+    handlers = [
         ProduceHandler(replicas, parts.metrics).spec(),
         FetchHandler(replicas, parts.metrics, parts.broker_epoch_of).spec(),
         ListOffsetsHandler(replicas).spec(),
@@ -70,3 +72,8 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
             parts.controller, parts.node, lambda: parts.image, cfg.broker_defaults
         ).specs(),
     ]
+    # every API checks what Kafka checks (broker.security.api_authorization)
+    authorizer: SessionAuthorizer | None = getattr(parts, "authorizer", None)
+    if authorizer is None:
+        return handlers
+    return guard(handlers, BROKER_RULES, authorizer, lambda: parts.image, auto_create.enabled)
