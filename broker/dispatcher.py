@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import Any, TypeAlias
 
 from broker.deferred import Deferred
 from broker.metrics import BrokerMetrics
+from broker.security import authenticator
 from broker.security.session import Session
 from broker.server import CloseConnection, Reply, ReplyValue
 from kafka_protocol._codec import Chunk, Request, Response
@@ -64,6 +66,16 @@ class ApiHandler:
     name: str
 
 
+class CloseAfterResponse(Exception):
+    """Raised by a handler: send ``response``, then close the connection ``delay_ms`` later
+    (a failed SASL exchange: Kafka's ``connection.failed.authentication.delay.ms``)."""
+
+    def __init__(self, response: Response, delay_ms: int = 0) -> None:
+        super().__init__()
+        self.response = response
+        self.delay_ms = delay_ms
+
+
 class RequestDispatcher:
     def __init__(self, handlers: Iterable[ApiHandler], metrics: BrokerMetrics) -> None:
         self.handlers = {h.api_key: h for h in handlers}
@@ -84,6 +96,8 @@ class RequestDispatcher:
 
     def dispatch(self, frame: bytes | bytearray, session: Session) -> Reply:
         peer = session.peer
+        if not session.authenticated and authenticator.expects_raw_token(session):
+            return self._raw_sasl_token(frame, session)
         try:
             header, body = decode_request(frame)
         except UnsupportedVersionError as exc:
@@ -103,9 +117,36 @@ class RequestDispatcher:
                 version,
             )
             raise CloseConnection
+        if not session.authenticated or session.expires_at_ms is not None:
+            refused = authenticator.gate_reason(session, header.request_api_key)
+            if refused is not None:
+                log.warning("closing connection peer=%s reason=%r", peer, refused)
+                raise CloseConnection
         ctx = RequestContext(header, session, time.perf_counter(), self._loop_time())
-        result = handler.handle(ctx, body)
+        try:
+            result = handler.handle(ctx, body)
+        except CloseAfterResponse as close:
+            chunks = self._encode(handler, ctx, close.response)
+            return self._close_later(chunks, close.delay_ms)
         return self._finish(handler, ctx, body, result)
+
+    def _close_later(self, chunks: list[Chunk] | None, delay_ms: int) -> Reply:
+        """Answer ``chunks`` and close, ``delay_ms`` from now (the answer is held)."""
+        if delay_ms <= 0:
+            raise CloseConnection(chunks)
+        reply: Deferred[ReplyValue] = Deferred()
+        asyncio.get_running_loop().call_later(
+            delay_ms / 1000, reply.resolve, CloseConnection(chunks)
+        )
+        return reply
+
+    def _raw_sasl_token(self, frame: bytes | bytearray, session: Session) -> Reply:
+        """After SaslHandshake v0: a raw SASL token in, a size-prefixed raw token out."""
+        try:
+            token, _ = authenticator.step(session, bytes(frame))
+        except authenticator.SaslExchangeError:
+            return self._close_later(None, session.security.failed_authentication_delay_ms)
+        return [struct.pack(">i", len(token)) + token]
 
     def _finish(
         self, handler: ApiHandler, ctx: RequestContext, body: Request, result: HandlerResult

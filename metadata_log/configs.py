@@ -250,6 +250,7 @@ def _defs(*defs: ConfigDef) -> Mapping[str, ConfigDef]:
 
 
 _T = ConfigType
+STANDARD_AUTHORIZER: Final = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 _COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 TOPIC_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
@@ -416,6 +417,10 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     # Idempotent producers' state (Kafka's TransactionLogConfigs, KIP-854).
     ConfigDef("producer.id.expiration.ms", _T.INT, "86400000", at_least(1)),
     ConfigDef("producer.id.expiration.check.interval.ms", _T.INT, "600000", at_least(1)),
+    # Authorization (broker/security/authorization.py): Kafka's StandardAuthorizer or none.
+    ConfigDef("authorizer.class.name", _T.STRING, "", one_of("", STANDARD_AUTHORIZER)),
+    ConfigDef("super.users", _T.STRING, ""),  # "User:admin;User:broker"
+    ConfigDef("allow.everyone.if.no.acl.found", _T.BOOLEAN, "false"),
     *_broker_topic_defaults(),
 )
 

@@ -9,10 +9,12 @@ part of the old one. The same records replayed on the same image always give the
 replay uses no clock, no randomness and no unordered iteration that could leak into the result.
 
 Replay never raises. A record that does not fit the image (a PartitionRecord of an unknown
-topic, a FenceBrokerRecord with a stale broker epoch, a TopicRecord whose name is taken) is
-ignored and counted in ``ignored_records``; Kafka throws there, which on a follower halts the
-node. Record types the image does not model (ACLs, SCRAM credentials, quotas, delegation
-tokens, ...) only advance the offset.
+topic, a FenceBrokerRecord with a stale broker epoch, a TopicRecord whose name is taken, the
+removal of an ACL or SCRAM credential that does not exist, an ACL with a filter-only enum value)
+is ignored and counted in ``ignored_records``; Kafka throws there, which on a follower halts the
+node. Record types the image does not model (quotas, delegation tokens, ...) only advance the
+offset. ACLs are keyed by their record's id (an AccessControlEntryRecord with a known id
+replaces that ACL, as Kafka's ``AclsDelta`` does); SCRAM credentials by (user, mechanism).
 
 Special encodings (PartitionChangeRecord): leader ``-1`` means no leader and ``-2`` means
 unchanged; null ``isr``/``replicas``/``removing_replicas``/``adding_replicas``/ELR lists mean
@@ -33,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kafka_protocol.metadata import (
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     FeatureLevelRecord,
@@ -41,10 +44,13 @@ from kafka_protocol.metadata import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
 )
 from metadata_log.image import (
     BrokerRegistration,
@@ -59,6 +65,7 @@ from metadata_log.image import (
     overlay,
 )
 from metadata_log.records import MetadataRecord
+from metadata_log.security_delta import AclsDelta, ScramDelta
 
 logger = logging.getLogger(__name__)
 
@@ -421,6 +428,8 @@ class MetadataDelta:
         self.configs_delta: ConfigurationsDelta | None = None
         self.brokers_delta: BrokersDelta | None = None
         self.features_delta: FeaturesDelta | None = None
+        self.acls_delta: AclsDelta | None = None
+        self.scram_delta: ScramDelta | None = None
         self.next_producer_id: int | None = None
         self.records_replayed = 0
         self.ignored_records = 0
@@ -444,6 +453,16 @@ class MetadataDelta:
         if self.features_delta is None:
             self.features_delta = FeaturesDelta(self.image.features)
         return self.features_delta
+
+    def _acls(self) -> AclsDelta:
+        if self.acls_delta is None:
+            self.acls_delta = AclsDelta(self.image.acls)
+        return self.acls_delta
+
+    def _scram(self) -> ScramDelta:
+        if self.scram_delta is None:
+            self.scram_delta = ScramDelta(self.image.scram)
+        return self.scram_delta
 
     def replay(self, record: MetadataRecord) -> None:
         """Apply one record to this delta; never raises (see the module docstring)."""
@@ -476,6 +495,14 @@ class MetadataDelta:
                 self._features().replay(record)
             case ProducerIdsRecord():
                 return self._replay_producer_ids(record)
+            case AccessControlEntryRecord():
+                return self._acls().replay(record)
+            case RemoveAccessControlEntryRecord():
+                return self._acls().replay_remove(record)
+            case UserScramCredentialRecord():
+                return self._scram().replay(record)
+            case RemoveUserScramCredentialRecord():
+                return self._scram().replay_remove(record)
             case _:
                 return self._route_broker(record)
         return True
@@ -518,6 +545,8 @@ class MetadataDelta:
             else self.next_producer_id,
             offset=image.offset + self.records_replayed if offset is None else offset,
             epoch=image.epoch if epoch is None else epoch,
+            acls=image.acls if self.acls_delta is None else self.acls_delta.apply(),
+            scram=image.scram if self.scram_delta is None else self.scram_delta.apply(),
         )
 
     def local_changes(self, broker_id: int) -> LocalReplicaChanges:

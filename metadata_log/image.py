@@ -24,11 +24,12 @@ import dataclasses
 import enum
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import ClassVar, Final, NamedTuple, TypeVar
 
 from kafka_protocol.metadata import (
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     FeatureLevelRecord,
@@ -37,9 +38,18 @@ from kafka_protocol.metadata import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     TopicRecord,
+    UserScramCredentialRecord,
 )
 from kafka_protocol.types import BrokerId, TopicName
+from metadata_log.acls import (
+    AclEntry,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
 from metadata_log.records import MetadataRecord
+from metadata_log.scram import SCRAM_MECHANISM_IDS, ScramCredential, ScramKey
 
 NO_LEADER: Final = -1
 NO_LEADER_CHANGE: Final = -2  # PartitionChangeRecord.leader: the leader did not change
@@ -360,12 +370,23 @@ class ClusterImage:
     )
     offset: int = -1
     epoch: int = -1
+    # ACLs by their record's id (Kafka: AclsImage) and SCRAM credentials by (user, mechanism)
+    # (Kafka: ScramImage).
+    acls: Mapping[uuid.UUID, AclEntry] = field(default_factory=frozen_map)
+    scram: Mapping[ScramKey, ScramCredential] = field(default_factory=frozen_map)
 
     EMPTY: ClassVar[ClusterImage]
 
     @property
     def is_empty(self) -> bool:
-        return not (self.topics.by_id or self.configs or self.brokers or self.features)
+        return not (
+            self.topics.by_id
+            or self.configs
+            or self.brokers
+            or self.features
+            or self.acls
+            or self.scram
+        )
 
     @property
     def metadata_version(self) -> int:
@@ -418,7 +439,64 @@ class ClusterImage:
                         value=value,
                     )
                 )
+        out.extend(acl_record(acl_id, self.acls[acl_id]) for acl_id in sorted(self.acls))
+        for user, mechanism in sorted(self.scram):
+            out.append(scram_record(user, mechanism, self.scram[user, mechanism]))
         return out
+
+
+def acl_from_record(r: AccessControlEntryRecord) -> AclEntry | None:
+    """The ACL a record adds, or None when a field holds a value no ACL can have (ANY, MATCH,
+    UNKNOWN or an unknown code): such a record does not fit the image."""
+    try:
+        entry = AclEntry(
+            resource_type=ResourceType(r.resource_type),
+            resource_name=r.resource_name,
+            pattern_type=PatternType(r.pattern_type),
+            principal=r.principal,
+            host=r.host,
+            operation=AclOperation(r.operation),
+            permission=AclPermissionType(r.permission_type),
+        )
+    except ValueError:
+        return None
+    return entry if is_concrete_acl(entry) else None
+
+
+def is_concrete_acl(entry: AclEntry) -> bool:
+    """Whether every field of ``entry`` names one thing (no filter-only value)."""
+    return (
+        entry.resource_type > ResourceType.ANY
+        and entry.pattern_type in (PatternType.LITERAL, PatternType.PREFIXED)
+        and entry.operation > AclOperation.ANY
+        and entry.permission in (AclPermissionType.ALLOW, AclPermissionType.DENY)
+    )
+
+
+def acl_record(acl_id: uuid.UUID, acl: AclEntry) -> AccessControlEntryRecord:
+    return AccessControlEntryRecord(
+        id=acl_id,
+        resource_type=acl.resource_type,
+        resource_name=acl.resource_name,
+        pattern_type=acl.pattern_type,
+        principal=acl.principal,
+        host=acl.host,
+        operation=acl.operation,
+        permission_type=acl.permission,
+    )
+
+
+def scram_record(
+    user: str, mechanism: str, credential: ScramCredential
+) -> UserScramCredentialRecord:
+    return UserScramCredentialRecord(
+        name=user,
+        mechanism=SCRAM_MECHANISM_IDS[mechanism],
+        salt=credential.salt,
+        stored_key=credential.stored_key,
+        server_key=credential.server_key,
+        iterations=credential.iterations,
+    )
 
 
 ClusterImage.EMPTY = ClusterImage(

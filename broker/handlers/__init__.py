@@ -21,6 +21,7 @@ from broker.handlers.list_offsets import ListOffsetsHandler
 from broker.handlers.metadata import AutoCreate, MetadataHandler
 from broker.handlers.offset_for_leader_epoch import OffsetForLeaderEpochHandler
 from broker.handlers.produce import ProduceHandler
+from broker.handlers.sasl import SaslHandlers
 from broker.identity import BrokerIdentity
 from broker.metrics import BrokerMetrics
 from broker.replica_manager import ReplicaManager
@@ -67,6 +68,7 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
         MetadataHandler(parts.node, lambda: parts.image, parts.controller, auto_create).spec(),
         *GroupHandlers(parts.coordinator, parts.endpoint_of).specs(),
         ApiVersionsHandler(parts.api_versions).spec(),
+        *SaslHandlers().specs(),
         InitProducerIdHandler(parts.controller, parts.node.node_id).spec(),
         *AdminHandlers(
             parts.controller, parts.node, lambda: parts.image, cfg.broker_defaults

@@ -83,6 +83,7 @@ class Session:
     sasl_server: Any = None  # its state machine while the exchange runs
     handshake_version: int = -1  # 0: raw SASL tokens follow (no SaslAuthenticate framing)
     expires_at_ms: int | None = None  # KIP-368: re-authenticate before this
+    security: ListenerSecurity = PLAINTEXT_LISTENER  # the listener's settings (SASL handlers)
 
     @classmethod
     def for_listener(cls, security: ListenerSecurity, client_host: str, peer: str) -> Session:
@@ -92,6 +93,7 @@ class Session:
             client_host=client_host,
             peer=peer,
             authenticated=not security.protocol.uses_sasl,
+            security=security,
         )
 
     @classmethod

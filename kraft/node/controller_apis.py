@@ -26,6 +26,7 @@ from typing import Any, Final, TypeVar
 
 from broker.controller_channel import forwarded_api, forwarded_handlers
 from broker.dispatcher import ApiHandler, RequestContext, RequestDispatcher
+from broker.handlers.sasl import SaslHandlers
 from broker.security.admin_rules import CONTROLLER_RULES
 from broker.security.api_authorization import SessionAuthorizer, guard
 from kafka_protocol._codec import Request, Response
@@ -90,6 +91,7 @@ class ControllerApis:
         return [
             ApiHandler(1, 12, 13, self.fetch, "Fetch"),
             ApiHandler(18, 0, 4, self.api_versions, "ApiVersions"),
+            *SaslHandlers().specs(),
             *forwarded_handlers(self.forwarded),
             ApiHandler(55, 0, 2, self.describe_quorum, "DescribeQuorum"),
             ApiHandler(56, 0, 3, self.alter_partition, "AlterPartition"),

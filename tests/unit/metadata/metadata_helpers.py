@@ -13,6 +13,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from kafka_protocol.metadata import (
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     FeatureLevelRecord,
@@ -22,10 +23,13 @@ from kafka_protocol.metadata import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
 )
 from metadata_log.delta import MetadataDelta, replay_records
 from metadata_log.image import ClusterImage
@@ -136,7 +140,35 @@ other_records = st.one_of(
     ),
     st.builds(RemoveTopicRecord, topic_id=st.sampled_from(TOPIC_IDS)),
 )
+ACL_IDS = [uuid.UUID(f"{i:08x}-0000-4000-8000-0000000000ac") for i in range(1, 5)]
+SCRAM_USERS = st.sampled_from(["admin", "alice", ""])
+acl_records = st.builds(
+    AccessControlEntryRecord,
+    id=st.sampled_from(ACL_IDS),
+    resource_type=st.integers(0, 8),  # 0, 1 (UNKNOWN, ANY) and 8 do not fit
+    resource_name=st.sampled_from(["a", "a.", "*", "kafka-cluster"]),
+    pattern_type=st.integers(2, 5),  # 2 (MATCH) and 5 do not fit
+    principal=st.sampled_from(["User:alice", "User:*"]),
+    host=st.sampled_from(["*", "127.0.0.1"]),
+    operation=st.integers(1, 15),
+    permission_type=st.integers(1, 4),
+)
+security_records = st.one_of(
+    acl_records,
+    st.builds(RemoveAccessControlEntryRecord, id=st.sampled_from(ACL_IDS)),
+    st.builds(
+        UserScramCredentialRecord,
+        name=SCRAM_USERS,
+        mechanism=st.integers(0, 3),
+        salt=st.binary(max_size=4),
+        stored_key=st.binary(max_size=4),
+        server_key=st.binary(max_size=4),
+        iterations=st.sampled_from([0, 4096, 8192]),
+    ),
+    st.builds(RemoveUserScramCredentialRecord, name=SCRAM_USERS, mechanism=st.integers(0, 3)),
+)
 metadata_records: st.SearchStrategy[Any] = st.one_of(
+    security_records,
     topic_records,
     partition_records,
     partition_records,
