@@ -26,7 +26,8 @@ from broker.identity import BrokerIdentity
 from broker.metrics import BrokerMetrics
 from broker.replica_manager import ReplicaManager
 from broker.security.admin_rules import BROKER_RULES
-from broker.security.api_authorization import SessionAuthorizer, guard
+from broker.security.api_authorization import guard
+from broker.security.authorization import BrokerAuthorizer
 from kafka_protocol.messages import ApiVersionsResponse
 from metadata_log.image import ClusterImage
 
@@ -74,8 +75,7 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
             parts.controller, parts.node, lambda: parts.image, cfg.broker_defaults
         ).specs(),
     ]
-    # every API checks what Kafka checks (broker.security.api_authorization)
-    authorizer: SessionAuthorizer | None = getattr(parts, "authorizer", None)
-    if authorizer is None:
-        return handlers
+    # every API checks what Kafka checks (broker.security.api_authorization); a no-op while
+    # authorizer.class.name is unset
+    authorizer = BrokerAuthorizer.from_config(cfg.broker_defaults, lambda: parts.image)
     return guard(handlers, BROKER_RULES, authorizer, lambda: parts.image, auto_create.enabled)

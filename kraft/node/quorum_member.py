@@ -34,6 +34,7 @@ from broker.metadata_follower import MetadataFollower
 from broker.metrics import BrokerMetrics
 from broker.remote_controller import RemoteControllerChannel
 from broker.replication.alter_partition import AlterPartitionSender
+from broker.security.authorization import AuthorizerSettings, BrokerAuthorizer
 from broker.security.session import ListenerSecurity
 from broker.server import KafkaListener
 from broker.storage import FileStorage
@@ -213,6 +214,7 @@ class QuorumMember:
         )
         try:
             config = ControllerConfig.from_properties(cfg.values, cluster_id=cluster_id)
+            authorization = AuthorizerSettings.from_config(cfg.values)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         controller = QuorumController(
@@ -223,7 +225,8 @@ class QuorumMember:
                 "metadata.log.max.record.bytes.between.snapshots", DEFAULT_SNAPSHOT_INTERVAL_BYTES
             ),
         )
-        apis = ControllerApis(controller, cfg.node_id, voters)
+        authorizer = BrokerAuthorizer(authorization, lambda: controller.image)
+        apis = ControllerApis(controller, cfg.node_id, voters, authorizer)
         dispatcher = RequestDispatcher(apis.specs(), BrokerMetrics())
         apis.dispatcher = dispatcher
         try:

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
-from acl_authorizer import session_authorizer
 
 from broker.deferred import Deferred
 from broker.dispatcher import ApiHandler, RequestContext
@@ -27,6 +26,7 @@ from broker.security.api_authorization import (
     guard,
     operations_bits,
 )
+from broker.security.authorization import AuthorizerSettings, BrokerAuthorizer
 from broker.security.session import SecurityProtocol, Session, user_principal
 from kafka_protocol import messages as m
 from kafka_protocol._codec import Response
@@ -42,10 +42,11 @@ from metadata_log.acls import (
     PatternType,
     ResourceType,
 )
-from metadata_log.delta import MetadataDelta
-from metadata_log.image import ClusterImage
+from metadata_log.delta import MetadataDelta, replay_records
+from metadata_log.image import ClusterImage, acl_record
 
 ALICE = user_principal("alice")
+SUPER_USERS = frozenset({"User:admin"})
 OK = ErrorCode.NONE
 TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
@@ -141,7 +142,9 @@ def run(
     auto_create: bool = False,
     principal: str = ALICE,
 ) -> Any:
-    authorizer = session_authorizer(acls, image)
+    # the real StandardAuthorizer, over an image holding the ACLs as metadata records
+    with_acls = replay_records(image, [acl_record(uuid.uuid4(), a) for a in acls])
+    authorizer = BrokerAuthorizer(AuthorizerSettings(True, SUPER_USERS, False), lambda: with_acls)
     [guarded] = guard([handler], rules, authorizer, lambda: image, auto_create)
     return _settle(guarded.handle(_ctx(handler.api_key, version, principal), req))
 
@@ -792,3 +795,23 @@ def test_controller_trusts_forwarding_brokers_and_checks_anyone_else() -> None:
     assert broker.responses[0].error_code == OK
     client = run(echo.spec(), req, [acl(T, "mine", Op.DESCRIBE)], version=5, rules=CONTROLLER_RULES)
     assert client.responses[0].error_code == TOPIC_DENIED
+
+
+def test_without_an_authorizer_the_gate_does_nothing() -> None:
+    echo = _produce_echo()
+    disabled = BrokerAuthorizer(AuthorizerSettings(False, SUPER_USERS, False), lambda: IMAGE)
+    [guarded] = guard([echo.spec()], BROKER_RULES, disabled, lambda: IMAGE)
+    response = _settle(guarded.handle(_ctx(0, 7), _produce("mine", "theirs")))
+    assert set(_errors(response, "responses", "partition_responses").values()) == {OK}
+    assert len(echo.seen[0].topic_data) == 2
+
+
+def test_prefixed_acls_and_the_wildcard_principal() -> None:
+    prefixed = AclEntry(
+        T, "mi", PatternType.PREFIXED, "User:*", "*", Op.WRITE, AclPermissionType.ALLOW
+    )
+    response = run(_produce_echo().spec(), _produce("mine", "theirs"), [prefixed])
+    assert _errors(response, "responses", "partition_responses") == {
+        "mine": OK,
+        "theirs": TOPIC_DENIED,
+    }
