@@ -73,6 +73,7 @@ from metadata_log.acls import CLUSTER_NAME, AclOperation, ResourceType
 from metadata_log.image import ClusterImage
 
 AUTHORIZED_OPERATIONS_OMITTED: Final = -(2**31)  # Kafka's Int.MinValue sentinel (KIP-430)
+UNNAMED_TOPIC: Final = "\x00"  # a topic name no ACL can name but "*" (not a legal topic name)
 
 
 class SessionAuthorizer(Protocol):
@@ -125,13 +126,19 @@ class Check:
         return {n for n in set(names) if self.topic(operation, n)}
 
     def any_topic(self, operation: AclOperation) -> bool:
-        """Kafka's ``authorizeByResourceType(TOPIC)``: whether some topic allows it.  Asked of
-        the authorizer when it can answer (an ACL on a topic not created yet counts), else of
-        the topics that exist."""
-        by_type = getattr(self.authorizer, "authorize_by_resource_type", None)
-        if by_type is not None:
-            return bool(by_type(self.session, operation, ResourceType.TOPIC))
-        return any(self.topic(operation, n) for n in self.image.topics.by_name)
+        """Kafka's ``authorizeByResourceType(TOPIC)``: whether some topic, existing or not,
+        allows ``operation``.  Asked of every existing topic and of the topic each topic ACL
+        names (a prefixed ACL: the topic named exactly its prefix), which covers every ACL that
+        could allow it; a super user or ``allow.everyone.if.no.acl.found`` passes through the
+        same questions."""
+        candidates = set(self.image.topics.by_name)
+        candidates.update(
+            acl.resource_name
+            for acl in self.image.acls.values()
+            if acl.resource_type == ResourceType.TOPIC
+        )
+        candidates.add(UNNAMED_TOPIC)  # no topic and no ACL: a super user still may
+        return any(self.topic(operation, n) for n in candidates)
 
     def operations(self, resource_type: ResourceType, name: str) -> int:
         return operations_bits(

@@ -145,7 +145,7 @@ def run(
     # the real StandardAuthorizer, over an image holding the ACLs as metadata records
     with_acls = replay_records(image, [acl_record(uuid.uuid4(), a) for a in acls])
     authorizer = BrokerAuthorizer(AuthorizerSettings(True, SUPER_USERS, False), lambda: with_acls)
-    [guarded] = guard([handler], rules, authorizer, lambda: image, auto_create)
+    [guarded] = guard([handler], rules, authorizer, lambda: with_acls, auto_create)
     return _settle(guarded.handle(_ctx(handler.api_key, version, principal), req))
 
 
@@ -426,6 +426,12 @@ def test_init_producer_id() -> None:
     idempotent = m.InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=1)
     assert run(echo.spec(), idempotent, [acl(T, "mine", Op.READ)]).error_code == CLUSTER_DENIED
     assert run(echo.spec(), idempotent, [acl(T, "mine", Op.WRITE)]).error_code == OK
+    # KIP-679: WRITE on some topic, even one that does not exist yet (a prefixed ACL)
+    future = AclEntry(
+        T, "later-", PatternType.PREFIXED, ALICE, "*", Op.WRITE, AclPermissionType.ALLOW
+    )
+    assert run(echo.spec(), idempotent, [future]).error_code == OK
+    assert run(echo.spec(), idempotent, [], principal="User:admin").error_code == OK
     assert (
         run(echo.spec(), idempotent, [acl(C, CLUSTER_NAME, Op.IDEMPOTENT_WRITE)]).error_code == OK
     )
