@@ -1,7 +1,7 @@
 """The ACL matrix: produce, consume, group join and commit, create/delete/alter topics and
 describe configs, each allowed and refused, through confluent-kafka, kafka-python, aiokafka
 (and kcat for produce/consume), against a real ``kraft dev`` node running Kafka's
-StandardAuthorizer (``authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer``).
+StandardAuthorizer (``authorizer.class.name=`` Kafka's class name).
 
 Who is who: on the node's PLAINTEXT listener every client is ``User:ANONYMOUS``; the node runs
 with ``allow.everyone.if.no.acl.found=true`` so that the ACLs can be created (through
@@ -430,3 +430,31 @@ async def _aiokafka_admin(node: NodeProcess, topics: dict[str, str]) -> None:
 
 def test_aiokafka_admin(node: NodeProcess, topics: dict[str, str]) -> None:
     asyncio.run(_aiokafka_admin(node, topics))
+
+
+# --- no ACL at all: everything is refused (allow.everyone.if.no.acl.found=false) ------------
+
+
+@pytest.fixture(scope="module")
+def closed_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    overrides = (f"authorizer.class.name={STANDARD_AUTHORIZER}", "super.users=User:admin")
+    proc = NodeProcess(Path(tmp_path_factory.mktemp("closed")), overrides).start()
+    yield proc
+    if proc.alive():
+        assert proc.stop() == 0, proc.log_tail()
+
+
+def test_without_acls_every_client_is_refused(closed_node: NodeProcess) -> None:
+    node = closed_node
+    err = _confluent_produce(node, "anything")
+    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, err
+    with pytest.raises(kafka.errors.TopicAuthorizationFailedError):
+        _kafka_python_produce(node, "anything")
+    with pytest.raises(AioTopicDenied):
+        asyncio.run(_aiokafka_produce(node, "anything"))
+    refused = _confluent_group(node, "anything", "a-group")
+    assert refused is not None and refused.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    admin = AdminClient(_conf(node))
+    futures = admin.create_topics([NewTopic("anything", 1, 1)], operation_timeout=TIMEOUT_S)
+    assert _confluent_error(futures["anything"]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert admin.list_topics(timeout=TIMEOUT_S).topics == {}
