@@ -26,9 +26,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
+# /etc/kraft/certs: where compose's one-shot `kraft certs create` writes the CA and the nodes'
+# certificates (a named volume mounted there starts out owned by kraft).
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin kraft \
-    && mkdir -p /var/lib/kraft \
-    && chown kraft:kraft /var/lib/kraft
+    && mkdir -p /var/lib/kraft /etc/kraft/certs \
+    && chown kraft:kraft /var/lib/kraft /etc/kraft/certs
 
 WORKDIR /opt/kraft
 COPY --from=builder /wheels /wheels

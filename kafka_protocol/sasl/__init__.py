@@ -21,6 +21,7 @@ from kafka_protocol.sasl.scram import (
     ScramClient,
     ScramCredential,
     ScramServer,
+    credential_of_salted_password,
     scram_credential,
     verify_scram_password,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "ScramCredential",
     "ScramServer",
     "client_for",
+    "credential_of_salted_password",
     "scram_credential",
     "server_for",
     "verify_scram_password",

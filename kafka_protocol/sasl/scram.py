@@ -71,22 +71,50 @@ def hash_name(mechanism: str) -> str:
         raise ValueError(f"not a SCRAM mechanism: {mechanism!r}") from None
 
 
-def _keys(hash_: str, password: str, salt: bytes, iterations: int) -> tuple[bytes, bytes, bytes]:
-    """(ClientKey, StoredKey, ServerKey) of a password."""
-    salted = hashlib.pbkdf2_hmac(hash_, password.encode("utf-8"), salt, iterations)
+def _keys_of_salted(hash_: str, salted: bytes) -> tuple[bytes, bytes, bytes]:
+    """(ClientKey, StoredKey, ServerKey) of a SaltedPassword."""
     client_key = hmac.digest(salted, b"Client Key", hash_)
     server_key = hmac.digest(salted, b"Server Key", hash_)
     return client_key, hashlib.new(hash_, client_key).digest(), server_key
+
+
+def _keys(hash_: str, password: str, salt: bytes, iterations: int) -> tuple[bytes, bytes, bytes]:
+    """(ClientKey, StoredKey, ServerKey) of a password."""
+    salted = hashlib.pbkdf2_hmac(hash_, password.encode("utf-8"), salt, iterations)
+    return _keys_of_salted(hash_, salted)
+
+
+def _check_iterations(iterations: int) -> None:
+    if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+        raise ValueError(f"iterations must be within {MIN_ITERATIONS}..{MAX_ITERATIONS}")
 
 
 def scram_credential(
     mechanism: str, password: str, *, salt: bytes | None = None, iterations: int = MIN_ITERATIONS
 ) -> ScramCredential:
     """The stored credential of ``password`` (a random salt unless one is given)."""
-    if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
-        raise ValueError(f"iterations must be within {MIN_ITERATIONS}..{MAX_ITERATIONS}")
+    _check_iterations(iterations)
     salt = secrets.token_bytes(SALT_BYTES) if salt is None else salt
     _, stored_key, server_key = _keys(hash_name(mechanism), password, salt, iterations)
+    return ScramCredential(salt, stored_key, server_key, iterations)
+
+
+def credential_of_salted_password(
+    mechanism: str, salt: bytes, salted_password: bytes, iterations: int
+) -> ScramCredential:
+    """The stored credential of an AlterUserScramCredentials upsertion.
+
+    Clients send (salt, SaltedPassword, iterations), never the password.  ValueError when the
+    iterations are out of bounds, the salt is empty or SaltedPassword is not one digest long
+    (Kafka answers UNACCEPTABLE_CREDENTIAL).
+    """
+    hash_ = hash_name(mechanism)
+    _check_iterations(iterations)
+    if not salt:
+        raise ValueError("the salt is empty")
+    if len(salted_password) != hashlib.new(hash_).digest_size:
+        raise ValueError(f"a {mechanism} salted password is {hashlib.new(hash_).digest_size} bytes")
+    _, stored_key, server_key = _keys_of_salted(hash_, salted_password)
     return ScramCredential(salt, stored_key, server_key, iterations)
 
 

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from kraft import __version__
-from kraft.cli import arguments, cluster, elect, groups, records, topics
+from kraft.cli import arguments, certs, cluster, elect, groups, records, topics
 from kraft.node.config import ConfigError, NodeConfig, StartupError, load_config, parse_overrides
 
 
@@ -154,6 +154,7 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     records.add_parser(sub, common)
     cluster.add_parser(sub, common)
     elect.add_parser(sub)
+    certs.add_parser(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from kafka_protocol.sasl.jaas import JaasEntry, own_credentials, parse_jaas, plain_users
+from kafka_protocol.sasl.jaas import (
+    PLAIN_LOGIN_MODULE,
+    JaasEntry,
+    own_credentials,
+    parse_jaas,
+    plain_users,
+)
 
 # The broker example of Kafka's documentation (security.html, "Using SASL/PLAIN")
 PLAIN_BROKER = (
@@ -75,3 +83,20 @@ def test_no_options_and_no_credentials() -> None:
 def test_malformed_text_is_a_clear_value_error(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_jaas(text)
+
+
+@given(
+    users=st.dictionaries(
+        st.from_regex(r"[A-Za-z0-9_.-]{1,12}", fullmatch=True),
+        st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=30),
+        max_size=5,
+    ),
+    separator=st.sampled_from([" ", "\n  ", "\t", " /* c */ "]),
+)
+def test_quoted_values_round_trip(users: dict[str, str], separator: str) -> None:
+    def quote(value: str) -> str:
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    options = separator.join(f"user_{name}={quote(pw)}" for name, pw in users.items())
+    entry = parse_jaas(f"{PLAIN_LOGIN_MODULE} required{separator}{options};")
+    assert plain_users(entry) == users

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 
 import pytest
 from hypothesis import given
@@ -17,6 +18,7 @@ from kafka_protocol.sasl import (
     ScramClient,
     ScramCredential,
     ScramServer,
+    credential_of_salted_password,
     scram_credential,
     verify_scram_password,
 )
@@ -146,10 +148,14 @@ def test_tampered_proof_fails(mechanism: str) -> None:
     fails_generically(srv, final)
 
 
+def other_nonce(nonce: str) -> str:
+    return nonce[:-1] + ("A" if nonce[-1] != "A" else "B")
+
+
 @pytest.mark.parametrize(
     "rewrite",
     [
-        lambda f, nonce: f.replace(nonce.encode(), nonce.encode()[:-1] + b"X"),  # nonce mismatch
+        lambda f, nonce: f.replace(nonce.encode(), other_nonce(nonce).encode()),  # mismatch
         lambda f, nonce: f.replace(b"c=biws", b"c=eSws"),  # channel binding "y,,"
         lambda f, nonce: f.replace(b",p=", b",x=", 1),  # no proof
         lambda f, nonce: f + b"A",  # proof of the wrong length / bad base64
@@ -273,3 +279,21 @@ def test_a_token_after_completion_is_refused() -> None:
     with pytest.raises(SaslAuthenticationError):
         client.step(b"v=x")
     assert srv.complete and srv.authorization_id == "alice"  # the finished login stands
+
+
+@pytest.mark.parametrize("mechanism", SCRAM)
+def test_credential_of_an_alter_user_scram_credentials_upsertion(mechanism: str) -> None:
+    # what a client's AdminClient sends: the salt and PBKDF2's output, never the password
+    hash_ = "sha256" if mechanism == "SCRAM-SHA-256" else "sha512"
+    salt = b"0123456789abcdef"
+    salted = hashlib.pbkdf2_hmac(hash_, b"s3cret", salt, 8192)
+    stored = credential_of_salted_password(mechanism, salt, salted, 8192)
+    assert stored == scram_credential(mechanism, "s3cret", salt=salt, iterations=8192)
+    exchange(ScramClient(mechanism, "u", "s3cret"), ScramServer(mechanism, {"u": stored}.get))
+    for bad in (
+        (salt, salted, MIN_ITERATIONS - 1),
+        (b"", salted, 8192),
+        (salt, salted[:-1], 8192),
+    ):
+        with pytest.raises(ValueError):
+            credential_of_salted_password(mechanism, *bad)
