@@ -27,7 +27,10 @@ import kafka.errors
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import NewPartitions as AioNewPartitions
 from aiokafka.admin import NewTopic as AioNewTopic
+from aiokafka.admin.config_resource import ConfigResource as AioConfigResource
+from aiokafka.admin.config_resource import ConfigResourceType as AioConfigResourceType
 from aiokafka.errors import (
     GroupAuthorizationFailedError as AioGroupDenied,
 )
@@ -41,6 +44,8 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
     ConfigResource,
     NewPartitions,
     NewTopic,
@@ -506,6 +511,14 @@ def test_confluent_admin(c: Conn, topics: dict[str, str]) -> None:
     assert [_confluent_error(futures[r]) for r in resources] == [None, denied]
     assert "retention.ms" in futures[resources[0]].result(TIMEOUT_S)
 
+    changes = [ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)]
+    resources = [
+        ConfigResource("topic", topics["open-alter-confluent"], incremental_configs=changes),
+        ConfigResource("topic", topics["closed-alter-confluent"], incremental_configs=changes),
+    ]
+    futures = admin.incremental_alter_configs(resources, request_timeout=TIMEOUT_S)
+    assert [_confluent_error(futures[r]) for r in resources] == [None, denied]
+
     listed = admin.list_topics(timeout=TIMEOUT_S).topics
     assert topics["open"] in listed and topics["closed"] not in listed, "Describe hides it"
 
@@ -554,6 +567,19 @@ async def _aiokafka_admin(c: Conn, topics: dict[str, str]) -> None:
             [topics["open-delete-aiokafka"], topics["closed-delete-aiokafka"]]
         )
         assert sorted(t[1] for t in deleted.topic_error_codes) == [0, denied]
+        pair = [topics["open-alter-aiokafka"], topics["closed-alter-aiokafka"]]
+        grown = await admin.create_partitions({pair[0]: AioNewPartitions(2)})
+        assert [t[1] for t in grown.topic_errors] == [0]
+        with pytest.raises(AioTopicDenied, match="Topic authorization failed"):
+            await admin.create_partitions({pair[1]: AioNewPartitions(2)})
+        described = await admin.describe_configs(
+            [
+                AioConfigResource(AioConfigResourceType.TOPIC, t)
+                for t in (topics["open"], topics["closed"])
+            ]
+        )
+        errors = {r[3]: r[0] for response in described for r in response.resources}
+        assert errors == {topics["open"]: 0, topics["closed"]: denied}
     finally:
         await admin.close()
 
