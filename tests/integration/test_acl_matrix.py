@@ -38,7 +38,14 @@ from aiokafka.errors import (
     TopicAuthorizationFailedError as AioTopicDenied,
 )
 from aiokafka.structs import TopicPartition as AioTopicPartition
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -621,3 +628,29 @@ def test_without_acls_every_client_is_refused(nobody: Conn, topics: dict[str, st
     futures = admin.create_topics([NewTopic("anything", 1, 1)], operation_timeout=TIMEOUT_S)
     assert _confluent_error(futures["anything"]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert admin.list_topics(timeout=TIMEOUT_S).topics == {}
+
+
+def test_authorized_operations_kip_430(c: Conn, topics: dict[str, str]) -> None:
+    """confluent-kafka's describe_topics / describe_cluster with include_authorized_operations
+    (Metadata and DescribeCluster's KIP-430 fields)."""
+    admin = AdminClient(c.conf())
+    futures = admin.describe_topics(
+        TopicCollection([topics["open"], topics["closed"]]),
+        include_authorized_operations=True,
+        request_timeout=TIMEOUT_S,
+    )
+    described = futures[topics["open"]].result(TIMEOUT_S)
+    assert set(described.authorized_operations) == {
+        AclOperation.READ,
+        AclOperation.WRITE,
+        AclOperation.CREATE,
+        AclOperation.DELETE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    }
+    assert _confluent_error(futures[topics["closed"]]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    cluster = admin.describe_cluster(include_authorized_operations=True, request_timeout=TIMEOUT_S)
+    operations = set(cluster.result(TIMEOUT_S).authorized_operations)
+    assert operations == {AclOperation.ALTER, AclOperation.DESCRIBE}
