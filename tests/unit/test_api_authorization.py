@@ -821,3 +821,20 @@ def test_prefixed_acls_and_the_wildcard_principal() -> None:
         "mine": OK,
         "theirs": TOPIC_DENIED,
     }
+
+
+def test_metadata_by_topic_id_refused_with_its_id_and_no_name() -> None:
+    theirs = IMAGE.topics.get("theirs")
+    mine = IMAGE.topics.get("mine")
+    assert theirs is not None and mine is not None
+    req = m.MetadataRequest(
+        topics=[
+            m.MetadataRequest.MetadataRequestTopic(name=None, topic_id=mine.topic_id),
+            m.MetadataRequest.MetadataRequestTopic(name=None, topic_id=theirs.topic_id),
+        ]
+    )
+    response = run(_metadata_handler(), req, [acl(T, "mine", Op.DESCRIBE)], version=12)
+    assert {(t.name, t.topic_id, t.error_code) for t in response.topics} == {
+        ("mine", mine.topic_id, OK),
+        (None, theirs.topic_id, TOPIC_DENIED),
+    }
