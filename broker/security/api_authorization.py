@@ -62,17 +62,17 @@ without a broker's credentials.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from broker.deferred import Deferred
 from broker.dispatcher import ApiHandler, HandlerResult, RequestContext
+from broker.security.authorization import operations_bits
 from broker.security.session import Session
 from kafka_protocol._codec import Response
 from metadata_log.acls import CLUSTER_NAME, AclOperation, ResourceType
 from metadata_log.image import ClusterImage
 
-AUTHORIZED_OPERATIONS_OMITTED: Final = -(2**31)  # Kafka's Int.MinValue sentinel (KIP-430)
 UNNAMED_TOPIC: Final = "\x00"  # a topic name no ACL can name but "*" (not a legal topic name)
 
 
@@ -89,14 +89,6 @@ class SessionAuthorizer(Protocol):
     def authorized_operations(
         self, session: Session, resource_type: ResourceType, name: str
     ) -> frozenset[AclOperation]: ...
-
-
-def operations_bits(operations: Iterable[AclOperation]) -> int:
-    """KIP-430's bit field: bit ``code`` set for each operation (Kafka's to32BitField)."""
-    bits = 0
-    for op in operations:
-        bits |= 1 << int(op)
-    return bits - (1 << 32) if bits >= 1 << 31 else bits
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +158,6 @@ RuleFn = Callable[[Check, Any], Verdict]
 class Rule:
     response_type: type[Response]
     check: RuleFn
-    note: str = field(default="")
 
 
 def _amended(result: HandlerResult, amend: Amend) -> HandlerResult:

@@ -31,7 +31,7 @@ from kafka_protocol.messages import (
     ProduceResponse,
 )
 from kafka_protocol.types import BrokerId, ProducerId, TopicName
-from metadata_log.acls import AclOperation, ResourceType
+from metadata_log.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 TOPIC_DENIED: Final = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 GROUP_DENIED: Final = ErrorCode.GROUP_AUTHORIZATION_FAILED
@@ -236,7 +236,7 @@ def metadata(check: Check, req: MetadataRequest) -> Verdict:
             )
         if include_cluster_ops:
             response.cluster_authorized_operations = (
-                check.operations(ResourceType.CLUSTER, "kafka-cluster")
+                check.operations(ResourceType.CLUSTER, CLUSTER_NAME)
                 if check.cluster(AclOperation.DESCRIBE)
                 else 0
             )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.security.api_authorization import AUTHORIZED_OPERATIONS_OMITTED, Check, Passed, Verdict
+from broker.security.api_authorization import Check, Passed, Verdict
 from broker.security.api_rules import GROUP_DENIED, TOPIC_DENIED, replace, split_topics
+from broker.security.authorization import AUTHORIZED_OPERATIONS_OMITTED
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     DeleteGroupsRequest,

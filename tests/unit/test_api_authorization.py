@@ -21,12 +21,13 @@ from broker.handlers.admin import AdminHandlers
 from broker.handlers.metadata import AutoCreate, MetadataHandler
 from broker.identity import BrokerIdentity
 from broker.security.admin_rules import BROKER_RULES, CONTROLLER_RULES
-from broker.security.api_authorization import (
+from broker.security.api_authorization import guard
+from broker.security.authorization import (
     AUTHORIZED_OPERATIONS_OMITTED,
-    guard,
+    AuthorizerSettings,
+    BrokerAuthorizer,
     operations_bits,
 )
-from broker.security.authorization import AuthorizerSettings, BrokerAuthorizer
 from broker.security.session import SecurityProtocol, Session, user_principal
 from kafka_protocol import messages as m
 from kafka_protocol._codec import Response
@@ -412,8 +413,10 @@ def test_metadata_reports_authorized_operations_when_asked() -> None:
     )
     response = run(_metadata_handler(), req, acls, version=10)
     [topic] = response.topics
-    assert topic.topic_authorized_operations == operations_bits({Op.READ, Op.WRITE, Op.DESCRIBE})
-    assert response.cluster_authorized_operations == operations_bits({Op.DESCRIBE})
+    assert topic.topic_authorized_operations == operations_bits(
+        frozenset({Op.READ, Op.WRITE, Op.DESCRIBE})
+    )
+    assert response.cluster_authorized_operations == operations_bits(frozenset({Op.DESCRIBE}))
     response = run(_metadata_handler(), req, [acl(T, "mine", Op.READ)], version=10)
     assert response.cluster_authorized_operations == 0  # asked, but no DESCRIBE on the cluster
 
@@ -585,7 +588,9 @@ def test_describe_and_delete_groups() -> None:
     req = m.DescribeGroupsRequest(groups=["g", "h"], include_authorized_operations=True)
     response = run(echo.spec(), req, acls, version=5)
     assert [(g.group_id, g.error_code) for g in response.groups] == [("g", OK), ("h", GROUP_DENIED)]
-    assert response.groups[0].authorized_operations == operations_bits({Op.DESCRIBE, Op.DELETE})
+    assert response.groups[0].authorized_operations == operations_bits(
+        frozenset({Op.DESCRIBE, Op.DELETE})
+    )
     D = m.DeleteGroupsResponse
     deleter = Echo(
         42, lambda req: D(results=[D.DeletableGroupResult(group_id=g) for g in req.groups_names])
@@ -753,7 +758,9 @@ def test_elect_leaders_and_describe_cluster() -> None:
     described = run(
         cluster.spec(), asked, [acl(C, CLUSTER_NAME, Op.DESCRIBE), acl(C, CLUSTER_NAME, Op.ALTER)]
     )
-    assert described.cluster_authorized_operations == operations_bits({Op.DESCRIBE, Op.ALTER})
+    assert described.cluster_authorized_operations == operations_bits(
+        frozenset({Op.DESCRIBE, Op.ALTER})
+    )
 
 
 # --- the controller listener ----------------------------------------------------------------
