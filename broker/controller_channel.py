@@ -34,10 +34,16 @@ from kafka_protocol.errors import ErrorCode, KafkaError
 from kafka_protocol.messages import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     ElectLeadersRequest,
@@ -195,6 +201,37 @@ def _elections_failed(
     )
 
 
+def _creations_failed(
+    request: CreateAclsRequest, error: ErrorCode, message: str
+) -> CreateAclsResponse:
+    Result = CreateAclsResponse.AclCreationResult
+    return CreateAclsResponse(
+        results=[Result(error_code=error, error_message=message) for _ in request.creations]
+    )
+
+
+def _acl_deletions_failed(
+    request: DeleteAclsRequest, error: ErrorCode, message: str
+) -> DeleteAclsResponse:
+    Result = DeleteAclsResponse.DeleteAclsFilterResult
+    return DeleteAclsResponse(
+        filter_results=[Result(error_code=error, error_message=message) for _ in request.filters]
+    )
+
+
+def _scram_alterations_failed(
+    request: AlterUserScramCredentialsRequest, error: ErrorCode, message: str
+) -> AlterUserScramCredentialsResponse:
+    """Every user the request names (once) answered ``error``."""
+    Result = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
+    users = dict.fromkeys(
+        [d.name for d in request.deletions] + [u.name for u in request.upsertions]
+    )
+    return AlterUserScramCredentialsResponse(
+        results=[Result(user=u, error_code=error, error_message=message) for u in users]
+    )
+
+
 FORWARDED: Final[tuple[ForwardedApi[Any, Any], ...]] = (
     ForwardedApi(
         CreateTopicsRequest, CreateTopicsResponse, 2, 7, _topics_failed, lambda r: r.timeout_ms
@@ -237,6 +274,15 @@ FORWARDED: Final[tuple[ForwardedApi[Any, Any], ...]] = (
         0,
         0,
         lambda r, error, message: UnregisterBrokerResponse(error_code=error, error_message=message),
+    ),
+    ForwardedApi(CreateAclsRequest, CreateAclsResponse, 0, 3, _creations_failed),
+    ForwardedApi(DeleteAclsRequest, DeleteAclsResponse, 0, 3, _acl_deletions_failed),
+    ForwardedApi(
+        AlterUserScramCredentialsRequest,
+        AlterUserScramCredentialsResponse,
+        0,
+        0,
+        _scram_alterations_failed,
     ),
 )
 _BY_TYPE: Final[dict[type[Request], ForwardedApi[Any, Any]]] = {

@@ -19,10 +19,11 @@ or permission) has a pattern matching the resource: Kafka's ``StandardAuthorizer
 ``hasResourceAcls`` for every ACL of a matching pattern, whoever it names.
 
 Index: a broker authorizes every request, so the ACLs are bucketed by (resource type, pattern
-type, name). A request looks up its literal name, the literal ``*`` and, for prefixes, only the
-prefix lengths that some PREFIXED ACL of the type has (a sorted tuple): a handful of dict
-lookups whatever the number of ACLs. An authorizer is immutable; the broker builds a new one
-when the image's ACLs change.
+type, name) and within a bucket by principal. A request looks up its literal name, the literal
+``*`` and, for prefixes, only the prefix lengths that some PREFIXED ACL of the type has (a
+sorted tuple), then in each bucket found only its principal and its type's wildcard: a handful
+of dict lookups and the ACLs that name the principal, whatever the number of ACLs. An
+authorizer is immutable; the broker builds a new one when the image's ACLs change.
 """
 
 from __future__ import annotations
@@ -98,7 +99,15 @@ def wildcard_principal(principal: str) -> str:
     return f"{kind}:{WILDCARD}"
 
 
-_Bucket = tuple[AclEntry, ...]
+# The ACLs of one pattern (resource type, pattern type, name), by principal.
+_Bucket = Mapping[str, tuple[AclEntry, ...]]
+
+
+def _bucket(acls: list[AclEntry]) -> _Bucket:
+    by_principal: dict[str, list[AclEntry]] = {}
+    for acl in acls:
+        by_principal.setdefault(acl.principal, []).append(acl)
+    return {p: tuple(v) for p, v in by_principal.items()}
 
 
 class _TypeIndex:
@@ -112,8 +121,8 @@ class _TypeIndex:
         for acl in acls:
             by_name = literal if acl.pattern_type == PatternType.LITERAL else prefixed
             by_name.setdefault(acl.resource_name, []).append(acl)
-        self.literal: dict[str, _Bucket] = {k: tuple(v) for k, v in literal.items()}
-        self.prefixed: dict[str, _Bucket] = {k: tuple(v) for k, v in prefixed.items()}
+        self.literal: dict[str, _Bucket] = {k: _bucket(v) for k, v in literal.items()}
+        self.prefixed: dict[str, _Bucket] = {k: _bucket(v) for k, v in prefixed.items()}
         self.prefix_lengths = tuple(sorted({len(p) for p in prefixed}))
 
     def buckets(self, name: str) -> list[_Bucket]:
@@ -178,15 +187,14 @@ class StandardAuthorizer:
         principals = (principal, wildcard_principal(principal))
         allowed = False
         for bucket in buckets:
-            for acl in bucket:
-                if (
-                    acl.principal in principals
-                    and (acl.host == WILDCARD or acl.host == host)
-                    and operation_matches(acl, operation)
-                ):
-                    if acl.permission == AclPermissionType.DENY:
-                        return False
-                    allowed = True
+            for who in principals:
+                for acl in bucket.get(who, ()):
+                    if (acl.host == WILDCARD or acl.host == host) and operation_matches(
+                        acl, operation
+                    ):
+                        if acl.permission == AclPermissionType.DENY:
+                            return False
+                        allowed = True
         return allowed
 
     def authorized_operations(

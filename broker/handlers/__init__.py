@@ -13,6 +13,7 @@ from broker.broker_config import BrokerConfig
 from broker.controller_channel import ControllerChannel
 from broker.coordinator.runtime import GroupCoordinator
 from broker.dispatcher import ApiHandler
+from broker.handlers.acls import SecurityAdminHandlers
 from broker.handlers.admin import AdminHandlers
 from broker.handlers.basics import ApiVersionsHandler, InitProducerIdHandler
 from broker.handlers.fetch import FetchHandler
@@ -61,6 +62,8 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
         cfg.auto_topic_creation, cfg.num_partitions, cfg.default_replication_factor
     )
     replicas = parts.replicas
+    authorizer = BrokerAuthorizer.from_config(cfg.broker_defaults, lambda: parts.image)
+    security = SecurityAdminHandlers(authorizer, lambda: parts.image)
     handlers = [
         ProduceHandler(replicas, parts.metrics).spec(),
         FetchHandler(replicas, parts.metrics, parts.broker_epoch_of).spec(),
@@ -71,11 +74,13 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
         ApiVersionsHandler(parts.api_versions).spec(),
         *SaslHandlers().specs(),
         InitProducerIdHandler(parts.controller, parts.node.node_id).spec(),
-        *AdminHandlers(
-            parts.controller, parts.node, lambda: parts.image, cfg.broker_defaults
-        ).specs(),
+        *security.guard(
+            AdminHandlers(
+                parts.controller, parts.node, lambda: parts.image, cfg.broker_defaults
+            ).specs()
+        ),
+        *security.specs(),
     ]
     # every API checks what Kafka checks (broker.security.api_authorization); a no-op while
     # authorizer.class.name is unset
-    authorizer = BrokerAuthorizer.from_config(cfg.broker_defaults, lambda: parts.image)
     return guard(handlers, BROKER_RULES, authorizer, lambda: parts.image, auto_create.enabled)

@@ -22,6 +22,11 @@ bytes without SASLprep, as Kafka's ScramFormatter does.  Extensions (Kafka's "to
 are parsed and ignored.  An unknown user gets a made-up salt derived from its name, so its
 server-first looks like a real one and it fails at the same step, with the same message, as a
 wrong password.  Channel binding is not supported (gs2 flag "p" is refused).
+
+The client-final's nonce must be the server-first's, or, exactly, the client nonce followed by
+it: librdkafka before 2.6.1 (its issue #4895, so Debian's kcat and librdkafka 2.0) repeats its
+own nonce in front, and Kafka 3.8.1 to 3.9 accept that (their nonce check is ``endsWith``).
+The whole server nonce must still be there, which is what stops a replayed exchange.
 """
 
 from __future__ import annotations
@@ -164,6 +169,10 @@ def _saslname(escaped: str) -> str:
     return escaped.replace("=2C", ",").replace("=3D", "=")
 
 
+def _same(a: str, b: str) -> bool:
+    return hmac.compare_digest(a.encode("utf-8"), b.encode("utf-8"))
+
+
 def _nonce(value: str) -> str:
     if not _NONCE.fullmatch(value):
         raise _fail("malformed SCRAM nonce")
@@ -214,6 +223,7 @@ class ScramServer:
         self.complete = False
         self.authorization_id = ""
         self._gs2_header = self._bare = self._server_first = self._nonce = self._user = ""
+        self._client_nonce = ""
         self._credential: ScramCredential | None = None
         self._known_user = False
 
@@ -240,7 +250,8 @@ class ScramServer:
             fake_salt = hmac.digest(_FAKE_SALT_KEY, self._user.encode("utf-8"), "sha256")
             credential = ScramCredential(fake_salt, b"", b"", MIN_ITERATIONS)
         self._credential = credential
-        self._nonce = _nonce(client_nonce) + self._server_nonce
+        self._client_nonce = _nonce(client_nonce)
+        self._nonce = self._client_nonce + self._server_nonce
         self._server_first = f"r={self._nonce},s={_b64(credential.salt)},i={credential.iterations}"
         return self._server_first.encode("ascii")
 
@@ -251,7 +262,7 @@ class ScramServer:
         (binding, nonce), _extensions = _attributes(without_proof, "cr")
         if binding != _b64(self._gs2_header.encode("utf-8")):
             raise _fail("SCRAM channel binding does not repeat the gs2 header")
-        if not hmac.compare_digest(nonce.encode("utf-8"), self._nonce.encode("utf-8")):
+        if not (_same(nonce, self._nonce) or _same(nonce, self._client_nonce + self._nonce)):
             raise _fail("SCRAM nonce mismatch")
         proof = _unb64(proof_b64)
         credential = self._credential

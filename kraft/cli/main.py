@@ -3,6 +3,7 @@
     kraft dev [--data-dir DIR] [--port N] [--admin-port N]    one combined node, for development
     kraft dev --controllers 3 --brokers 3                     a local cluster of processes
     kraft server [--config FILE] [--override key=value ...]   one node, exactly as a container runs
+    kraft storage format --config FILE [--add-scram ...]      format a node (kafka-storage format)
     kraft topics|groups|produce|consume|cluster ...           admin commands over the REST API
     kraft --help                                              every command (one module each)
 
@@ -18,7 +19,7 @@ import sys
 from pathlib import Path
 
 from kraft import __version__
-from kraft.cli import arguments, certs, cluster, elect, groups, records, topics
+from kraft.cli import arguments, certs, cluster, elect, groups, records, storage, topics
 from kraft.node.config import ConfigError, NodeConfig, StartupError, load_config, parse_overrides
 
 
@@ -140,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     # kraft dev's launcher: stop when that process dies, whatever killed it
     server.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
     server.set_defaults(func=cmd_server)
+    storage.add_parser(sub)
 
     add_admin_commands(sub)
     return parser

@@ -25,12 +25,15 @@ from kafka_protocol.messages import (
     AlterConfigsRequest,
     AlterPartitionRequest,
     AlterPartitionResponse,
+    AlterUserScramCredentialsRequest,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
     BrokerRegistrationResponse,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteAclsRequest,
     DeleteTopicsRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
@@ -38,11 +41,13 @@ from kafka_protocol.messages import (
 )
 from kafka_protocol.metadata import PartitionChangeRecord
 from kraft.controller import (
+    acls,
     alter_partition,
     cluster,
     configuration,
     elections,
     producer_ids,
+    scram,
     topics,
 )
 from kraft.controller.cluster import HasValidSession
@@ -74,8 +79,12 @@ class Controller:
         self.topics_context = topics.TopicsContext(self.config, self.rng, new_topic_id)
 
     def bootstrap(self, image: ClusterImage) -> ControllerResult[None]:
-        """The records a brand-new cluster starts with (empty once bootstrapped)."""
-        return cluster.bootstrap(image)
+        """The records a brand-new cluster starts with (empty once bootstrapped): the
+        metadata.version, then the configured bootstrap records (SCRAM users)."""
+        result = cluster.bootstrap(image)
+        if not result.records or not self.config.bootstrap_records:
+            return result
+        return ControllerResult([*result.records, *self.config.bootstrap_records], None)
 
     def handle(self, request: Request, image: ClusterImage) -> ControllerResult[Response]:
         """A forwarded admin request, by its rule in :data:`RULES`."""
@@ -173,6 +182,12 @@ RULES: Final[dict[type[Request], Rule]] = {
     # Remove a fenced broker's registration (KIP-631).
     UnregisterBrokerRequest: lambda c, r, image: cluster.unregister_broker(
         r, image, c._unclean(image)
+    ),
+    # ACLs (SECURITY_DISABLED without authorizer.class.name) and SCRAM credentials.
+    CreateAclsRequest: lambda c, r, image: acls.create_acls(c.config, c.rng, r, image),
+    DeleteAclsRequest: lambda c, r, image: acls.delete_acls(c.config, r, image),
+    AlterUserScramCredentialsRequest: lambda c, r, image: scram.alter_user_scram_credentials(
+        r, image
     ),
 }
 

@@ -65,6 +65,9 @@ class ControllerConfig:
     max_new_partitions_per_request: int = 20_000  # keeps one command's batch bounded
     create_topic_policy: CreateTopicPolicy | None = None
     alter_config_policy: AlterConfigPolicy | None = None
+    # Appended with metadata.version when a new cluster is bootstrapped (the SCRAM users of
+    # ``kraft storage format --add-scram``).
+    bootstrap_records: tuple[MetadataRecord, ...] = ()
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str], *, cluster_id: str = "") -> ControllerConfig:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.connection_limits import parse_ip_overrides
+from broker.security.authorization import AuthorizerSettings
 from broker.server import ListenerLimits
 from metadata_log.configs import BROKER_CONFIGS
 
@@ -236,6 +237,10 @@ def _validate(values: dict[str, str], sources: dict[str, str]) -> NodeConfig:
     if not log_dirs:
         raise ConfigError("log.dirs is empty: give at least one data directory")
     metadata_dir = Path(values.get("metadata.log.dir", str(log_dirs[0])))
+    try:  # authorizer.class.name, super.users, allow.everyone.if.no.acl.found
+        AuthorizerSettings.from_config(values)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     return NodeConfig(
         node_id=node_id,
         process_roles=roles,

@@ -28,6 +28,7 @@ from typing import Any, Final
 from broker.broker import Broker, BrokerConfig
 from broker.controller_channel import Forwarder, forwarded_api
 from broker.dispatcher import RequestDispatcher
+from broker.handlers.acls import SecurityAdminHandlers
 from broker.kafka_client import ControllerClient
 from broker.lifecycle import BrokerLifecycle, BrokerLifecycleError
 from broker.metadata_follower import MetadataFollower
@@ -43,6 +44,7 @@ from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
 from kafka_protocol.types import TopicName
 from kraft.controller.result import ControllerConfig
+from kraft.node.bootstrap_scram import with_bootstrap_records
 from kraft.node.config import ConfigError, NodeConfig, listener_limits
 from kraft.node.controller_apis import ControllerApis
 from kraft.quorum.quorum_controller import DEFAULT_SNAPSHOT_INTERVAL_BYTES, QuorumController
@@ -217,6 +219,7 @@ class QuorumMember:
             authorization = AuthorizerSettings.from_config(cfg.values)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        config = with_bootstrap_records(config, cfg.metadata_log_dir)
         controller = QuorumController(
             settings,
             config,
@@ -227,7 +230,10 @@ class QuorumMember:
         )
         authorizer = BrokerAuthorizer(authorization, lambda: controller.image)
         apis = ControllerApis(controller, cfg.node_id, voters, authorizer)
-        dispatcher = RequestDispatcher(apis.specs(), BrokerMetrics())
+        # ACL and SCRAM changes sent to this listener are authorized here, with the sender's
+        # principal (a forwarding broker's: make brokers super.users, as Kafka requires).
+        security = SecurityAdminHandlers(authorizer, lambda: controller.image)
+        dispatcher = RequestDispatcher(security.guard(apis.specs()), BrokerMetrics())
         apis.dispatcher = dispatcher
         try:
             listener = KafkaListener(

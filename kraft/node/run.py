@@ -39,6 +39,7 @@ from broker.log.errors import LogError
 from broker.metrics import BrokerMetrics
 from broker.storage import FileStorage
 from kraft.controller.result import ControllerConfig
+from kraft.node.bootstrap_scram import with_bootstrap_records
 from kraft.node.config import ConfigError, NodeConfig, StartupError, listener_limits
 from kraft.node.local_channel import ControllerError, LocalControllerChannel
 from kraft.node.quorum_member import BrokerLifecycleError, BrokerMember, QuorumMember
@@ -255,6 +256,7 @@ class Node:
             controller_config = ControllerConfig.from_properties(cfg.values, cluster_id=cluster_id)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        controller_config = with_bootstrap_records(controller_config, cfg.metadata_log_dir)
         self.channel = LocalControllerChannel.open(
             cfg.metadata_log_dir, cfg.node_id, cluster_id, controller_config
         )

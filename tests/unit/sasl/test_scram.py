@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import hmac
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -297,3 +299,32 @@ def test_credential_of_an_alter_user_scram_credentials_upsertion(mechanism: str)
     ):
         with pytest.raises(ValueError):
             credential_of_salted_password(mechanism, *bad)
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_librdkafkas_repeated_client_nonce_is_accepted_and_nothing_looser(mechanism: str) -> None:
+    """librdkafka < 2.6.1 sends client nonce + server-first nonce in its client-final (and
+    computes its proof over that message); Kafka 3.8.1-3.9 accept it.  Only that exact form."""
+    credential = scram_credential(mechanism, "pencil")
+
+    def exchange(final_nonce: Callable[[str, str], str]) -> bytes:
+        server = ScramServer(mechanism, lambda user: credential if user == "user" else None)
+        client_nonce = "fyko+d2lbbFgONRv9qkxdawL"
+        server_first = server.step(f"n,,n=user,r={client_nonce}".encode()).decode()
+        nonce = server_first.split(",")[0][2:]
+        salt = base64.b64decode(server_first.split(",")[1][2:])
+        without_proof = f"c=biws,r={final_nonce(client_nonce, nonce)}"
+        hash_name = "sha256" if mechanism.endswith("256") else "sha512"
+        salted = hashlib.pbkdf2_hmac(hash_name, b"pencil", salt, credential.iterations)
+        client_key = hmac.digest(salted, b"Client Key", hash_name)
+        stored = hashlib.new(hash_name, client_key).digest()
+        auth = f"n=user,r={client_nonce},{server_first},{without_proof}".encode()
+        signature = hmac.digest(stored, auth, hash_name)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        return server.step(f"{without_proof},p={base64.b64encode(proof).decode()}".encode())
+
+    assert exchange(lambda c, n: n).startswith(b"v=")  # RFC 5802
+    assert exchange(lambda c, n: c + n).startswith(b"v=")  # librdkafka < 2.6.1
+    for wrong in (lambda c, n: "x" + n, lambda c, n: n + c, lambda c, n: c, lambda c, n: c + c):
+        with pytest.raises(SaslAuthenticationError):
+            exchange(wrong)
