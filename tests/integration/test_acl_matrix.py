@@ -134,6 +134,7 @@ def _sasl_overrides() -> tuple[str, ...]:
     )
     return (
         "listeners=SASL_PLAINTEXT://127.0.0.1:0",
+        "inter.broker.listener.name=SASL_PLAINTEXT",  # the node logs in as admin (its JAAS)
         f"listener.name.sasl_plaintext.plain.sasl.jaas.config={jaas}",
         "sasl.enabled.mechanisms=PLAIN",
     )
