@@ -61,6 +61,7 @@ without a broker's credentials.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -69,10 +70,12 @@ from broker.deferred import Deferred
 from broker.dispatcher import ApiHandler, HandlerResult, RequestContext
 from broker.security.authorization import operations_bits
 from broker.security.session import Session
+from broker.server import CloseConnection
 from kafka_protocol._codec import Response
 from metadata_log.acls import CLUSTER_NAME, AclOperation, ResourceType
 from metadata_log.image import ClusterImage
 
+log = logging.getLogger("broker.security")
 UNNAMED_TOPIC: Final = "\x00"  # a topic name no ACL can name but "*" (not a legal topic name)
 
 
@@ -148,6 +151,10 @@ class Passed:
     request: Any
     amend: Amend | None = None
     skip: bool = False  # every item was refused: answer ``amend(empty response)`` at once
+    # acks=0 Produce with refused partitions: no answer can carry the error, so the connection
+    # is closed once the handler ran (Kafka's handleProduceRequest), and the producer learns
+    # of it from its next Metadata
+    close_unanswered: bool = False
 
 
 Verdict = Response | Passed
@@ -197,6 +204,9 @@ def guard_one(
             assert verdict.amend is not None
             return verdict.amend(rule.response_type())  # type: ignore[no-any-return]
         result = inner(ctx, verdict.request)
+        if result is None and verdict.close_unanswered:
+            log.info("closing an acks=0 connection refused by ACLs peer=%s", ctx.peer)
+            raise CloseConnection
         return result if verdict.amend is None else _amended(result, verdict.amend)
 
     return ApiHandler(

@@ -79,7 +79,7 @@ def produce(check: Check, req: ProduceRequest) -> Verdict:
         AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id
     ):
         if req.acks == 0:
-            return Passed(req, lambda r: None, skip=True)
+            return Passed(replace(req, topic_data=[]), close_unanswered=True)
         return ProduceResponse(responses=answered(req.topic_data, TXN_DENIED))
     allowed = check.topics(AclOperation.WRITE, (t.name for t in req.topic_data))
     kept, refused = split_topics(req.topic_data, lambda t: t.name, allowed)
@@ -90,7 +90,9 @@ def produce(check: Check, req: ProduceRequest) -> Verdict:
         response.responses.extend(answered(refused, TOPIC_DENIED))
         return response
 
-    return Passed(replace(req, topic_data=kept), amend, skip=not kept and req.acks != 0)
+    if req.acks == 0:  # the allowed partitions are appended, then the connection closed
+        return Passed(replace(req, topic_data=kept), close_unanswered=True)
+    return Passed(replace(req, topic_data=kept), amend, skip=not kept)
 
 
 def fetch(check: Check, req: FetchRequest) -> Verdict:

@@ -29,6 +29,7 @@ from broker.security.authorization import (
     operations_bits,
 )
 from broker.security.session import SecurityProtocol, Session, user_principal
+from broker.server import CloseConnection
 from kafka_protocol import messages as m
 from kafka_protocol._codec import Response
 from kafka_protocol.errors import ErrorCode
@@ -845,3 +846,12 @@ def test_metadata_by_topic_id_refused_with_its_id_and_no_name() -> None:
         ("mine", mine.topic_id, OK),
         (None, theirs.topic_id, TOPIC_DENIED),
     }
+
+
+def test_acks_0_produce_with_refused_topics_closes_after_appending_the_rest() -> None:
+    echo = _produce_echo()
+    echo.answer = lambda req: None  # type: ignore[assignment,return-value]  # acks=0: no answer
+    with pytest.raises(CloseConnection):
+        run(echo.spec(), _produce("mine", "theirs", acks=0), [acl(T, "mine", Op.WRITE)])
+    assert [t.name for t in echo.seen[0].topic_data] == ["mine"], "the allowed one appended"
+    assert run(echo.spec(), _produce("mine", acks=0), [acl(T, "mine", Op.WRITE)]) is None
