@@ -11,6 +11,7 @@ is a super user the cluster forms and serves clients as before.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 
@@ -86,3 +87,69 @@ def test_brokers_with_a_super_user_principal_form_the_cluster(
         assert "allowed" in admin.list_topics(timeout=10).topics
     finally:
         cluster.kill_all()
+
+
+# --- an authenticated principal is not a broker -----------------------------------------------
+
+BROKER_PASSWORD = "broker-secret-password"
+ALICE_PASSWORD = "alice-secret-password"
+
+
+@pytest.fixture(scope="module")
+def sasl_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One controller and one broker; the CONTROLLER listener is SASL_PLAINTEXT (PLAIN users
+    broker and alice), the broker logs in as broker, a super user."""
+    pytest.importorskip("broker.security.client_security", reason="SASL client logins not merged")
+    jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required"
+        f' username="broker" password="{BROKER_PASSWORD}"'
+        f' user_broker="{BROKER_PASSWORD}" user_alice="{ALICE_PASSWORD}";'
+    )
+    extra = {
+        "authorizer.class.name": STANDARD_AUTHORIZER,
+        "super.users": "User:broker",
+        "listener.security.protocol.map": "CONTROLLER:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "listener.name.controller.plain.sasl.jaas.config": jaas,
+        "sasl.mechanism.controller.protocol": "PLAIN",
+    }
+    cluster = LocalCluster.create(tmp_path_factory.mktemp("ctl-sasl"), 1, 1, extra).start()
+    try:
+        yield cluster
+    finally:
+        cluster.kill_all()
+
+
+def test_an_authenticated_user_without_cluster_action_cannot_register(
+    sasl_cluster: LocalCluster,
+) -> None:
+    from broker.security.client_security import ClientSecurity
+
+    from broker.kafka_client import KafkaConnection
+    from broker.security.session import SecurityProtocol
+
+    broker = next(iter(sasl_cluster.brokers.values()))
+    assert [b["fenced"] for b in broker.get("/v1/cluster")["brokers"]] == [False]
+    controller = sasl_cluster.controllers[1]
+    host, port = controller.address.rsplit(":", 1)
+    alice = ClientSecurity(SecurityProtocol.SASL_PLAINTEXT, None, "PLAIN", "alice", ALICE_PASSWORD)
+
+    async def as_alice() -> list[int]:
+        conn = await KafkaConnection.open(host, int(port), "alice", alice)
+        try:
+            registration = BrokerRegistrationRequest(
+                broker_id=BrokerId(99),
+                cluster_id=controller.properties["cluster.id"],
+                incarnation_id=uuid.uuid4(),
+                listeners=[
+                    BrokerRegistrationRequest.Listener(name="PLAINTEXT", host="127.0.0.1", port=1)
+                ],
+            )
+            registered = await conn.request(registration, 4)
+            quorum = await conn.request(DescribeQuorumRequest(), 1)
+            return [registered.error_code, quorum.error_code]
+        finally:
+            conn.close()
+
+    denied = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    assert asyncio.run(as_alice()) == [denied, denied]
+    assert 99 not in {b["id"] for b in broker.get("/v1/cluster")["brokers"]}
