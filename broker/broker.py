@@ -65,7 +65,14 @@ class Broker:
         self.cluster_id = cluster_id
         self.controller = controller
         self.image = image
-        self.node = BrokerIdentity(config.node_id, cluster_id, config.rack, lambda: self.advertised)
+        self.node = BrokerIdentity(
+            config.node_id,
+            cluster_id,
+            config.rack,
+            lambda: self.advertised,
+            self.advertised_on,
+            config.primary_listener.name,
+        )
         self._settings_image: ClusterImage | None = None
         self._settings: dict[str, tuple[dict[str, str], LogConfig]] = {}
         self.metrics = BrokerMetrics()
@@ -90,6 +97,7 @@ class Broker:
                 partition_max_bytes=config.replica_fetch_max_bytes,
                 response_max_bytes=config.replica_fetch_response_max_bytes,
                 on_corrupt_batch=self.metrics.corrupt_batches.labels("follower_fetch").inc,
+                security=config.inter_broker_security,
             ),
         )
         self.coordinator = GroupCoordinator(
@@ -107,15 +115,34 @@ class Broker:
         # holds it (None: a single combined node, where no earlier incarnation can lead).
         self.incarnation_id: uuid.UUID | None = None
         self.dispatcher = RequestDispatcher(build_handlers(self), self.metrics)
-        self.listener: KafkaListener | None = None
+        self.listener: KafkaListener | None = None  # the primary one (config.primary_listener)
+        self.listeners: dict[str, KafkaListener] = {}  # every one, by name
         self._maintenance: list[asyncio.Task[None]] = []
         self.metrics.add_state(self._state_metrics)
         self.apply_image(image)
 
     @property
     def advertised(self) -> tuple[str, int]:
-        port = self.config.advertised_port or (self.listener.port if self.listener else 0)
-        return self.config.advertised_host, port
+        """The primary listener's advertised address."""
+        address = self.advertised_on(self.config.primary_listener.name)
+        assert address is not None
+        return address
+
+    def advertised_on(self, name: str) -> tuple[str, int] | None:
+        """A listener's advertised address (its bound port when advertised with port 0)."""
+        spec = next((x for x in self.config.served_listeners if x.name == name), None)
+        if spec is None:
+            return None
+        bound = self.listeners.get(name)
+        return spec.advertised_host, spec.advertised_port or (bound.port if bound else 0)
+
+    def registered_endpoints(self) -> list[tuple[str, str, int, int]]:
+        """(name, host, port, security protocol id) of every listener, as registered."""
+        out = []
+        for spec in self.config.served_listeners:
+            host, port = self.advertised_on(spec.name) or (spec.advertised_host, 0)
+            out.append((spec.name, host, port, int(spec.security.protocol)))
+        return out
 
     def api_versions(self) -> list[ApiVersionsResponse.ApiVersion]:
         """What ApiVersions advertises: the dispatcher's table."""
@@ -224,12 +251,14 @@ class Broker:
         broker = self.image.brokers.get(broker_id)
         return broker.epoch if broker is not None else -1
 
-    def endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
-        """A broker's PLAINTEXT address (this broker's as advertised)."""
+    def endpoint_of(self, broker_id: int, listener: str | None = None) -> tuple[str, int] | None:
+        """A broker's address on ``listener`` (default: ``inter.broker.listener.name``, where
+        replicas fetch); None if it has no such listener (Kafka leaves it out)."""
+        name = listener or self.config.inter_broker_listener
         if broker_id == self.node_id:
-            return self.advertised
+            return self.advertised_on(name)
         broker = self.image.brokers.get(broker_id)
-        endpoint = broker.listener("PLAINTEXT") if broker is not None else None
+        endpoint = broker.listener(name) if broker is not None else None
         return (endpoint.host, endpoint.port) if endpoint is not None else None
 
     def topic_config(self, name: str) -> dict[str, str]:
@@ -319,14 +348,24 @@ class Broker:
         )
         under.add_metric([], sum(1 for p in leaders if _isr_size(p) < _replica_count(p)))
         conns = gauge("kafka_connections", "Open client connections")
-        conns.add_metric([], self.listener.connection_count if self.listener else 0)
+        conns.add_metric([], sum(x.connection_count for x in self.listeners.values()))
         return [sizes, hw, count, led, under, conns]
 
     # --- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
         limits = self.config.listener_limits
-        self.listener = KafkaListener(self.dispatcher, self.config.host, self.config.port, limits)
+        try:
+            for spec in self.config.served_listeners:
+                self.listeners[spec.name] = KafkaListener(
+                    self.dispatcher, spec.host, spec.port, limits, security=spec.security
+                )
+        except OSError:
+            for opened in self.listeners.values():
+                opened.close()
+            self.listeners = {}
+            raise
+        self.listener = self.listeners[self.config.primary_listener.name]
         self._started = True
         self.coordinator.start()
         for part in self.replicas.partitions.values():
@@ -371,8 +410,8 @@ class Broker:
         return asyncio.create_task(loop(), name=action.__name__)
 
     async def stop(self) -> None:
-        if self.listener is not None:
-            self.listener.close()
+        for listener in self.listeners.values():
+            listener.close()
         for task in self._maintenance:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

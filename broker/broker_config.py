@@ -6,7 +6,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.coordinator.runtime import CoordinatorConfig
+from broker.security.client_security import ClientSecurity
+from broker.security.session import ListenerSecurity, SecurityProtocol
 from broker.server import ListenerLimits
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerListener:
+    """One named listener the broker serves (``listeners`` / ``advertised.listeners``)."""
+
+    name: str
+    host: str
+    port: int  # 0: any free port
+    advertised_host: str
+    advertised_port: int  # 0: the port bound
+    security: ListenerSecurity = field(default_factory=ListenerSecurity)
 
 
 @dataclass(frozen=True)
@@ -33,3 +47,32 @@ class BrokerConfig:
     log_cleaner_backoff_ms: int = 15_000
     coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
     broker_defaults: dict[str, str] = field(default_factory=dict)  # log.* keys as configured
+    # Every listener served; empty: one PLAINTEXT listener on host:port (tests build it so).
+    listeners: tuple[BrokerListener, ...] = ()
+    inter_broker_listener: str = "PLAINTEXT"  # inter.broker.listener.name
+    inter_broker_security: ClientSecurity | None = None  # how this broker fetches from leaders
+
+    @property
+    def served_listeners(self) -> tuple[BrokerListener, ...]:
+        if self.listeners:
+            return self.listeners
+        plaintext = ListenerSecurity(name=self.inter_broker_listener)
+        return (
+            BrokerListener(
+                self.inter_broker_listener,
+                self.host,
+                self.port,
+                self.advertised_host,
+                self.advertised_port,
+                plaintext,
+            ),
+        )
+
+    @property
+    def primary_listener(self) -> BrokerListener:
+        """The listener of the READY line's ``bootstrap=`` and of internal requests: the first
+        PLAINTEXT one, else the first."""
+        served = self.served_listeners
+        return next(
+            (x for x in served if x.security.protocol == SecurityProtocol.PLAINTEXT), served[0]
+        )

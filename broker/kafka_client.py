@@ -15,9 +15,13 @@ fails with :class:`KafkaConnectionError` and so does every later ``send()``.  A 
 gives up (cancellation) abandons its request in the core, so that the late answer is still
 matched, then dropped undecoded.
 
-Opening a connection negotiates versions (the core's KIP-35/KIP-511 steps: ApiVersions v3
-first, once more lower if the peer answers UNSUPPORTED_VERSION).  ``version_for(api_key, max)``
-is then the highest version both sides support.
+Opening a connection with a :class:`~broker.security.client_security.ClientSecurity` first
+does the TLS handshake (``ssl.endpoint.identification.algorithm=https``: the peer's certificate
+must name the host), then ApiVersions, then on SASL listeners SaslHandshake v1 and
+SaslAuthenticate rounds (v1+ when the peer has them) driven by :mod:`kafka_protocol.sasl`'s
+client state machines.  Versions are negotiated with the core's KIP-35/KIP-511 steps
+(ApiVersions v3 first, once more lower if the peer answers UNSUPPORTED_VERSION).
+``version_for(api_key, max)`` is then the highest version both sides support.
 
 :class:`ControllerClient` sends requests to a controller quorum given as bootstrap addresses.
 It keeps two *routes*, each one connection: one to the controller it believes active (admin
@@ -33,6 +37,8 @@ Local failures (remote outcomes are Kafka error codes in the responses)::
     KafkaClientError
     ├── KafkaConnectionError     connect failed, connection lost or closed, ApiVersions refused
     │                            (also a ConnectionError, so an OSError)
+    ├── AuthenticationError      the peer refused our SASL login (or our TLS certificate):
+    │                            not retriable with the same credentials
     └── NoUsableVersionError     the peer supports no version of the api that we can send
 
 A response that does not decode raises the codec's ``RemoteProtocolError`` from ``send()``.
@@ -42,9 +48,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Sequence
 from typing import Final
 
+from broker.security.client_security import ClientSecurity
 from kafka_protocol._codec import FileRegion, Request, Response
 from kafka_protocol.api_versions import API_VERSIONS_VERSION
 from kafka_protocol.client import backoff
@@ -52,7 +60,14 @@ from kafka_protocol.client.connection import ClientConnection, Received
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import ProtocolError
 from kafka_protocol.framing import DEFAULT_MAX_FRAME_BYTES
-from kafka_protocol.messages import ApiVersionsResponse
+from kafka_protocol.messages import (
+    ApiVersionsResponse,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
+from kafka_protocol.sasl import SaslAuthenticationError, client_for
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +77,7 @@ CLIENT_SOFTWARE_NAME: Final = "kraft-platform-broker"
 CLIENT_SOFTWARE_VERSION: Final = "0.1.0"
 DEFAULT_REQUEST_TIMEOUT_MS: Final = 5000
 CONTROLLER_RETRY_MAX_S: Final = 0.2
+AUTHENTICATION_RETRY_S: Final = 1.0  # after a refused login (Kafka's reconnect.backoff.max.ms)
 READ_CHUNK_BYTES: Final = 256 * 1024  # one read from the socket
 # Per-item result lists of the forwarded admin responses (broker/controller_channel.py's
 # FORWARDED table) checked for NOT_CONTROLLER.
@@ -74,6 +90,11 @@ class KafkaClientError(Exception):
 
 class KafkaConnectionError(KafkaClientError, ConnectionError):
     """The connection could not be opened, was lost or closed, or refused ApiVersions."""
+
+
+class AuthenticationError(KafkaClientError):
+    """The peer refused this node's login: wrong credentials, a mechanism it does not enable,
+    or a TLS certificate it does not trust.  Retrying with the same settings cannot help."""
 
 
 class NoUsableVersionError(KafkaClientError):
@@ -123,16 +144,33 @@ class KafkaConnection:
         self._read_task = asyncio.create_task(self._read_loop(), name=f"kafka-reader {peer}")
 
     @classmethod
-    async def open(cls, host: str, port: int, client_id: str) -> KafkaConnection:
-        """Connect and negotiate versions with ApiVersions."""
+    async def open(
+        cls, host: str, port: int, client_id: str, security: ClientSecurity | None = None
+    ) -> KafkaConnection:
+        """Connect (TLS first on SSL listeners), negotiate versions with ApiVersions, and log
+        in with SASL on SASL listeners (see the module docstring)."""
         peer = f"{host}:{port}"
+        context = security.ssl_context if security is not None else None
         try:
-            reader, writer = await asyncio.open_connection(host, port)
+            if context is not None:
+                reader, writer = await asyncio.open_connection(
+                    host, port, ssl=context, server_hostname=host
+                )
+            else:
+                reader, writer = await asyncio.open_connection(host, port)
+        except ssl.SSLCertVerificationError as exc:
+            raise AuthenticationError(
+                f"TLS handshake with {peer} failed: {exc.verify_message or exc}"
+            ) from exc
+        except ssl.SSLError as exc:
+            raise KafkaConnectionError(f"TLS handshake with {peer} failed: {exc}") from exc
         except OSError as exc:
             raise KafkaConnectionError(f"cannot connect to {peer}: {exc}") from exc
         conn = cls(reader, writer, client_id, peer)
         try:
             await conn._negotiate_api_versions()
+            if security is not None and security.protocol.uses_sasl:
+                await conn._authenticate(security)
         except ProtocolError as exc:
             conn.close()
             raise KafkaConnectionError(f"{peer} sent a bad ApiVersions response: {exc}") from exc
@@ -207,6 +245,32 @@ class KafkaConnection:
             except ProtocolError as exc:
                 raise KafkaConnectionError(f"{self.peer} {exc}") from None
 
+    async def _authenticate(self, security: ClientSecurity) -> None:
+        """SaslHandshake v1, then SaslAuthenticate until the mechanism completes."""
+        mechanism = security.sasl_mechanism or "PLAIN"
+        who = f"{self.peer} refused {mechanism} login of user {security.username!r}"
+        handshake = await self.request(SaslHandshakeRequest(mechanism=mechanism), 1, 1)
+        assert isinstance(handshake, SaslHandshakeResponse)
+        if handshake.error_code != ErrorCode.NONE:
+            raise AuthenticationError(
+                f"{who}: {ErrorCode(handshake.error_code).name}"
+                f" (it enables {', '.join(handshake.mechanisms) or 'none'})"
+            )
+        client = client_for(mechanism, security.username or "", security.password or "")
+        token: bytes | None = client.first()
+        while token is not None:
+            response = await self.request(SaslAuthenticateRequest(auth_bytes=token), 2)
+            assert isinstance(response, SaslAuthenticateResponse)
+            if response.error_code != ErrorCode.NONE:
+                reason = response.error_message or ErrorCode(response.error_code).name
+                raise AuthenticationError(f"{who}: {reason}")
+            try:
+                token = client.step(bytes(response.auth_bytes))
+            except SaslAuthenticationError as exc:
+                raise AuthenticationError(f"{who}: {exc}") from None
+        if not client.complete:
+            raise AuthenticationError(f"{who}: the exchange ended before it completed")
+
     async def _read_loop(self) -> None:
         try:
             while True:
@@ -276,10 +340,13 @@ class ControllerClient:
         client_id: str,
         *,
         request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
+        security: ClientSecurity | None = None,
     ) -> None:
         assert bootstrap, "no controller addresses"
         self.bootstrap = list(bootstrap)
         self.client_id = client_id
+        self.security = security
+        self._auth_failure: str | None = None  # the last one logged (logged once until cured)
         self.request_timeout_s = request_timeout_ms / 1000
         self._active = _Route("active controller")
         self._any = _Route("any controller")
@@ -299,8 +366,14 @@ class ControllerClient:
         while True:
             if self._closed:
                 raise KafkaConnectionError("controller client closed")
-            response = await self._attempt(route, request, max_version, to_active)
+            try:
+                response = await self._attempt(route, request, max_version, to_active)
+            except AuthenticationError as exc:
+                self._log_auth_failure(str(exc))
+                await asyncio.sleep(AUTHENTICATION_RETRY_S)  # a refused login is not cured soon
+                continue
             if response is not None:
+                self._auth_failure = None
                 return response
             # Try every controller once before backing off: during a failover the new
             # active controller is usually the next address, and a backoff between each
@@ -308,6 +381,13 @@ class ControllerClient:
             failures += 1
             if failures % len(self.bootstrap) == 0:
                 await backoff.sleep()
+
+    def _log_auth_failure(self, reason: str) -> None:
+        """Once per distinct failure until a request succeeds: the node keeps retrying (an
+        operator may fix the credentials) without a line per attempt."""
+        if reason != self._auth_failure:
+            log.warning("cannot authenticate to the controller: %s; retrying", reason)
+            self._auth_failure = reason
 
     def rotate(self, *, to_active: bool, reason: str) -> None:
         """Drop the route's connection and move it to the next address: the caller found the
@@ -353,8 +433,8 @@ class ControllerClient:
             route.conn = None
             host, port = self.bootstrap[route.index]
             try:
-                route.conn = await KafkaConnection.open(host, port, self.client_id)
-            except (OSError, asyncio.CancelledError) as exc:  # re-raised: the caller decides
+                route.conn = await KafkaConnection.open(host, port, self.client_id, self.security)
+            except (OSError, AuthenticationError, asyncio.CancelledError) as exc:  # re-raised
                 self._advance(route, f"cannot be reached ({exc!r})")
                 raise
             return route.conn

@@ -106,7 +106,7 @@ class BrokerLifecycle:
         broker_id: int,
         cluster_id: str,
         incarnation_id: uuid.UUID,
-        listeners: Sequence[tuple[str, str, int]],
+        listeners: Sequence[tuple[str, str, int] | tuple[str, str, int, int]],
         rack: str | None,
         heartbeat_interval_ms: int,
         *,
@@ -203,9 +203,14 @@ class BrokerLifecycle:
             incarnation_id=self.incarnation_id,
             listeners=[
                 BrokerRegistrationRequest.Listener(
-                    name=name, host=host, port=port, security_protocol=SECURITY_PROTOCOL_PLAINTEXT
+                    name=listener[0],
+                    host=listener[1],
+                    port=listener[2],
+                    security_protocol=(
+                        listener[3] if len(listener) == 4 else SECURITY_PROTOCOL_PLAINTEXT
+                    ),
                 )
-                for name, host, port in self.listeners
+                for listener in self.listeners
             ],
             features=[
                 BrokerRegistrationRequest.Feature(

@@ -52,7 +52,9 @@ class BrokerParts(Protocol):
     def metrics(self) -> BrokerMetrics: ...
 
     def broker_epoch_of(self, broker_id: int) -> int: ...
-    def endpoint_of(self, broker_id: int) -> tuple[str, int] | None: ...
+    def endpoint_of(
+        self, broker_id: int, listener: str | None = None
+    ) -> tuple[str, int] | None: ...
     def api_versions(self) -> list[ApiVersionsResponse.ApiVersion]: ...
 
 
@@ -70,7 +72,10 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
         ListOffsetsHandler(replicas).spec(),
         OffsetForLeaderEpochHandler(replicas).spec(),
         MetadataHandler(parts.node, lambda: parts.image, parts.controller, auto_create).spec(),
-        *GroupHandlers(parts.coordinator, parts.endpoint_of).specs(),
+        *GroupHandlers(
+            parts.coordinator,
+            lambda broker, listener: parts.endpoint_of(broker, parts.node.listener_for(listener)),
+        ).specs(),
         ApiVersionsHandler(parts.api_versions).spec(),
         *SaslHandlers().specs(),
         InitProducerIdHandler(parts.controller, parts.node.node_id).spec(),

@@ -112,7 +112,7 @@ class AdminHandlers:
     def describe_cluster(
         self, ctx: RequestContext, req: DescribeClusterRequest
     ) -> DescribeClusterResponse:
-        host, port = self.node.advertised()
+        host, port = self.node.address_on(self.node.listener_for(ctx.session.listener))
         return DescribeClusterResponse(
             cluster_id=self.node.cluster_id,
             controller_id=BrokerId(self.node.node_id),
@@ -144,8 +144,8 @@ def _described(entry: ConfigEntry, synonyms: bool, docs: bool) -> Described:
         config_source=entry.source,  # v1+ replaced v0's is_default
         is_sensitive=entry.sensitive,
         synonyms=[
-            DescribeConfigsResponse.DescribeConfigsSynonym(
-                name=s.name, value=s.value, source=s.source
+            DescribeConfigsResponse.DescribeConfigsSynonym(  # a secret's value is never sent
+                name=s.name, value=None if entry.sensitive else s.value, source=s.source
             )
             for s in entry.synonyms
         ]

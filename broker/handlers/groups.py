@@ -71,10 +71,11 @@ class GroupHandlers:
     def __init__(
         self,
         coordinator: GroupCoordinator,
-        endpoint_of: Callable[[int], tuple[str, int] | None],
+        endpoint_of: Callable[[int, str], tuple[str, int] | None],
     ) -> None:
         self.coordinator = coordinator
-        self.endpoint_of = endpoint_of  # a coordinator's address, for FindCoordinator
+        # a coordinator's address on a listener, for FindCoordinator
+        self.endpoint_of = endpoint_of
 
     def specs(self) -> list[ApiHandler]:
         return [
@@ -220,7 +221,9 @@ class GroupHandlers:
 
     # --- FindCoordinator ----------------------------------------------------------------------
 
-    def _coordinator(self, key: str, key_type: int) -> FindCoordinatorResponse.Coordinator:
+    def _coordinator(
+        self, key: str, key_type: int, listener: str
+    ) -> FindCoordinatorResponse.Coordinator:
         if key_type != GROUP_KEY:
             return FindCoordinatorResponse.Coordinator(
                 key=key,
@@ -229,7 +232,7 @@ class GroupHandlers:
                 error_message="transactions are not supported yet",
             )
         found = self.coordinator.coordinator_of(key)
-        address = self.endpoint_of(found) if isinstance(found, int) else None
+        address = self.endpoint_of(found, listener) if isinstance(found, int) else None
         if address is None:
             error = found if isinstance(found, ErrorCode) else ErrorCode.COORDINATOR_NOT_AVAILABLE
             return FindCoordinatorResponse.Coordinator(
@@ -244,11 +247,14 @@ class GroupHandlers:
     def find_coordinator(
         self, ctx: RequestContext, req: FindCoordinatorRequest
     ) -> FindCoordinatorResponse:
+        listener = ctx.session.listener  # answered with the addresses of this listener
         if ctx.api_version >= 4:
             return FindCoordinatorResponse(
-                coordinators=[self._coordinator(k, req.key_type) for k in req.coordinator_keys]
+                coordinators=[
+                    self._coordinator(k, req.key_type, listener) for k in req.coordinator_keys
+                ]
             )
-        c = self._coordinator(req.key, req.key_type)
+        c = self._coordinator(req.key, req.key_type, listener)
         return FindCoordinatorResponse(
             error_code=c.error_code,
             error_message=c.error_message,

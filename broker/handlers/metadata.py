@@ -110,15 +110,16 @@ class MetadataHandler:
         self, ctx: RequestContext, names: list[str] | None, errors: dict[str, ErrorCode]
     ) -> MetadataResponse:
         image = self.image()
-        host, port = self.node.advertised()
+        listener = self.node.listener_for(ctx.session.listener)
+        host, port = self.node.address_on(listener)
         topics: list[Topic] = []
         if names is None:
-            topics = [self._topic(t) for t in image.topics.by_name.values()]
+            topics = [self._topic(t, listener) for t in image.topics.by_name.values()]
         else:
             for name in names:
                 topic = image.topics.get(name)
                 if topic is not None:
-                    topics.append(self._topic(topic))
+                    topics.append(self._topic(topic, listener))
                 else:
                     error = errors.get(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     topics.append(Topic(error_code=error, name=TopicName(name)))
@@ -131,7 +132,7 @@ class MetadataHandler:
             )
         }
         for reg in image.brokers.values():
-            endpoint = reg.listener("PLAINTEXT")
+            endpoint = reg.listener(listener)  # a broker without it is left out
             if reg.fenced or endpoint is None or reg.id == self.node.node_id:
                 continue
             brokers[reg.id] = MetadataResponse.MetadataResponseBroker(
@@ -144,7 +145,7 @@ class MetadataHandler:
             topics=topics,
         )
 
-    def _topic(self, topic: TopicImage) -> Topic:
+    def _topic(self, topic: TopicImage, listener: str) -> Topic:
         image = self.image()
         partitions = []
         for index in sorted(topic.partitions):
@@ -158,7 +159,7 @@ class MetadataHandler:
                     replica_nodes=[BrokerId(r) for r in p.replicas],
                     isr_nodes=[BrokerId(r) for r in p.isr],
                     offline_replicas=[
-                        BrokerId(r) for r in p.replicas if image.is_replica_offline(r)
+                        BrokerId(r) for r in p.replicas if image.is_replica_offline(r, listener)
                     ],
                 )
             )

@@ -32,10 +32,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from broker.kafka_client import Backoff, KafkaClientError, KafkaConnection
+from broker.kafka_client import AuthenticationError, Backoff, KafkaClientError, KafkaConnection
 from broker.log.epochs import EpochEndOffset
 from broker.log.errors import CorruptBatchError, LogError
 from broker.replication.partition_state import FollowerState
+from broker.security.client_security import ClientSecurity
 from kafka_protocol._codec import FileRegion
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
@@ -66,6 +67,9 @@ class FetcherConfig:
     response_max_bytes: int = 10 << 20  # replica.fetch.response.max.bytes
     request_timeout_ms: int = 30_000  # replica.socket.timeout.ms
     on_corrupt_batch: Callable[[], None] | None = None  # a metrics hook
+    # How to connect to leaders: inter.broker.listener.name's protocol and
+    # sasl.mechanism.inter.broker.protocol (None: PLAINTEXT)
+    security: ClientSecurity | None = None
 
 
 @dataclass(slots=True)
@@ -76,7 +80,7 @@ class _Fetching:
     backoff_until: float = 0.0
 
 
-Endpoint = Callable[[int], tuple[str, int] | None]  # leader id -> its PLAINTEXT address
+Endpoint = Callable[[int], tuple[str, int] | None]  # leader id -> its inter-broker address
 
 
 class LeaderFetcher:
@@ -147,6 +151,8 @@ class LeaderFetcher:
             except (KafkaClientError, OSError, TimeoutError) as exc:
                 # The first failure is news; repeats while the leader stays away are not.
                 level = logging.DEBUG if self._failing else logging.INFO
+                if isinstance(exc, AuthenticationError) and not self._failing:
+                    level = logging.WARNING  # credentials to fix: the operator must see it
                 log.log(level, "fetch from broker %d failed: %s", self.leader_id, exc or "timeout")
                 self._failing = True
                 self._drop_connection()
@@ -164,10 +170,14 @@ class LeaderFetcher:
             return self._conn
         address = self.endpoint(self.leader_id)
         if address is None:
-            raise KafkaClientError(f"broker {self.leader_id} has no known PLAINTEXT endpoint")
+            raise KafkaClientError(
+                f"broker {self.leader_id} has no known endpoint on the inter-broker listener"
+            )
         async with asyncio.timeout(self.config.request_timeout_ms / 1000):
             self._conn = await KafkaConnection.open(
-                *address, client_id=f"replica-fetcher-{self.config.broker_id}"
+                *address,
+                client_id=f"replica-fetcher-{self.config.broker_id}",
+                security=self.config.security,
             )
         return self._conn
 

@@ -25,9 +25,11 @@ from __future__ import annotations
 import logging
 from typing import Final
 
+from broker.connection_limits import RateLimitedWarning
 from broker.security.session import Session, user_principal
-from kafka_protocol.clock import monotonic_ms
+from kafka_protocol.clock import monotonic_ms, monotonic_s
 from kafka_protocol.errors import ErrorCode
+from kafka_protocol.sasl import SaslAuthenticationError
 
 log = logging.getLogger("broker.security")
 
@@ -38,6 +40,8 @@ API_VERSIONS_KEY: Final = 18
 UNAUTHENTICATED_APIS: Final = frozenset(
     {API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY}
 )
+# A client retrying a wrong password (or a guesser) gets one line per interval, with a count.
+_FAILURES: Final = RateLimitedWarning()
 INVALID_CREDENTIALS: Final = (
     "Authentication failed during authentication due to invalid credentials with SASL mechanism"
 )
@@ -116,15 +120,12 @@ def step(session: Session, token: bytes) -> tuple[bytes, int]:
         )
     try:
         reply: bytes = server.step(bytes(token))
-    except Exception as exc:  # the state machines raise SaslAuthenticationError
-        session.sasl_server = None
-        log.warning(
-            "SASL authentication failed listener=%s peer=%s mechanism=%s reason=%r",
-            session.listener,
-            session.peer,
-            session.mechanism,
-            str(exc),
-        )
+    except SaslAuthenticationError as exc:  # its message is safe to send to the client
+        _failed(session, str(exc))
+        raise SaslExchangeError(ErrorCode.SASL_AUTHENTICATION_FAILED, str(exc)) from None
+    except Exception:  # a bug in a state machine: still a failure, never a success
+        log.exception("SASL server %s failed peer=%s", session.mechanism, session.peer)
+        _failed(session, "internal error")
         raise SaslExchangeError(
             ErrorCode.SASL_AUTHENTICATION_FAILED, f"{INVALID_CREDENTIALS} {session.mechanism}"
         ) from None
@@ -149,3 +150,15 @@ def step(session: Session, token: bytes) -> tuple[bytes, int]:
     session.expires_at_ms = monotonic_ms() + lifetime_ms if lifetime_ms else None
     log.debug("SASL authenticated peer=%s principal=%s", session.peer, principal)
     return reply, lifetime_ms
+
+
+def _failed(session: Session, reason: str) -> None:
+    session.sasl_server = None
+    _FAILURES.warn(
+        monotonic_s(),
+        "SASL authentication failed listener=%s peer=%s mechanism=%s reason=%r",
+        session.listener,
+        session.peer,
+        session.mechanism,
+        reason,
+    )

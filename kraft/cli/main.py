@@ -2,6 +2,7 @@
 
     kraft dev [--data-dir DIR] [--port N] [--admin-port N]    one combined node, for development
     kraft dev --controllers 3 --brokers 3                     a local cluster of processes
+    kraft dev --secure                                        TLS + SCRAM, generated CA/password
     kraft server [--config FILE] [--override key=value ...]   one node, exactly as a container runs
     kraft storage format --config FILE [--add-scram ...]      format a node (kafka-storage format)
     kraft topics|groups|produce|consume|cluster ...           admin commands over the REST API
@@ -32,7 +33,8 @@ def _setup_logging() -> None:
     )
 
 
-def dev_config(args: argparse.Namespace) -> NodeConfig:
+def dev_config(args: argparse.Namespace, secure: dict[str, str] | None = None) -> NodeConfig:
+    """``secure``: the settings of ``--secure`` (between the defaults and ``--override``)."""
     port = args.port
     admin_port = args.admin_port
     if admin_port is None:  # derived: 9092 -> 8080, N -> N - 1012; any free port for --port 0
@@ -46,6 +48,7 @@ def dev_config(args: argparse.Namespace) -> NodeConfig:
             "admin.listener": f"http://127.0.0.1:{admin_port}",
             "log.dirs": str(data / "logs"),
             "metadata.log.dir": str(data / "metadata"),
+            **(secure or {}),
             **parse_overrides(args.override or []),
         },
         environ={},
@@ -68,11 +71,26 @@ def cmd_dev(args: argparse.Namespace) -> int:
             args.admin_port,
             parse_overrides(args.override or []),
             _announce,
+            secure=args.secure,
         )
     from kraft.node.run import run, serve
 
-    cfg = dev_config(args)
-    run(lambda: serve(cfg, _announce))
+    if not args.secure:
+        cfg = dev_config(args)
+        run(lambda: serve(cfg, _announce))
+        return 0
+    from kraft.node.dev_secure import prepare_secure_dev
+
+    data = Path(args.data_dir)
+    secure = prepare_secure_dev(data, data / "metadata")
+    cfg = dev_config(args, secure.overrides(args.port))
+
+    def announce(line: str) -> None:  # the settings first: READY means all is printed
+        bootstrap = line.split("bootstrap=", 1)[1].split()[0]
+        print(secure.client_settings(bootstrap), file=sys.stderr, flush=True)
+        _announce(line)
+
+    run(lambda: serve(cfg, announce))
     return 0
 
 
@@ -103,7 +121,10 @@ e.g. 3 + 3 nodes: brokers 9092-9094 (admin 8080-8082), controllers 9192-9194 (Ra
 9292-9294, admin 8180-8182). --port 0 / --admin-port 0 pick free ports. The READY line lists
 every broker: READY bootstrap=127.0.0.1:9092,127.0.0.1:9093,... admin=http://127.0.0.1:8080.
 DIR/cluster.properties keeps the cluster id and Raft password, so a restart on the same
---data-dir resumes the same cluster; each node's files are under DIR/node-<id>/."""
+--data-dir resumes the same cluster; each node's files are under DIR/node-<id>/.
+--secure: SASL_SSL listeners (SCRAM-SHA-256/512, PLAIN) with a CA, certificates and the admin
+password generated under DIR/secure/ (the password printed once), SASL_SSL between the nodes
+of a cluster, super.users=User:admin and the StandardAuthorizer."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,6 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--controllers", type=int, default=1, choices=(1, 3, 5), help="controller processes"
     )
     dev.add_argument("--brokers", type=int, default=1, help="broker processes (1 to 100)")
+    dev.add_argument(
+        "--secure",
+        action="store_true",
+        help="TLS + SASL (SCRAM, PLAIN) on 127.0.0.1 with a generated CA and admin password,"
+        " the StandardAuthorizer on (one combined node)",
+    )
     dev.add_argument(
         "--override", action="append", metavar="KEY=VALUE", help="a setting for every node"
     )

@@ -40,7 +40,9 @@ from kafka_protocol.types import GroupId
 from kraft.groups.assignment import PROTOCOL_TYPE, decode_assignment
 from kraft.groups.client import (
     DEFAULT_REQUEST_TIMEOUT_S,
+    PLAINTEXT_ROUTE,
     Address,
+    BrokerRoute,
     GroupClient,
     GroupError,
     ImageView,
@@ -94,10 +96,14 @@ class GroupAdmin:
         *,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         client_id: str = CLIENT_ID,
+        route: BrokerRoute = PLAINTEXT_ROUTE,
     ) -> None:
-        self._view = ImageView(image)
+        self._view = ImageView(image, route.listener)
         self._client = GroupClient(
-            self._view, request_timeout_s=request_timeout_s, client_id=client_id
+            self._view,
+            request_timeout_s=request_timeout_s,
+            client_id=client_id,
+            security=route.security,
         )
 
     async def close(self) -> None:

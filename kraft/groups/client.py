@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol, TypeVar
 
 from broker.kafka_client import Backoff, KafkaClientError, KafkaConnection, NoUsableVersionError
+from broker.security.client_security import ClientSecurity
 from kafka_protocol._codec import FileRegion, Request, Response
 from kafka_protocol.client.cursor import records_from
 from kafka_protocol.client.error_policy import is_retriable
@@ -146,11 +147,24 @@ class BrokerView(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class BrokerRoute:
+    """Which listener of the brokers the node reaches them on, and how it logs in there
+    (``inter.broker.listener.name`` and its login, :mod:`kraft.node.security_config`)."""
+
+    listener: str = LISTENER
+    security: ClientSecurity | None = None
+
+
+PLAINTEXT_ROUTE: Final = BrokerRoute()
+
+
 class ImageView:
     """The brokers of a node's metadata image (the REST API's view)."""
 
-    def __init__(self, image: Callable[[], ClusterImage | None]) -> None:
+    def __init__(self, image: Callable[[], ClusterImage | None], listener: str = LISTENER) -> None:
         self._image = image
+        self.listener = listener  # the brokers' listener to reach (inter.broker.listener.name)
 
     def current(self) -> ClusterImage:
         image = self._image()
@@ -178,11 +192,12 @@ class ImageView:
         return ErrorCode.LEADER_NOT_AVAILABLE if address is None else address
 
     def _address_of(self, image: ClusterImage, broker_id: int) -> Address | None:
-        """An unfenced broker's PLAINTEXT address (None: unknown, fenced or no listener)."""
+        """An unfenced broker's address on the listener (None: unknown, fenced or no such
+        listener)."""
         registration = image.brokers.get(broker_id)
         if registration is None or registration.fenced:
             return None
-        endpoint = registration.listener(LISTENER)
+        endpoint = registration.listener(self.listener)
         return (endpoint.host, endpoint.port) if endpoint is not None else None
 
 
@@ -198,10 +213,12 @@ class GroupClient:
         *,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         client_id: str = CLIENT_ID,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.view = view
         self.request_timeout_s = request_timeout_s
         self.client_id = client_id
+        self.security = security  # how to log in to the brokers' listener (None: PLAINTEXT)
         self._connections: dict[Address, KafkaConnection] = {}
         self._connecting: dict[Address, asyncio.Lock] = {}
         self._coordinators: dict[str, Coordinator] = {}
@@ -491,7 +508,9 @@ class GroupClient:
         async with lock:  # one connection attempt per address at a time
             conn = self._connections.get(address)
             if conn is None or conn.closed:
-                conn = await KafkaConnection.open(address[0], address[1], self.client_id)
+                conn = await KafkaConnection.open(
+                    address[0], address[1], self.client_id, self.security
+                )
                 self._connections[address] = conn
             return conn
 

@@ -48,6 +48,7 @@ from kraft.node.dev_cluster_plan import (
     describe_plan,
     plan_cluster,
 )
+from kraft.node.dev_secure import prepare_secure_cluster
 
 STARTUP_DEADLINE_S = 60.0
 STOP_GRACE_S = 10.0
@@ -349,14 +350,29 @@ def run_dev_cluster(
     admin_port: int | None,
     overrides: Mapping[str, str],
     announce: Callable[[str], None],
+    *,
+    secure: bool = False,
 ) -> int:
-    """``kraft dev`` with separate processes; returns the exit status."""
+    """``kraft dev`` with separate processes; returns the exit status.  ``secure``: SASL_SSL
+    between every node and for clients (:func:`kraft.node.dev_secure.prepare_secure_cluster`),
+    the admin's password and client settings printed before READY."""
     data_dir = data_dir.expanduser().resolve()  # the children must find it from anywhere
     plan = plan_cluster(controllers, brokers, port, default_admin_port(port, admin_port))
     identity = load_or_create_identity(data_dir, controllers)
-    configs = write_node_configs(plan, identity, data_dir, overrides)
+    node_settings = None
+    if secure:
+        nodes = [(s.node_id, s.role, data_dir / s.name / "metadata") for s in plan.nodes]
+        secured, node_settings = prepare_secure_cluster(data_dir, nodes)
+        plain_announce = announce
+
+        def announce(line: str) -> None:
+            bootstrap = line.split("bootstrap=", 1)[1].split()[0]
+            print(secured.client_settings(bootstrap), file=sys.stderr, flush=True)
+            plain_announce(line)
+
+    configs = write_node_configs(plan, identity, data_dir, overrides, node_settings)
     launcher = Launcher(plan, configs, announce, sys.stderr)
     launcher.log(f"{_count(controllers, 'controller')}, {_count(brokers, 'broker')} in {data_dir}")
-    for line in describe_plan(plan):
+    for line in describe_plan(plan, "SASL_SSL" if secure else "PLAINTEXT"):
         launcher.log(line)
     return asyncio.run(_supervise(launcher))

@@ -155,7 +155,7 @@ def _check_distinct(ports: list[int]) -> None:
         seen.add(port)
 
 
-def describe_plan(plan: ClusterPlan) -> list[str]:
+def describe_plan(plan: ClusterPlan, broker_listener: str = "PLAINTEXT") -> list[str]:
     """One line per node, for the launcher's stderr."""
     lines = []
     for c in plan.controllers:
@@ -164,5 +164,7 @@ def describe_plan(plan: ClusterPlan) -> list[str]:
             f"  admin {c.admin_url}"
         )
     for b in plan.brokers:
-        lines.append(f"{b.name} broker  PLAINTEXT {HOST}:{b.port}  admin {b.admin_url}  {b.rack}")
+        lines.append(
+            f"{b.name} broker  {broker_listener} {HOST}:{b.port}  admin {b.admin_url}  {b.rack}"
+        )
     return lines

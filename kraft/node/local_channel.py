@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from broker.controller_channel import ControllerRequestError
@@ -86,15 +87,28 @@ class LocalControllerChannel:
     # --- this node's broker -------------------------------------------------------------------
 
     async def register_broker(
-        self, host: str, port: int, rack: str | None, log_dirs: LogDirsView | None = None
+        self,
+        host: str,
+        port: int,
+        rack: str | None,
+        log_dirs: LogDirsView | None = None,
+        endpoints: Sequence[tuple[str, str, int, int]] = (),
     ) -> int:
-        """Register and unfence this node's broker; returns its broker epoch."""
+        """Register and unfence this node's broker; returns its broker epoch.  ``endpoints``:
+        (name, host, port, security protocol id) of every listener (default: one PLAINTEXT
+        listener at host:port)."""
         self._log_dirs = log_dirs
+        listeners = [
+            BrokerRegistrationRequest.Listener(
+                name=name, host=h, port=p, security_protocol=protocol
+            )
+            for name, h, p, protocol in endpoints or [("PLAINTEXT", host, port, 0)]
+        ]
         request = BrokerRegistrationRequest(
             broker_id=BrokerId(self.node_id),
             cluster_id=self.cluster_id,
             incarnation_id=uuid.uuid4(),
-            listeners=[BrokerRegistrationRequest.Listener(name="PLAINTEXT", host=host, port=port)],
+            listeners=listeners,
             features=[
                 BrokerRegistrationRequest.Feature(
                     name=METADATA_VERSION_FEATURE,

@@ -36,7 +36,7 @@ from broker.metrics import BrokerMetrics
 from broker.remote_controller import RemoteControllerChannel
 from broker.replication.alter_partition import AlterPartitionSender
 from broker.security.authorization import AuthorizerSettings, BrokerAuthorizer
-from broker.security.session import ListenerSecurity
+from broker.security.client_security import ClientSecurity
 from broker.server import KafkaListener
 from broker.storage import FileStorage
 from kafka_protocol._codec import Request, Response
@@ -47,6 +47,14 @@ from kraft.controller.result import ControllerConfig
 from kraft.node.bootstrap_scram import with_bootstrap_records
 from kraft.node.config import ConfigError, NodeConfig, listener_limits
 from kraft.node.controller_apis import ControllerApis
+from kraft.node.security_config import (
+    check_quorum_password,
+    controller_client,
+    controller_listener,
+    image_scram_lookup,
+    inter_broker_client,
+    security_of,
+)
 from kraft.quorum.quorum_controller import DEFAULT_SNAPSHOT_INTERVAL_BYTES, QuorumController
 from kraft.quorum.raft import RaftSettings
 from metadata_log.delta import MetadataDelta
@@ -123,11 +131,15 @@ class QuorumForwarder:
         remote: Forwarder | None,
         image: Callable[[], ClusterImage] | None = None,
         client_id: str = "controller",
+        listener: str = "PLAINTEXT",
+        security: ClientSecurity | None = None,
     ) -> None:
         self.apis = apis
         self.remote = remote
         self.image = image
         self.client_id = client_id
+        self.listener = listener  # the brokers' listener to forward through
+        self.security = security  # and how to log in to it
 
     async def forward(self, request: Request, version: int) -> Response:
         response = await self.apis.run_forwarded(request)
@@ -138,7 +150,8 @@ class QuorumForwarder:
         return await self._through_a_broker(request, version)
 
     async def _through_a_broker(self, request: Request, version: int) -> Response:
-        brokers = [] if self.image is None else live_broker_addresses(self.image())
+        image = None if self.image is None else self.image()
+        brokers = [] if image is None else live_broker_addresses(image, self.listener)
         if not brokers:
             failed: Response = forwarded_api(request).failed(
                 request, ErrorCode.NOT_CONTROLLER, NO_ACTIVE_KNOWN
@@ -147,7 +160,10 @@ class QuorumForwarder:
         # One attempt per broker may last the whole request: a broker waits out a controller
         # election itself, and a resent write would find its own effect (TOPIC_ALREADY_EXISTS).
         client = ControllerClient(
-            brokers, client_id=self.client_id, request_timeout_ms=BROKER_ROUTE_TIMEOUT_MS
+            brokers,
+            client_id=self.client_id,
+            request_timeout_ms=BROKER_ROUTE_TIMEOUT_MS,
+            security=self.security,
         )
         try:
             return await RemoteControllerChannel(client, _NotABroker()).forward(request, version)
@@ -155,15 +171,27 @@ class QuorumForwarder:
             client.close()
 
 
-def live_broker_addresses(image: ClusterImage) -> list[tuple[str, int]]:
-    """The PLAINTEXT endpoints of the image's unfenced brokers, by broker id."""
+def live_broker_addresses(
+    image: ClusterImage, listener: str = "PLAINTEXT"
+) -> list[tuple[str, int]]:
+    """The endpoints on ``listener`` of the image's unfenced brokers, by broker id."""
     out = []
     for broker_id in sorted(image.brokers):
         registration = image.brokers[broker_id]
-        endpoint = None if registration.fenced else registration.listener("PLAINTEXT")
+        endpoint = None if registration.fenced else registration.listener(listener)
         if endpoint is not None:
             out.append((endpoint.host, endpoint.port))
     return out
+
+
+def _broker_client_of_controller(cfg: NodeConfig) -> ClientSecurity | None:
+    """How a controller logs in to the brokers' inter-broker listener to forward through
+    them: with that listener's keys when it has them (a controller-only node usually does
+    not: then PLAINTEXT, and forwarding through a broker works on a PLAINTEXT one only)."""
+    try:
+        return inter_broker_client(cfg)
+    except ConfigError:
+        return None
 
 
 class _NotABroker:
@@ -191,14 +219,11 @@ class QuorumMember:
                 f"controller.quorum.voters does not list this controller (node.id={cfg.node_id})"
             )
         password = cfg.get("controller.quorum.password") or ""
-        if not password:
-            raise ConfigError(
-                "controller.quorum.password is required on controllers"
-                " (or KRAFT_CONTROLLER_QUORUM_PASSWORD)"
-            )
-        listener_cfg = cfg.listener("CONTROLLER")
-        if listener_cfg is None:
-            raise ConfigError("listeners: a controller needs a CONTROLLER listener")
+        check_quorum_password(password, len(voters))
+        image_of: list[Callable[[], ClusterImage]] = []  # the controller's, once it exists
+        listener_cfg, listener_security = controller_listener(
+            cfg, image_scram_lookup(lambda: image_of[0]() if image_of else None)
+        )
         limits = listener_limits(cfg)
         me = voters[cfg.node_id]
         settings = RaftSettings(
@@ -228,6 +253,7 @@ class QuorumMember:
                 "metadata.log.max.record.bytes.between.snapshots", DEFAULT_SNAPSHOT_INTERVAL_BYTES
             ),
         )
+        image_of.append(lambda: controller.image)
         authorizer = BrokerAuthorizer(authorization, lambda: controller.image)
         apis = ControllerApis(controller, cfg.node_id, voters, authorizer)
         # ACL and SCRAM changes sent to this listener are authorized here, with the sender's
@@ -241,12 +267,12 @@ class QuorumMember:
                 listener_cfg.host,
                 listener_cfg.port,
                 limits,
-                security=ListenerSecurity(name=listener_cfg.name),
+                security=listener_security,
             )
         except OSError:
             controller.close()
             raise
-        adv = cfg.advertised("CONTROLLER") or listener_cfg
+        adv = cfg.advertised(listener_cfg.name) or listener_cfg
         advertised = f"{adv.host}:{adv.port or listener.port}"
         client, remote = None, None
         if cfg.get("controller.quorum.bootstrap.servers"):
@@ -255,10 +281,16 @@ class QuorumMember:
                 bootstrap,
                 client_id=f"controller-{cfg.node_id}",
                 request_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS,
+                security=controller_client(cfg),
             )
             remote = RemoteControllerChannel(client, _NotABroker())
         forwarder = QuorumForwarder(
-            apis, remote, lambda: controller.image, client_id=f"controller-{cfg.node_id}"
+            apis,
+            remote,
+            lambda: controller.image,
+            client_id=f"controller-{cfg.node_id}",
+            listener=security_of(cfg).inter_broker_listener,
+            security=_broker_client_of_controller(cfg),
         )
         member = cls(controller, apis, listener, dispatcher, advertised, forwarder, client)
         member._task = asyncio.create_task(controller.run(), name="controller")
@@ -307,6 +339,7 @@ class BrokerMember:
             bootstrap,
             client_id=f"broker-{cfg.node_id}",
             request_timeout_ms=CONTROLLER_REQUEST_TIMEOUT_MS,
+            security=controller_client(cfg),
         )
         holder: list[Broker] = []
 
@@ -324,14 +357,13 @@ class BrokerMember:
         )
         holder.append(broker)
         await broker.start()
-        host, port = broker.advertised
         lifecycle = BrokerLifecycle(
             client,
             follower,
             cfg.node_id,
             cluster_id,
             broker.incarnation_id,
-            [("PLAINTEXT", host, port)],
+            broker.registered_endpoints(),
             bcfg.rack,
             cfg.get_int("broker.heartbeat.interval.ms", 2000),
             log_dirs=broker.replicas.directory,

@@ -37,12 +37,19 @@ from broker.group.classic_member import GroupConfig
 from broker.log.config import LogConfig
 from broker.log.errors import LogError
 from broker.metrics import BrokerMetrics
+from broker.security.session import SecurityProtocol
 from broker.storage import FileStorage
 from kraft.controller.result import ControllerConfig
 from kraft.node.bootstrap_scram import with_bootstrap_records
 from kraft.node.config import ConfigError, NodeConfig, StartupError, listener_limits
 from kraft.node.local_channel import ControllerError, LocalControllerChannel
 from kraft.node.quorum_member import BrokerLifecycleError, BrokerMember, QuorumMember
+from kraft.node.security_config import (
+    broker_listeners,
+    image_scram_lookup,
+    inter_broker_client,
+    security_of,
+)
 from metadata_log.configs import effective_topic_config
 from metadata_log.image import ClusterImage
 
@@ -115,18 +122,23 @@ def _group_config(cfg: NodeConfig) -> GroupConfig:
     )
 
 
-def broker_config(cfg: NodeConfig) -> BrokerConfig:
-    plain = cfg.listener("PLAINTEXT")
-    if plain is None:
-        raise ConfigError("listeners: a broker needs a PLAINTEXT listener")
+def broker_config(cfg: NodeConfig, image: Callable[[], Any] = lambda: None) -> BrokerConfig:
+    """The broker's settings; ``image()`` is the metadata image SCRAM logins read."""
+    listeners = broker_listeners(cfg, image_scram_lookup(image))
+    inter_broker = security_of(cfg).inter_broker_listener
     _check_log_defaults(cfg)
-    advertised = cfg.advertised("PLAINTEXT") or plain
+    primary = next(
+        (x for x in listeners if x.security.protocol == SecurityProtocol.PLAINTEXT), listeners[0]
+    )
     return BrokerConfig(
         node_id=cfg.node_id,
-        host=plain.host,
-        port=plain.port,
-        advertised_host=advertised.host,
-        advertised_port=advertised.port,
+        host=primary.host,
+        port=primary.port,
+        advertised_host=primary.advertised_host,
+        advertised_port=primary.advertised_port,
+        listeners=listeners,
+        inter_broker_listener=inter_broker,
+        inter_broker_security=inter_broker_client(cfg),
         log_dir=cfg.log_dirs[0],
         rack=cfg.get("broker.rack"),
         auto_topic_creation=cfg.get_bool("auto.create.topics.enable", True),
@@ -239,7 +251,8 @@ class Node:
             self.quorum = await QuorumMember.start(cfg, cluster_id)
             self._cleanups.append(self.quorum.stop)
         if cfg.is_broker:
-            self.follower = await BrokerMember.start(cfg, cluster_id, broker_config(cfg))
+            bcfg = broker_config(cfg, lambda: self.image)
+            self.follower = await BrokerMember.start(cfg, cluster_id, bcfg)
             self.broker = self.follower.broker
             self._cleanups.append(self.follower.stop)
 
@@ -260,14 +273,20 @@ class Node:
         self.channel = LocalControllerChannel.open(
             cfg.metadata_log_dir, cfg.node_id, cluster_id, controller_config
         )
-        bcfg = broker_config(cfg)
+        bcfg = broker_config(cfg, lambda: self.image)
         self.broker = Broker(bcfg, FileStorage(), self.channel, self.channel.image, cluster_id)
         self.channel.subscribe(self.broker.on_metadata)
         await self.broker.start()
         # Registered once listening, so a port of 0 (kraft dev --port 0) is registered as the
         # port bound, which is what Metadata and REST then name.
         host, port = self.broker.advertised
-        await self.channel.register_broker(host, port, bcfg.rack, self.broker.replicas.directory)
+        await self.channel.register_broker(
+            host,
+            port,
+            bcfg.rack,
+            self.broker.replicas.directory,
+            endpoints=self.broker.registered_endpoints(),
+        )
         self.broker.log_dir_listeners.append(self.channel.log_dirs_changed)
 
     async def stop(self) -> None:
@@ -299,7 +318,10 @@ class Node:
             return f"READY controller={self.quorum.advertised}{admin}"
         assert self.broker.listener is not None
         host, port = self.broker.advertised
-        return f"READY bootstrap={host}:{port}{admin}"
+        listeners = ",".join(
+            f"{name}://{h}:{p}" for name, h, p, _ in self.broker.registered_endpoints()
+        )
+        return f"READY bootstrap={host}:{port}{admin} listeners={listeners}"
 
 
 async def serve(cfg: NodeConfig, announce: Callable[[str], None]) -> None:

@@ -20,6 +20,7 @@ from typing import Final
 from aiohttp import web
 
 from kraft.node.config import ConfigError
+from kraft.node.security_config import broker_route
 from kraft.rest.cluster import (
     get_cluster,
     get_health,
@@ -85,7 +86,7 @@ def build_app(node: AdminNode) -> web.Application:
         middlewares=[error_middleware, json_only_middleware], client_max_size=MAX_BODY_BYTES
     )
     app[NODE] = node
-    setup_records(app, lambda: node.image)
+    setup_records(app, lambda: node.image, broker_route(node.config))
     setup_groups(app, node)
     for method, path, handler in ROUTES:
         if method == "GET":

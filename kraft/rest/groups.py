@@ -38,6 +38,7 @@ from kraft.groups.model import (
     ToOffsets,
     ToTimestamp,
 )
+from kraft.node.security_config import broker_route
 from kraft.rest.common import (
     AdminNode,
     ApiError,
@@ -66,7 +67,7 @@ _GROUP_STATUS: Final = {
 
 def setup_groups(app: web.Application, node: AdminNode) -> None:
     """Give ``app`` a group admin on ``node``'s image, closed with the app."""
-    app[GROUP_ADMIN] = GroupAdmin(lambda: node.image)
+    app[GROUP_ADMIN] = GroupAdmin(lambda: node.image, route=broker_route(node.config))
 
     async def close(app: web.Application) -> None:
         await app[GROUP_ADMIN].close()

@@ -41,7 +41,13 @@ from kafka_protocol.record_batch import (
     iter_batches,
 )
 from kafka_protocol.types import TopicName
-from kraft.groups.client import GroupClient, GroupError, ImageView
+from kraft.groups.client import (
+    PLAINTEXT_ROUTE,
+    BrokerRoute,
+    GroupClient,
+    GroupError,
+    ImageView,
+)
 from kraft.groups.model import EARLIEST, LATEST
 from kraft.rest.common import (
     AdminNode,
@@ -81,12 +87,19 @@ LONG_POLLS: Final = web.AppKey["LongPolls"]("long_polls")
 LEADERS: Final = web.AppKey[GroupClient]("leaders")  # Kafka connections to other brokers
 
 
-def setup_records(app: web.Application, image: Callable[[], ClusterImage | None]) -> None:
+def setup_records(
+    app: web.Application,
+    image: Callable[[], ClusterImage | None],
+    route: BrokerRoute = PLAINTEXT_ROUTE,
+) -> None:
     """Give ``app`` what the record routes keep: the partitioner, the waiting reads (answered
-    at shutdown) and the connections to leaders elsewhere (closed with the app)."""
+    at shutdown) and the connections to leaders elsewhere (closed with the app), on the
+    brokers' listener of ``route``."""
     app[PARTITIONER] = DefaultPartitioner()
     app[LONG_POLLS] = LongPolls()
-    app[LEADERS] = GroupClient(ImageView(image), client_id=FORWARD_CLIENT_ID)
+    app[LEADERS] = GroupClient(
+        ImageView(image, route.listener), client_id=FORWARD_CLIENT_ID, security=route.security
+    )
 
     async def answer_long_polls(app: web.Application) -> None:
         app[LONG_POLLS].close()

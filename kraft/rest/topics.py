@@ -23,6 +23,7 @@ from broker.controller_channel import (
 )
 from kafka_protocol._codec import Request
 from kafka_protocol.errors import ErrorCode
+from kraft.node.security_config import inter_broker_listener
 from kraft.rest.common import (
     IMAGE_WAIT_S,
     AdminNode,
@@ -62,6 +63,7 @@ def topic_json(node: AdminNode, topic: TopicImage, *, all_configs: bool = False)
     else:
         configs = dict(sorted(overrides.items()))
     replicas = node.broker.replicas if node.broker is not None else None
+    listener = inter_broker_listener(node.config)  # a replica without it is offline
     partitions = []
     for index in sorted(topic.partitions):
         p = topic.partitions[index]
@@ -73,7 +75,9 @@ def topic_json(node: AdminNode, topic: TopicImage, *, all_configs: bool = False)
                 "leader_epoch": p.leader_epoch,
                 "replicas": list(p.replicas),
                 "isr": list(p.isr),
-                "offline_replicas": [r for r in p.replicas if image.is_replica_offline(r)],
+                "offline_replicas": [
+                    r for r in p.replicas if image.is_replica_offline(r, listener)
+                ],
                 "log_start_offset": local.log_start_offset if local else None,
                 "high_watermark": local.high_watermark if local else None,
                 "log_end_offset": local.log_end_offset if local else None,

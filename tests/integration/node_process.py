@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-READY = re.compile(r"READY bootstrap=(\S+)(?: admin=(\S+))?")
+READY = re.compile(r"READY bootstrap=(\S+)(?: admin=(\S+))?(?: listeners=(\S+))?")
 START_TIMEOUT_S = 30.0
 HOST = "127.0.0.1"
 PORT_FLOOR = 20_000  # below it: ports people run services on (9092, 8080, kraft dev's 9192...)
@@ -177,8 +177,11 @@ class NodeProcess(ProcessControl):
     data_dir: Path
     overrides: tuple[str, ...] = ()
     proc: subprocess.Popen[str] | None = None
+    dev_flags: tuple[str, ...] = ()  # more `kraft dev` options, e.g. --secure
     bootstrap: str = ""
     admin: str = ""
+    # every Kafka listener's "host:port" by name, from the READY line's listeners=NAME://h:p,...
+    listeners: dict[str, str] = field(default_factory=dict)
     log_path: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -206,6 +209,7 @@ class NodeProcess(ProcessControl):
             "--admin-port",
             str(admin_port),
         ]
+        cmd += self.dev_flags
         for o in self.overrides:
             cmd += ["--override", o]
         env = {**os.environ, "KRAFT_LOG_LEVEL": os.environ.get("KRAFT_LOG_LEVEL", "INFO")}
@@ -221,6 +225,9 @@ class NodeProcess(ProcessControl):
                 break
             if m := READY.search(line):
                 self.bootstrap, self.admin = m.group(1), m.group(2) or ""
+                self.listeners = dict(
+                    item.split("://", 1) for item in (m.group(3) or "").split(",") if item
+                )
                 return self
         self.kill()
         raise AssertionError(f"node did not become ready:\n{self.log_tail()}")
