@@ -454,6 +454,8 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("authorizer.class.name", _T.STRING, "", one_of("", STANDARD_AUTHORIZER)),
     ConfigDef("super.users", _T.STRING, ""),  # "User:admin;User:broker"
     ConfigDef("allow.everyone.if.no.acl.found", _T.BOOLEAN, "false"),
+    # Ours (kraft/node/autoconfigure.py): a single node generates its certificate and admin user.
+    ConfigDef("security.autoconfigure", _T.BOOLEAN, "false"),
     *_broker_topic_defaults(),
 )
 

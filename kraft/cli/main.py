@@ -101,7 +101,9 @@ def cmd_server(args: argparse.Namespace) -> int:
         from kraft.node.dev_cluster import exit_with_parent
 
         exit_with_parent(args.parent_pid)
-    cfg = load_config(
+    from kraft.node.autoconfigure import load_autoconfigured
+
+    cfg = load_autoconfigured(
         Path(args.config) if args.config else None, parse_overrides(args.override or [])
     )
     run(lambda: serve(cfg, _announce))
