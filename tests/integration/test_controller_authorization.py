@@ -18,6 +18,9 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.admin import NewTopic
 
+from broker.kafka_client import KafkaConnection
+from broker.security.client_security import ClientSecurity
+from broker.security.session import SecurityProtocol
 from integration.cluster_process import LocalCluster, admin_client
 from integration.raw_client import RawConnection
 from kafka_protocol.errors import ErrorCode
@@ -99,7 +102,6 @@ ALICE_PASSWORD = "alice-secret-password"
 def sasl_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """One controller and one broker; the CONTROLLER listener is SASL_PLAINTEXT (PLAIN users
     broker and alice), the broker logs in as broker, a super user."""
-    pytest.importorskip("broker.security.client_security", reason="SASL client logins not merged")
     jaas = (
         "org.apache.kafka.common.security.plain.PlainLoginModule required"
         f' username="broker" password="{BROKER_PASSWORD}"'
@@ -122,10 +124,6 @@ def sasl_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClus
 def test_an_authenticated_user_without_cluster_action_cannot_register(
     sasl_cluster: LocalCluster,
 ) -> None:
-    from broker.security.client_security import ClientSecurity
-
-    from broker.kafka_client import KafkaConnection
-    from broker.security.session import SecurityProtocol
 
     broker = next(iter(sasl_cluster.brokers.values()))
     assert [b["fenced"] for b in broker.get("/v1/cluster")["brokers"]] == [False]

@@ -23,7 +23,6 @@ from integration.acl.principals import (
     acls_for,
     sasl_overrides,
     sasl_user,
-    start_node,
     unique_name,
 )
 from integration.clients import (
@@ -53,7 +52,7 @@ def node(sasl: bool, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeP
         "auto.create.topics.enable=false",
         *(sasl_overrides() if sasl else ()),
     )
-    proc = start_node(Path(tmp_path_factory.mktemp("acl")), overrides, sasl)
+    proc = NodeProcess(Path(tmp_path_factory.mktemp("acl")), overrides).start()
     yield proc
     if proc.alive():
         assert proc.stop() == 0, proc.log_tail()

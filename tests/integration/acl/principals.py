@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AclBinding,
@@ -103,17 +101,6 @@ def acls_for(principal: str) -> list[AclBinding]:
 
 def unique_name(prefix: str, what: str) -> str:
     return f"{prefix}{what}-{next(_names)}"
-
-
-def start_node(root: Path, overrides: tuple[str, ...], sasl: bool) -> NodeProcess:
-    try:
-        return NodeProcess(root, overrides).start()
-    except AssertionError as exc:
-        if sasl and "a broker needs a PLAINTEXT listener" in str(exc):
-            # until named SASL listeners are configurable (helper "listeners"), the SASL row of
-            # the matrix cannot run; the PLAINTEXT row covers the same rules
-            pytest.skip(f"SASL_PLAINTEXT listeners are not configurable yet: {exc}")
-        raise
 
 
 def confluent_error(future: Any) -> int | None:
