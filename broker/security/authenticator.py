@@ -25,9 +25,8 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from broker.connection_limits import RateLimitedWarning
 from broker.security.session import Session, user_principal
-from kafka_protocol.clock import monotonic_ms, monotonic_s
+from kafka_protocol.clock import monotonic_ms
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.sasl import SaslAuthenticationError
 
@@ -40,8 +39,6 @@ API_VERSIONS_KEY: Final = 18
 UNAUTHENTICATED_APIS: Final = frozenset(
     {API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY}
 )
-# A client retrying a wrong password (or a guesser) gets one line per interval, with a count.
-_FAILURES: Final = RateLimitedWarning()
 INVALID_CREDENTIALS: Final = (
     "Authentication failed during authentication due to invalid credentials with SASL mechanism"
 )
@@ -109,10 +106,14 @@ def begin(session: Session, mechanism: str, handshake_version: int) -> list[str]
     return enabled
 
 
-def step(session: Session, token: bytes) -> tuple[bytes, int]:
+def step(session: Session, token: bytes, *, can_reauthenticate: bool) -> tuple[bytes, int]:
     """One client token: returns the server's token and, once the exchange is complete, the
     session lifetime in ms (0: no expiry; -1 while the exchange goes on).  Raises
-    :class:`SaslExchangeError` on a failure (the session is then never authenticated)."""
+    :class:`SaslExchangeError` on a failure (the session is then never authenticated).
+
+    ``can_reauthenticate``: the client sent SaslAuthenticate v1+ (Kafka 2.2+); only such
+    sessions get a lifetime (``connections.max.reauth.ms``), as in Kafka: older clients
+    could not renew it."""
     server = session.sasl_server
     if server is None:
         raise SaslExchangeError(
@@ -146,7 +147,7 @@ def step(session: Session, token: bytes) -> tuple[bytes, int]:
         )
     session.principal = principal
     session.authenticated = True
-    lifetime_ms = max(session.security.max_reauth_ms, 0)
+    lifetime_ms = max(session.security.max_reauth_ms, 0) if can_reauthenticate else 0
     session.expires_at_ms = monotonic_ms() + lifetime_ms if lifetime_ms else None
     log.debug("SASL authenticated peer=%s principal=%s", session.peer, principal)
     return reply, lifetime_ms
@@ -154,8 +155,8 @@ def step(session: Session, token: bytes) -> tuple[bytes, int]:
 
 def _failed(session: Session, reason: str) -> None:
     session.sasl_server = None
-    _FAILURES.warn(
-        monotonic_s(),
+    log.warning(  # one line per failure, as Kafka; connection.failed.authentication.delay.ms
+        # bounds how fast one connection can fail
         "SASL authentication failed listener=%s peer=%s mechanism=%s reason=%r",
         session.listener,
         session.peer,

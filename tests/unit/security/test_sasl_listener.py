@@ -90,14 +90,14 @@ def metadata_served(client: RawClient) -> bool:
 
 def login(client: RawClient, user: str, password: str, version: int = 2) -> Any:
     handshake = client.request(SaslHandshakeRequest(mechanism="PLAIN"), 1)
-    assert handshake.error_code == 0 and handshake.mechanisms == ["PLAIN"]
+    assert handshake.error_code == 0 and "PLAIN" in handshake.mechanisms
     return client.request(SaslAuthenticateRequest(auth_bytes=plain_token(user, password)), version)
 
 
 def test_only_api_versions_and_sasl_before_authentication(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, "broker.dispatcher")
+    caplog.set_level(logging.WARNING, "broker.server")
     with sasl_node(sasl_security()) as (node, port):
         client = RawClient(port)
         versions = client.request(ApiVersionsRequest(), 3)
@@ -179,6 +179,16 @@ def test_handshake_v0_raw_tokens() -> None:
         token = plain_token("alice", "nope")
         failing.sock.sendall(struct.pack(">i", len(token)) + token)
         assert failing.is_closed()
+
+
+def test_sessions_of_old_clients_do_not_expire() -> None:
+    """SaslAuthenticate v0 (and raw v0 tokens) cannot re-authenticate: no lifetime (Kafka)."""
+    with sasl_node(sasl_security(max_reauth_ms=200)) as (node, port):
+        client = RawClient(port)
+        assert login(client, "alice", "alice-secret", version=0).error_code == 0
+        time.sleep(0.3)
+        assert metadata_served(client)
+        assert node.principals == ["User:alice"]
 
 
 def test_expired_session_is_closed_unless_it_reauthenticates() -> None:
@@ -430,3 +440,10 @@ def test_librdkafka_reauthenticates_before_its_session_expires(
     assert "expired" not in text, "a request came on an expired session"
     logins = broker.metrics.request_counter("SaslAuthenticate", 0)
     assert logins._value.get() >= 2 * 3, "one SCRAM login (2 tokens) per second at least"
+
+
+def test_the_controller_listener_serves_the_sasl_apis() -> None:
+    from kraft.node.controller_apis import ControllerApis
+
+    specs = {h.api_key: (h.min_version, h.max_version) for h in ControllerApis(None, 1, {}).specs()}  # type: ignore[arg-type]
+    assert specs[17] == (0, 1) and specs[36] == (0, 2)
