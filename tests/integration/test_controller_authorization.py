@@ -12,8 +12,12 @@ is a super user the cluster forms and serves clients as before.
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
+import urllib.request
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import NewTopic
@@ -21,7 +25,7 @@ from confluent_kafka.admin import NewTopic
 from broker.kafka_client import KafkaConnection
 from broker.security.client_security import ClientSecurity
 from broker.security.session import SecurityProtocol
-from integration.cluster_process import LocalCluster, admin_client
+from integration.cluster_process import LocalCluster, ServerProcess, admin_client
 from integration.raw_client import RawConnection
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
@@ -37,11 +41,27 @@ from kafka_protocol.types import BrokerId, TopicName
 pytestmark = pytest.mark.integration
 
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+ADMIN_PASSWORD = "admin-secret-password"  # a PLAIN user, for the REST API (HTTP Basic)
+
+
+def registered_brokers(node: ServerProcess, user: str, password: str) -> list[Any]:
+    """``/v1/cluster``'s brokers, asked as ``user`` (the REST API takes the node's PLAIN
+    users once an authorizer is on)."""
+    request = urllib.request.Request(node.admin + "/v1/cluster")
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    request.add_header("Authorization", f"Basic {token}")
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.loads(response.read())["brokers"]  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="module")
 def lone_controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    extra = {"authorizer.class.name": STANDARD_AUTHORIZER, "super.users": "User:admin"}
+    extra = {
+        "authorizer.class.name": STANDARD_AUTHORIZER,
+        "super.users": "User:admin",
+        "sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule required"
+        f' user_admin="{ADMIN_PASSWORD}";',
+    }
     cluster = LocalCluster.create(tmp_path_factory.mktemp("ctl-authz"), 1, 0, extra).start()
     try:
         yield cluster
@@ -74,8 +94,7 @@ def test_anonymous_cannot_act_as_a_broker(lone_controller: LocalCluster) -> None
         assert not conn.is_closed_by_peer(), "refused, not disconnected"
     finally:
         conn.close()
-    cluster = controller.get("/v1/cluster")
-    assert cluster["brokers"] == [], "no broker registered"
+    assert registered_brokers(controller, "admin", ADMIN_PASSWORD) == [], "none registered"
 
 
 def test_brokers_with_a_super_user_principal_form_the_cluster(
@@ -126,7 +145,8 @@ def test_an_authenticated_user_without_cluster_action_cannot_register(
 ) -> None:
 
     broker = next(iter(sasl_cluster.brokers.values()))
-    assert [b["fenced"] for b in broker.get("/v1/cluster")["brokers"]] == [False]
+    brokers = registered_brokers(broker, "broker", BROKER_PASSWORD)
+    assert [b["fenced"] for b in brokers] == [False]
     controller = sasl_cluster.controllers[1]
     host, port = controller.address.rsplit(":", 1)
     alice = ClientSecurity(SecurityProtocol.SASL_PLAINTEXT, None, "PLAIN", "alice", ALICE_PASSWORD)
@@ -150,4 +170,5 @@ def test_an_authenticated_user_without_cluster_action_cannot_register(
 
     denied = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     assert asyncio.run(as_alice()) == [denied, denied]
-    assert 99 not in {b["id"] for b in broker.get("/v1/cluster")["brokers"]}
+    brokers = registered_brokers(broker, "broker", BROKER_PASSWORD)
+    assert 99 not in {b["id"] for b in brokers}
