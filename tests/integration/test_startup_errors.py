@@ -33,6 +33,7 @@ def run_dev(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         ("max.connections.per.ip.overrides=127.0.0.1", "max.connections.per.ip.overrides"),
         # named listeners and their security
         ("listeners=FOO://127.0.0.1:0", "listener FOO has no security protocol"),
+        ("advertised.listeners=SSL://x:1", "advertised.listeners: SSL not among"),
         ("listener.security.protocol.map=PLAINTEXT:TLS", "listener.security.protocol.map"),
         ("listeners=SSL://127.0.0.1:0", "inter.broker.listener.name"),
         ("inter.broker.listener.name=INTERNAL", "inter.broker.listener.name: INTERNAL"),
