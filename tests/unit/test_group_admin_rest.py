@@ -17,6 +17,7 @@ from test_group_admin import FakeBrokers, FakeGroup, stable_group
 from kafka_protocol.messages import OffsetCommitRequest
 from kraft.groups import client as group_client
 from kraft.groups.model import ToEarliest, ToLatest, ToOffset, ToOffsets, ToTimestamp
+from kraft.node.config import load_config
 from kraft.rest import build_app
 from kraft.rest import groups as rest_groups
 from kraft.rest.common import AdminNode, ApiError, Body
@@ -93,6 +94,9 @@ class FakeNode:
         self.broker = None
         self.ready = True
         self.cluster_id = "test"
+        self.config = load_config(
+            overrides={"node.id": "1", "process.roles": "broker,controller"}, environ={}
+        )
 
     @property
     def image(self) -> ClusterImage | None:
