@@ -36,19 +36,28 @@ WORKDIR /opt/kraft
 COPY --from=builder /wheels /wheels
 RUN pip install "$(echo /wheels/kraft_platform-*.whl)[fast]" && rm -rf /wheels
 
-# A single combined node by default; compose files override these per container.
+# A single combined node by default, secured: SASL_SSL for Kafka clients and HTTPS for the REST
+# API on every interface, and security.autoconfigure generates on the first start what is not
+# given (a CA and certificate, the super user "admin" with its password printed once in
+# `docker logs`; kraft/node/autoconfigure.py).  Give your own (KRAFT_SSL_KEYSTORE_LOCATION,
+# KRAFT_SASL_JAAS_CONFIG, ...) and nothing is generated; compose files override all of these.
 ENV KRAFT_NODE_ID=1 \
     KRAFT_PROCESS_ROLES=broker,controller \
-    KRAFT_LISTENERS=PLAINTEXT://0.0.0.0:9092,CONTROLLER://0.0.0.0:9093 \
-    KRAFT_ADVERTISED_LISTENERS=PLAINTEXT://localhost:9092 \
-    KRAFT_ADMIN_LISTENER=http://0.0.0.0:8080 \
+    KRAFT_LISTENERS=SASL_SSL://0.0.0.0:9092 \
+    KRAFT_ADVERTISED_LISTENERS=SASL_SSL://localhost:9092 \
+    KRAFT_INTER_BROKER_LISTENER_NAME=SASL_SSL \
+    KRAFT_ADMIN_LISTENER=https://0.0.0.0:8080 \
+    KRAFT_SECURITY_AUTOCONFIGURE=true \
     KRAFT_LOG_DIRS=/var/lib/kraft/data \
     KRAFT_METADATA_LOG_DIR=/var/lib/kraft/metadata
 
 USER kraft
 VOLUME ["/var/lib/kraft"]
 EXPOSE 9092 9093 8080
+# /v1/health stays open without credentials; the admin API is HTTPS by default (its certificate
+# is checked by the clients, not by this probe of the container's own loopback), HTTP when the
+# admin listener is set to http://.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
-    CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8080/v1/health', timeout=2).status == 200 else 1)"
+    CMD python -c "import os, ssl, urllib.request; scheme = os.environ.get('KRAFT_ADMIN_LISTENER', 'https').split(':')[0]; urllib.request.urlopen(scheme + '://127.0.0.1:8080/v1/health', timeout=2, context=ssl._create_unverified_context() if scheme == 'https' else None)"
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["kraft", "server"]

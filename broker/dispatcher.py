@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from broker.connection_limits import RateLimitedWarning
 from broker.deferred import Deferred
 from broker.metrics import BrokerMetrics
 from broker.security import authenticator
@@ -81,6 +82,7 @@ class RequestDispatcher:
         self.handlers = {h.api_key: h for h in handlers}
         self.metrics = metrics
         self.tasks: set[asyncio.Task[Any]] = set()
+        self._refused = RateLimitedWarning()  # requests refused before SASL authentication
 
     @staticmethod
     def _loop_time() -> float:
@@ -120,7 +122,9 @@ class RequestDispatcher:
         if not session.authenticated or session.expires_at_ms is not None:
             refused = authenticator.gate_reason(session, header.request_api_key)
             if refused is not None:
-                log.warning("closing connection peer=%s reason=%r", peer, refused)
+                self._refused.warn(
+                    self._loop_time(), "closing connection peer=%s reason=%r", peer, refused
+                )
                 raise CloseConnection
         ctx = RequestContext(header, session, time.perf_counter(), self._loop_time())
         try:
@@ -143,7 +147,7 @@ class RequestDispatcher:
     def _raw_sasl_token(self, frame: bytes | bytearray, session: Session) -> Reply:
         """After SaslHandshake v0: a raw SASL token in, a size-prefixed raw token out."""
         try:
-            token, _ = authenticator.step(session, bytes(frame))
+            token, _ = authenticator.step(session, bytes(frame), can_reauthenticate=False)
         except authenticator.SaslExchangeError:
             return self._close_later(None, session.security.failed_authentication_delay_ms)
         return [struct.pack(">i", len(token)) + token]

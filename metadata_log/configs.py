@@ -394,6 +394,20 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("ssl.endpoint.identification.algorithm", _T.STRING, "https"),
     ConfigDef("ssl.principal.mapping.rules", _T.STRING, "DEFAULT"),
     ConfigDef("admin.listener", _T.STRING, None),
+    # The REST admin API (kraft.rest): who may call it, and its TLS when admin.listener is
+    # https://.  Each admin.ssl.* key falls back to the node's ssl.* key of the same name.
+    ConfigDef("admin.authentication", _T.STRING, None, one_of("basic", "none")),
+    ConfigDef("admin.ssl.keystore.type", _T.STRING, "PEM"),
+    ConfigDef("admin.ssl.keystore.location", _T.STRING, None),
+    ConfigDef("admin.ssl.keystore.certificate.chain", _T.PASSWORD, None, sensitive=True),
+    ConfigDef("admin.ssl.keystore.key", _T.PASSWORD, None, sensitive=True),
+    ConfigDef("admin.ssl.key.password", _T.PASSWORD, None, sensitive=True),
+    ConfigDef("admin.ssl.truststore.type", _T.STRING, "PEM"),
+    ConfigDef("admin.ssl.truststore.location", _T.STRING, None),
+    ConfigDef("admin.ssl.truststore.certificates", _T.PASSWORD, None, sensitive=True),
+    ConfigDef("admin.ssl.client.auth", _T.STRING, "none", one_of("required", "requested", "none")),
+    ConfigDef("admin.ssl.enabled.protocols", _T.LIST, "TLSv1.2,TLSv1.3"),
+    ConfigDef("admin.ssl.cipher.suites", _T.LIST, ""),
     ConfigDef("log.dirs", _T.LIST, None),
     ConfigDef("log.dir", _T.STRING, "/tmp/kafka-logs"),
     ConfigDef("metadata.log.dir", _T.STRING, None),
@@ -454,6 +468,8 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("authorizer.class.name", _T.STRING, "", one_of("", STANDARD_AUTHORIZER)),
     ConfigDef("super.users", _T.STRING, ""),  # "User:admin;User:broker"
     ConfigDef("allow.everyone.if.no.acl.found", _T.BOOLEAN, "false"),
+    # Ours (kraft/node/autoconfigure.py): a single node generates its certificate and admin user.
+    ConfigDef("security.autoconfigure", _T.BOOLEAN, "false"),
     *_broker_topic_defaults(),
 )
 

@@ -60,7 +60,9 @@ class SaslHandlers:
                 error_message="SaslAuthenticate request received after successful authentication",
             )
         try:
-            token, lifetime_ms = authenticator.step(session, req.auth_bytes)
+            token, lifetime_ms = authenticator.step(
+                session, req.auth_bytes, can_reauthenticate=ctx.api_version >= 1
+            )
         except SaslExchangeError as exc:
             response = SaslAuthenticateResponse(
                 error_code=exc.error_code, error_message=exc.message

@@ -28,6 +28,7 @@ from typing import Final
 from broker.security.session import Session, user_principal
 from kafka_protocol.clock import monotonic_ms
 from kafka_protocol.errors import ErrorCode
+from kafka_protocol.sasl import SaslAuthenticationError
 
 log = logging.getLogger("broker.security")
 
@@ -105,10 +106,14 @@ def begin(session: Session, mechanism: str, handshake_version: int) -> list[str]
     return enabled
 
 
-def step(session: Session, token: bytes) -> tuple[bytes, int]:
+def step(session: Session, token: bytes, *, can_reauthenticate: bool) -> tuple[bytes, int]:
     """One client token: returns the server's token and, once the exchange is complete, the
     session lifetime in ms (0: no expiry; -1 while the exchange goes on).  Raises
-    :class:`SaslExchangeError` on a failure (the session is then never authenticated)."""
+    :class:`SaslExchangeError` on a failure (the session is then never authenticated).
+
+    ``can_reauthenticate``: the client sent SaslAuthenticate v1+ (Kafka 2.2+); only such
+    sessions get a lifetime (``connections.max.reauth.ms``), as in Kafka: older clients
+    could not renew it."""
     server = session.sasl_server
     if server is None:
         raise SaslExchangeError(
@@ -116,15 +121,12 @@ def step(session: Session, token: bytes) -> tuple[bytes, int]:
         )
     try:
         reply: bytes = server.step(bytes(token))
-    except Exception as exc:  # the state machines raise SaslAuthenticationError
-        session.sasl_server = None
-        log.warning(
-            "SASL authentication failed listener=%s peer=%s mechanism=%s reason=%r",
-            session.listener,
-            session.peer,
-            session.mechanism,
-            str(exc),
-        )
+    except SaslAuthenticationError as exc:  # its message is safe to send to the client
+        _failed(session, str(exc))
+        raise SaslExchangeError(ErrorCode.SASL_AUTHENTICATION_FAILED, str(exc)) from None
+    except Exception:  # a bug in a state machine: still a failure, never a success
+        log.exception("SASL server %s failed peer=%s", session.mechanism, session.peer)
+        _failed(session, "internal error")
         raise SaslExchangeError(
             ErrorCode.SASL_AUTHENTICATION_FAILED, f"{INVALID_CREDENTIALS} {session.mechanism}"
         ) from None
@@ -145,7 +147,19 @@ def step(session: Session, token: bytes) -> tuple[bytes, int]:
         )
     session.principal = principal
     session.authenticated = True
-    lifetime_ms = max(session.security.max_reauth_ms, 0)
+    lifetime_ms = max(session.security.max_reauth_ms, 0) if can_reauthenticate else 0
     session.expires_at_ms = monotonic_ms() + lifetime_ms if lifetime_ms else None
     log.debug("SASL authenticated peer=%s principal=%s", session.peer, principal)
     return reply, lifetime_ms
+
+
+def _failed(session: Session, reason: str) -> None:
+    session.sasl_server = None
+    log.warning(  # one line per failure, as Kafka; connection.failed.authentication.delay.ms
+        # bounds how fast one connection can fail
+        "SASL authentication failed listener=%s peer=%s mechanism=%s reason=%r",
+        session.listener,
+        session.peer,
+        session.mechanism,
+        reason,
+    )

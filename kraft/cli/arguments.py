@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from kraft.cli.admin_auth import add_login_options
 from kraft.cli.rest_client import DEFAULT_ADMIN
 
 
@@ -43,6 +44,7 @@ def common_options() -> argparse.ArgumentParser:
         help="REST admin API (default: $KRAFT_ADMIN or %(default)s)",
     )
     common.add_argument("--json", action="store_true", help="print JSON")
+    add_login_options(common)
     return common
 
 

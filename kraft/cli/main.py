@@ -5,7 +5,7 @@
     kraft dev --secure                                        TLS + SCRAM, generated CA/password
     kraft server [--config FILE] [--override key=value ...]   one node, exactly as a container runs
     kraft storage format --config FILE [--add-scram ...]      format a node (kafka-storage format)
-    kraft topics|groups|produce|consume|cluster ...           admin commands over the REST API
+    kraft topics|groups|produce|consume|cluster|users|acls    admin commands over the REST API
     kraft --help                                              every command (one module each)
 
 Errors in configuration exit with status 2 and one line that names the key and its source.
@@ -18,10 +18,25 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kraft import __version__
-from kraft.cli import arguments, certs, cluster, elect, groups, records, storage, topics
+from kraft.cli import (
+    acls,
+    arguments,
+    certs,
+    cluster,
+    elect,
+    groups,
+    records,
+    storage,
+    topics,
+    users,
+)
 from kraft.node.config import ConfigError, NodeConfig, StartupError, load_config, parse_overrides
+
+if TYPE_CHECKING:
+    from kraft.node.dev_secure import SecureDev
 
 
 def _setup_logging() -> None:
@@ -45,7 +60,8 @@ def dev_config(args: argparse.Namespace, secure: dict[str, str] | None = None) -
             "node.id": "1",
             "process.roles": "broker,controller",
             "listeners": f"PLAINTEXT://127.0.0.1:{port}",
-            "admin.listener": f"http://127.0.0.1:{admin_port}",
+            # --secure: the REST API over https too, with the same keystore
+            "admin.listener": f"{'https' if secure else 'http'}://127.0.0.1:{admin_port}",
             "log.dirs": str(data / "logs"),
             "metadata.log.dir": str(data / "metadata"),
             **(secure or {}),
@@ -88,10 +104,21 @@ def cmd_dev(args: argparse.Namespace) -> int:
     def announce(line: str) -> None:  # the settings first: READY means all is printed
         bootstrap = line.split("bootstrap=", 1)[1].split()[0]
         print(secure.client_settings(bootstrap), file=sys.stderr, flush=True)
+        if "admin=" in line:
+            print(_cli_settings(line.split("admin=", 1)[1].split()[0], secure), file=sys.stderr)
         _announce(line)
 
     run(lambda: serve(cfg, announce))
     return 0
+
+
+def _cli_settings(admin: str, secure: SecureDev) -> str:
+    password = secure.password if secure.new_password else f"$(cat {secure.password_file})"
+    return (
+        "kraft CLI (REST admin API):\n"
+        f"  export KRAFT_ADMIN={admin} KRAFT_ADMIN_USER=admin KRAFT_ADMIN_PASSWORD={password}\n"
+        f"  kraft topics list --ca-file {secure.ca_file}"
+    )
 
 
 def cmd_server(args: argparse.Namespace) -> int:
@@ -101,7 +128,9 @@ def cmd_server(args: argparse.Namespace) -> int:
         from kraft.node.dev_cluster import exit_with_parent
 
         exit_with_parent(args.parent_pid)
-    cfg = load_config(
+    from kraft.node.autoconfigure import load_autoconfigured
+
+    cfg = load_autoconfigured(
         Path(args.config) if args.config else None, parse_overrides(args.override or [])
     )
     run(lambda: serve(cfg, _announce))
@@ -182,6 +211,8 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     groups.add_parser(sub, common)
     records.add_parser(sub, common)
     cluster.add_parser(sub, common)
+    users.add_parser(sub, common)
+    acls.add_parser(sub, common)
     elect.add_parser(sub)
     certs.add_parser(sub)
 

@@ -9,14 +9,17 @@ command, and the URL paths of topics.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
+from kraft.cli.admin_auth import AdminLogin, LoginError, admin_login
 from kraft.cli.output import fail
 
 DEFAULT_ADMIN: Final = "http://127.0.0.1:8080"
@@ -40,11 +43,17 @@ class Reply(NamedTuple):
 class AdminClient:
     """JSON over HTTP to one node's REST admin API."""
 
-    def __init__(self, base_url: str, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+        login: AdminLogin | None = None,
+    ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise AdminError("INVALID_ADMIN_URL", f"--admin {base_url!r} is not http://host:port")
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        self.login = login or AdminLogin()
 
     def call(
         self,
@@ -62,13 +71,23 @@ class AdminClient:
         request.add_header("Accept", "application/json")
         if data is not None:
             request.add_header("Content-Type", "application/json")
+        if self.login.user is not None:
+            pair = f"{self.login.user}:{self.login.password or ''}".encode()
+            request.add_header("Authorization", "Basic " + base64.b64encode(pair).decode())
+        timeout = timeout_s or self.timeout_s
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s or self.timeout_s) as response:
+            with urllib.request.urlopen(
+                request, timeout=timeout, context=self.login.ssl_context
+            ) as response:
                 return Reply(response.status, _json_or_none(response.read()))
         except urllib.error.HTTPError as exc:
             raise _http_error(exc) from None
         except urllib.error.URLError as exc:
+            if isinstance(exc.reason, ssl.SSLError):
+                raise _tls_error(self.base_url, exc.reason) from None
             raise self._unreachable(exc.reason) from None
+        except ssl.SSLError as exc:
+            raise _tls_error(self.base_url, exc) from None
         except (OSError, TimeoutError) as exc:
             raise self._unreachable(exc) from None
 
@@ -91,12 +110,34 @@ def _json_or_none(raw: bytes) -> Any:
         raise AdminError("INVALID_RESPONSE", "the admin API answered something not JSON") from None
 
 
+def _tls_error(url: str, exc: ssl.SSLError) -> AdminError:
+    hint = ""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        hint = (
+            "; trust the node's CA with --ca-file, or ssl.truststore.location in --command-config"
+        )
+    return AdminError("ADMIN_TLS_ERROR", f"TLS with {url} failed: {exc.reason or exc}{hint}")
+
+
+AUTHENTICATION_HINT: Final = (
+    "authentication failed: check --user/--password (or KRAFT_ADMIN_USER/KRAFT_ADMIN_PASSWORD,"
+    " or the user and password in --command-config)"
+)
+
+
 def _http_error(exc: urllib.error.HTTPError) -> AdminError:
     raw = exc.read()
     with contextlib.suppress(ValueError):
         body = json.loads(raw)
         if isinstance(body, dict) and "error" in body:
-            return AdminError(str(body["error"]), str(body.get("message", "")))
+            message = str(body.get("message", ""))
+            if exc.code == 401:
+                return AdminError(str(body["error"]), f"{AUTHENTICATION_HINT}: {message}")
+            if exc.code == 403:
+                return AdminError(
+                    str(body["error"]), f"not authorized: {message} (an ACL must allow it)"
+                )
+            return AdminError(str(body["error"]), message)
     text = raw.decode(errors="replace").strip() or exc.reason
     return AdminError(f"HTTP_{exc.code}", str(text))
 
@@ -113,7 +154,11 @@ def command(fn: Command) -> Callable[[argparse.Namespace], int]:
 
     def run(args: argparse.Namespace) -> int:
         try:
-            return fn(args, AdminClient(args.admin))
+            login = admin_login(args)
+        except LoginError as exc:
+            return fail("INVALID_LOGIN", str(exc))
+        try:
+            return fn(args, AdminClient(args.admin, login=login))
         except AdminError as exc:
             return fail(exc.error, exc.message)
 

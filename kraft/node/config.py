@@ -121,6 +121,7 @@ class NodeConfig:
     metadata_log_dir: Path
     values: Mapping[str, str] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)
+    admin_https: bool = False  # admin.listener=https://...
 
     def get(self, key: str, default: str | None = None) -> str | None:
         return self.values.get(key, default)
@@ -221,17 +222,13 @@ def _validate(values: dict[str, str], sources: dict[str, str]) -> NodeConfig:
         if x.name not in by_name:
             host = "127.0.0.1" if x.host in ("", "0.0.0.0", "::") else x.host
             by_name[x.name] = Listener(x.name, host, x.port)
-    admin = None
+    admin, admin_https = None, False
     if raw := values.get("admin.listener", "").strip():
         m = re.fullmatch(r"(https?)://(\[[^\]]*\]|[^:/]*):(\d+)/?", raw, re.IGNORECASE)
         if m is None:
             raise ConfigError(f"admin.listener={raw!r} is not http://host:port")
-        if m.group(1).lower() == "https":  # never serve plain HTTP on an https:// address
-            raise ConfigError(
-                f"admin.listener={raw!r}: https needs TLS settings and TLS is not configured"
-                " (this version serves the admin API over http:// only; use http://, behind a"
-                " TLS-terminating proxy if it must be reached over a network)"
-            )
+        # https: TLS from admin.ssl.* (else ssl.*) keys, checked where the API starts
+        admin_https = m.group(1).lower() == "https"
         admin = (m.group(2).strip("[]"), _port(int(m.group(3)), "admin.listener"))
     log_dirs = tuple(
         Path(p.strip())
@@ -251,6 +248,7 @@ def _validate(values: dict[str, str], sources: dict[str, str]) -> NodeConfig:
         listeners=tuple(listeners),
         advertised_listeners=tuple(by_name.values()),
         admin_listener=admin,
+        admin_https=admin_https,
         log_dirs=log_dirs,
         metadata_log_dir=metadata_dir,
         values=dict(values),

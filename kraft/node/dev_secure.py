@@ -83,10 +83,13 @@ class SecureDev:
         return "\n".join(lines)
 
 
-def prepare_secure_dev(data_dir: Path, metadata_dir: Path) -> SecureDev:
-    """Generate (first start) or reuse (later starts) the CA, certificate and password."""
+def prepare_secure_dev(
+    data_dir: Path, metadata_dir: Path, hosts: Sequence[str] = ("127.0.0.1", "localhost")
+) -> SecureDev:
+    """Generate (first start) or reuse (later starts) the CA, the certificate (naming
+    ``hosts``) and the password."""
     root, ca = _secure_root(data_dir)
-    keystore = _keystore(ca, root, "node")
+    keystore = _keystore(ca, root, "node", hosts)
     password_file = root / PASSWORD_FILE
     password, new = _password(password_file)
     _bootstrap_admin(metadata_dir, password)
@@ -145,11 +148,16 @@ def _secure_root(data_dir: Path) -> tuple[Path, CertificateAuthority]:
         return root, make_ca(root / "ca", "kraft dev --secure CA")
 
 
-def _keystore(ca: CertificateAuthority, root: Path, name: str) -> Path:
+def _keystore(
+    ca: CertificateAuthority,
+    root: Path,
+    name: str,
+    hosts: Sequence[str] = ("127.0.0.1", "localhost"),
+) -> Path:
     keystore = root / f"{name}.pem"
     if keystore.exists():
         return keystore
-    return make_certificate(ca, root, name, ["127.0.0.1", "localhost"])
+    return make_certificate(ca, root, name, list(dict.fromkeys(hosts)))
 
 
 def _password(path: Path) -> tuple[str, bool]:

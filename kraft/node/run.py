@@ -312,7 +312,8 @@ class Node:
         if self.config.admin_listener is not None:
             admin_host = self.config.admin_listener[0]
             admin_host = "127.0.0.1" if admin_host in ("0.0.0.0", "") else admin_host
-            admin = f" admin=http://{admin_host}:{self.admin_port}"
+            scheme = "https" if self.config.admin_https else "http"
+            admin = f" admin={scheme}://{admin_host}:{self.admin_port}"
         if self.broker is None:
             assert self.quorum is not None
             return f"READY controller={self.quorum.advertised}{admin}"

@@ -1,5 +1,6 @@
 """The REST admin API of one node (aiohttp): health, cluster, topics, configs, records, consumer
-groups, metrics.
+groups, SCRAM users, ACLs, metrics; over https when ``admin.listener`` says so, behind the same
+users and ACLs as the Kafka listeners.
 
 Every route is listed in :data:`ROUTES` and described in :mod:`kraft.rest.openapi`.  Handlers
 parse and check the request, make one call (a request forwarded to the active controller for
@@ -7,9 +8,12 @@ writes, the replica manager or the partition's leader for records, the node's im
 descriptions) and answer JSON.  Every node serves every route, controllers included.
 
 The package: :mod:`~kraft.rest.common` (errors and their middleware, request parsing, shared
-lookups), the routes in :mod:`~kraft.rest.cluster`, :mod:`~kraft.rest.topics`,
-:mod:`~kraft.rest.records` and :mod:`~kraft.rest.groups`, the document in
-:mod:`~kraft.rest.openapi`, and here the application that puts them together.
+lookups), who is calling in :mod:`~kraft.rest.authentication` (settings from the node's config:
+:mod:`~kraft.rest.admin_security`), the ACL each route needs in :mod:`~kraft.rest.access`, the
+routes in :mod:`~kraft.rest.cluster`, :mod:`~kraft.rest.topics`, :mod:`~kraft.rest.records`,
+:mod:`~kraft.rest.groups`, :mod:`~kraft.rest.users` and :mod:`~kraft.rest.acls`, the document in
+:mod:`~kraft.rest.openapi`, and here the application that puts them together.  Middlewares, outer
+first: errors as JSON, authentication (401), access rules (403), JSON-only writes (415).
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from aiohttp import web
 
 from kraft.node.config import ConfigError
 from kraft.node.security_config import broker_route
+from kraft.rest.access import ACCESS, AUTHORIZER, RestAuthorizer, access_middleware
+from kraft.rest.acls import create_acls, delete_acls, list_acls
+from kraft.rest.authentication import AdminSecurity, authentication_middleware
 from kraft.rest.cluster import (
     get_cluster,
     get_health,
@@ -52,8 +59,9 @@ from kraft.rest.topics import (
     get_topic,
     list_topics,
 )
+from kraft.rest.users import delete_user, list_users, upsert_user
 
-__all__ = ["MAX_BODY_BYTES", "ROUTES", "build_app", "start_admin_api"]
+__all__ = ["ACCESS", "MAX_BODY_BYTES", "ROUTES", "build_app", "start_admin_api"]
 
 log = logging.getLogger(__name__)
 
@@ -76,16 +84,34 @@ ROUTES: Final = (
     ("GET", "/v1/groups/{group}", describe_group),
     ("DELETE", "/v1/groups/{group}", delete_group),
     ("POST", "/v1/groups/{group}/offsets", reset_group_offsets),
+    ("GET", "/v1/users", list_users),
+    ("POST", "/v1/users", upsert_user),
+    ("DELETE", "/v1/users/{name}", delete_user),
+    ("GET", "/v1/acls", list_acls),
+    ("POST", "/v1/acls", create_acls),
+    ("DELETE", "/v1/acls", delete_acls),
     ("GET", "/metrics", get_metrics),
     ("GET", "/v1/openapi.json", get_openapi),
 )
 
 
-def build_app(node: AdminNode) -> web.Application:
-    app = web.Application(
-        middlewares=[error_middleware, json_only_middleware], client_max_size=MAX_BODY_BYTES
-    )
+def build_app(
+    node: AdminNode,
+    security: AdminSecurity | None = None,
+    authorizer: RestAuthorizer | None = None,
+) -> web.Application:
+    """The API of ``node``: callers authenticated as ``security`` says (default: anonymous
+    allowed) and judged by ``authorizer`` (default: everything allowed)."""
+    middlewares = [
+        error_middleware,
+        authentication_middleware(security or AdminSecurity()),
+        access_middleware,
+        json_only_middleware,
+    ]
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app[NODE] = node
+    if authorizer is not None:
+        app[AUTHORIZER] = authorizer
     setup_records(app, lambda: node.image, broker_route(node.config))
     setup_groups(app, node)
     for method, path, handler in ROUTES:
@@ -97,16 +123,22 @@ def build_app(node: AdminNode) -> web.Application:
 
 
 async def start_admin_api(node: AdminNode, host: str, port: int) -> tuple[web.AppRunner, int]:
-    """Serve the API on ``host:port`` (0: any free port); returns the runner and bound port."""
-    runner = web.AppRunner(build_app(node), shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    """Serve the API on ``host:port`` (0: any free port), over TLS when ``admin.listener`` is
+    https:// (:mod:`kraft.rest.admin_security`); returns the runner and bound port."""
+    from kraft.rest.admin_security import admin_authorizer, admin_security, admin_ssl_context
+
+    ssl_context = admin_ssl_context(node.config)
+    app = build_app(node, admin_security(node), admin_authorizer(node))
+    runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port).start()
+        await web.TCPSite(runner, host, port, ssl_context=ssl_context).start()
     except OSError as exc:
         await runner.cleanup()
         raise ConfigError(
             f"admin.listener: cannot listen on {host}:{port}: {exc.strerror or exc}"
         ) from None
     bound_port = int(runner.addresses[0][1])
-    log.info("REST admin API on http://%s:%d", host, bound_port)
+    scheme = "https" if ssl_context is not None else "http"
+    log.info("REST admin API on %s://%s:%d", scheme, host, bound_port)
     return runner, bound_port

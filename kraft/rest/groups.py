@@ -39,6 +39,7 @@ from kraft.groups.model import (
     ToTimestamp,
 )
 from kraft.node.security_config import broker_route
+from kraft.rest.access import allowed, require, visible
 from kraft.rest.common import (
     AdminNode,
     ApiError,
@@ -49,6 +50,7 @@ from kraft.rest.common import (
     json_type,
     node_of,
 )
+from metadata_log.acls import CLUSTER_NAME, AclOperation, ResourceType
 from metadata_log.image import TopicPartition
 
 T = TypeVar("T")
@@ -237,6 +239,10 @@ async def list_groups(request: web.Request) -> web.Response:
     """Served by controllers too, like every group route."""
     admin = _admin(request)
     groups = await _call("listing the groups", admin.list_groups())
+    # Kafka's ListGroups: all with DESCRIBE on the cluster, else those with DESCRIBE on them
+    if not allowed(request, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        shown = visible(request, AclOperation.DESCRIBE, ResourceType.GROUP)
+        groups = [g for g in groups if shown(g.group_id)]
     return web.json_response([listing_json(g) for g in groups])
 
 
@@ -258,6 +264,8 @@ async def reset_group_offsets(request: web.Request) -> web.Response:
     admin = _admin(request)
     group_id = request.match_info["group"]
     topics, target, execute = parse_reset(await json_object(request))
+    for topic in topics or ():  # Kafka's OffsetCommit: READ on the group and on each topic
+        require(request, AclOperation.READ, ResourceType.TOPIC, topic)
     result = await _call(
         f"resetting the offsets of {group_id!r}",
         admin.reset_offsets(group_id, topics, target, execute=execute),

@@ -13,6 +13,12 @@ from __future__ import annotations
 from typing import Any, Final
 
 from kraft.rest.common import MAX_BODY_BYTES, MAX_JSON_DEPTH
+from kraft.rest.openapi_security import (
+    SECURITY_SCHEMAS,
+    SECURITY_SCHEMES,
+    security_paths,
+    with_security,
+)
 
 Schema = dict[str, Any]
 
@@ -677,8 +683,20 @@ def openapi_document(version: str) -> dict[str, Any]:
             "description": "Served by every node. Writes go to the active controller. Errors are"
             ' {"error": NAME, "message": TEXT} with a Kafka error name or a short code.',
         },
-        "paths": _with_input_limits(
-            {**_node_paths(), **_topic_paths(), **_record_paths(), **_group_paths()}
+        "paths": with_security(
+            _with_input_limits(
+                {
+                    **_node_paths(),
+                    **_topic_paths(),
+                    **_record_paths(),
+                    **_group_paths(),
+                    **security_paths(),
+                }
+            )
         ),
-        "components": {"schemas": SCHEMAS},
+        "components": {
+            "schemas": {**SCHEMAS, **SECURITY_SCHEMAS},
+            "securitySchemes": SECURITY_SCHEMES,
+        },
+        "security": [{"basicAuth": []}],
     }

@@ -24,6 +24,7 @@ from broker.controller_channel import (
 from kafka_protocol._codec import Request
 from kafka_protocol.errors import ErrorCode
 from kraft.node.security_config import inter_broker_listener
+from kraft.rest.access import create_topic_allowed, describe_configs_allowed, visible
 from kraft.rest.common import (
     IMAGE_WAIT_S,
     AdminNode,
@@ -38,6 +39,7 @@ from kraft.rest.common import (
     only_result,
     topic_of,
 )
+from metadata_log.acls import AclOperation, ResourceType
 from metadata_log.configs import effective_topic_config
 from metadata_log.image import ClusterImage, TopicImage
 
@@ -87,15 +89,20 @@ def topic_json(node: AdminNode, topic: TopicImage, *, all_configs: bool = False)
 
 
 async def list_topics(request: web.Request) -> web.Response:
+    """The topics the caller may DESCRIBE (as Kafka's Metadata hides the others)."""
     topics = image_of(node_of(request)).topics.by_name
-    return web.json_response([topic_summary(topics[name]) for name in sorted(topics)])
+    shown = filter(visible(request, AclOperation.DESCRIBE, ResourceType.TOPIC), sorted(topics))
+    return web.json_response([topic_summary(topics[name]) for name in shown])
 
 
 async def get_topic(request: web.Request) -> web.Response:
     node = node_of(request)
     topic = topic_of(image_of(node), request.match_info["name"])
     all_configs = request.query.get("all_configs", "false").lower() in ("true", "1", "yes")
-    return web.json_response(topic_json(node, topic, all_configs=all_configs))
+    described = topic_json(node, topic, all_configs=all_configs)
+    if not describe_configs_allowed(request, topic.name):
+        described["configs"] = None  # DescribeConfigs needs DESCRIBE_CONFIGS on the topic
+    return web.json_response(described)
 
 
 async def create_topic(request: web.Request) -> web.Response:
@@ -104,6 +111,7 @@ async def create_topic(request: web.Request) -> web.Response:
         "name", "partitions", "replication_factor", "configs", "validate_only"
     )
     name = body.get_str("name")
+    create_topic_allowed(request, name)
     # The default: the controller's num.partitions / default.replication.factor
     new = NewTopic(name)
     partitions = body.get_int("partitions", new.partitions, minimum=1)

@@ -25,7 +25,7 @@ def run_dev(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         ("log.retention.check.interval.ms=0", "log.retention.check.interval.ms"),
         ("socket.request.max.bytes=-5", "socket.request.max.bytes"),
         ("num.partitions=many", "num.partitions"),
-        ("admin.listener=https://127.0.0.1:0", "TLS is not configured"),
+        ("admin.listener=https://127.0.0.1:0", "no keystore is configured"),
         ("queued.max.request.bytes=1000", "at least socket.request.max.bytes"),
         ("connections.max.idle.ms=0", "connections.max.idle.ms"),
         ("max.connections=-1", "max.connections"),

@@ -40,6 +40,8 @@ COMBINED_NODE_DEFAULTS = (
     "KRAFT_LISTENERS",
     "KRAFT_ADVERTISED_LISTENERS",
     "KRAFT_ADMIN_LISTENER",
+    "KRAFT_INTER_BROKER_LISTENER_NAME",
+    "KRAFT_SECURITY_AUTOCONFIGURE",
 )
 
 
@@ -154,6 +156,7 @@ def test_every_listener_is_sasl_ssl_with_scram(services: dict[str, Any]) -> None
         assert SECRETS["KRAFT_BROKER_PASSWORD"] in env["KRAFT_SASL_JAAS_CONFIG"]
         assert env["KRAFT_AUTHORIZER_CLASS_NAME"].endswith("StandardAuthorizer")
         assert env["KRAFT_ADMIN_LISTENER"] == "https://0.0.0.0:8080"
+        assert env["KRAFT_SECURITY_AUTOCONFIGURE"] == "false"  # one CA, shared users
 
 
 def test_the_certs_service_makes_a_certificate_per_node(services: dict[str, Any]) -> None:

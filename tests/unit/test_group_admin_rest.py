@@ -94,9 +94,9 @@ class FakeNode:
         self.broker = None
         self.ready = True
         self.cluster_id = "test"
-        self.config = load_config(
-            overrides={"node.id": "1", "process.roles": "broker,controller"}, environ={}
-        )
+        listeners = {"listeners": "PLAINTEXT://127.0.0.1:0"}  # the brokers' listener it reads
+        base = {"node.id": "1", "process.roles": "broker,controller", **listeners}
+        self.config = load_config(overrides=base, environ={})
 
     @property
     def image(self) -> ClusterImage | None:

@@ -31,7 +31,7 @@ from kafka_protocol._codec import Request
 from kafka_protocol.framing import decode_response, encode_request
 from kafka_protocol.messages import RequestHeader
 from kafka_protocol.metadata import PartitionRecord, TopicRecord
-from kafka_protocol.types import BrokerId
+from kafka_protocol.types import BrokerId, TopicName
 from metadata_log.delta import MetadataDelta
 from metadata_log.image import ClusterImage
 
@@ -125,15 +125,6 @@ def client_context(pki: Pki, with_cert: bool = False) -> ssl.SSLContext:
     return ctx
 
 
-def subject_principal(cert: Any) -> str:
-    """A small stand-in for ssl.principal.mapping.rules=DEFAULT."""
-    parts = [f"{k}={v}" for rdn in cert["subject"] for k, v in rdn]
-    names = {"commonName": "CN", "organizationName": "O"}
-    for long, short in names.items():
-        parts = [p.replace(long + "=", short + "=") for p in parts]
-    return "User:" + ",".join(parts)
-
-
 class LoopThread:
     """An event loop in a daemon thread."""
 
@@ -187,7 +178,7 @@ def topic_broker(log_dir: Path, port: int, topic: str, partitions: int = 1) -> B
     config = BrokerConfig(1, "127.0.0.1", 0, "127.0.0.1", port, log_dir, auto_topic_creation=False)
     broker = Broker(config, FileStorage(), _NoController(), ClusterImage.EMPTY, "tls-test")  # type: ignore[arg-type]
     topic_id = uuid.uuid4()
-    records: list[Any] = [TopicRecord(name=topic, topic_id=topic_id)]
+    records: list[Any] = [TopicRecord(name=TopicName(topic), topic_id=topic_id)]
     for index in range(partitions):
         records.append(
             PartitionRecord(

@@ -21,11 +21,11 @@ from secure_listener import (
     make_pki,
     server_context,
     serving,
-    subject_principal,
     topic_broker,
 )
 
 from broker.connection import ListenerLimits, Reply
+from broker.security.principal import PrincipalMapper
 from broker.security.session import ListenerSecurity, SecurityProtocol, Session
 from kafka_protocol._codec import Chunk, FileRegion
 from kafka_protocol.framing import encode_response
@@ -44,7 +44,7 @@ def ssl_security(pki: Pki, client_auth: ssl.VerifyMode = ssl.CERT_NONE) -> Liste
         name="SSL",
         protocol=SecurityProtocol.SSL,
         ssl_context=server_context(pki, client_auth),
-        principal_of_certificate=subject_principal,
+        principal_of_certificate=PrincipalMapper().principal_of,
     )
 
 
@@ -67,7 +67,7 @@ class Recorder:
 
 
 def api_versions_ok(client: RawClient) -> bool:
-    return client.request(ApiVersionsRequest(), 0).error_code == 0
+    return bool(client.request(ApiVersionsRequest(), 0).error_code == 0)
 
 
 @pytest.fixture
@@ -118,12 +118,14 @@ def test_large_file_region_over_tls_is_exact(pki: Pki, tmp_path: Path) -> None:
 
 
 def test_client_certificate_becomes_the_principal(pki: Pki) -> None:
+    """ssl.principal.mapping.rules=DEFAULT: the distinguished name as Java prints it."""
     recorder = Recorder()
     security = ssl_security(pki, ssl.CERT_REQUIRED)
     with serving(recorder, security) as (_, listener):
         client = RawClient(listener.port, client_context(pki, with_cert=True))
         assert api_versions_ok(client)
-        assert recorder.sessions[-1].principal == "User:CN=alice,O=test"
+        # RFC 2253 order (last RDN first): the test certificate's subject is CN=alice, O=test
+        assert recorder.sessions[-1].principal == "User:O=test,CN=alice"
         client.close()
 
 
