@@ -79,9 +79,6 @@ class SecureDev:
             f' sasl_mechanism="{CLIENT_MECHANISM}", sasl_plain_username="{ADMIN_USER}",'
             f' sasl_plain_password="{password}", ssl_cafile="{self.ca_file}"'
             " (aiokafka: ssl_context=ssl.create_default_context(cafile=...))",
-            "REST admin API and the kraft CLI (HTTP Basic, the same user):",
-            f"  KRAFT_ADMIN_USER={ADMIN_USER} KRAFT_ADMIN_PASSWORD={password}"
-            f" kraft topics list --ca-file {self.ca_file}",
         ]
         return "\n".join(lines)
 
