@@ -26,6 +26,8 @@ from broker.handlers.sasl import SaslHandlers
 from broker.identity import BrokerIdentity
 from broker.metrics import BrokerMetrics
 from broker.replica_manager import ReplicaManager
+from broker.security.admin_rules import BROKER_RULES
+from broker.security.api_authorization import guard
 from broker.security.authorization import BrokerAuthorizer
 from kafka_protocol.messages import ApiVersionsResponse
 from metadata_log.image import ClusterImage
@@ -64,7 +66,7 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
     replicas = parts.replicas
     authorizer = BrokerAuthorizer.from_config(cfg.broker_defaults, lambda: parts.image)
     security = SecurityAdminHandlers(authorizer, lambda: parts.image)
-    return [
+    handlers = [
         ProduceHandler(replicas, parts.metrics).spec(),
         FetchHandler(replicas, parts.metrics, parts.broker_epoch_of).spec(),
         ListOffsetsHandler(replicas).spec(),
@@ -84,3 +86,6 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
         ),
         *security.specs(),
     ]
+    # every API checks what Kafka checks (broker.security.api_authorization); a no-op while
+    # authorizer.class.name is unset
+    return guard(handlers, BROKER_RULES, authorizer, lambda: parts.image, auto_create.enabled)

@@ -9,6 +9,8 @@ so ``docker run`` gives an authenticated, encrypted node without any file to mou
   ``ssl.keystore.location`` / ``ssl.keystore.certificate.chain``: a private CA and a
   certificate for the advertised hosts, localhost and 127.0.0.1 (``ssl.keystore.*``,
   ``ssl.truststore.*``);
+* no ``inter.broker.listener.name`` and no PLAINTEXT listener: the first listener (the node's
+  own clients use it);
 * a SASL listener without ``sasl.jaas.config``: the user ``admin`` with a generated password
   (PLAIN on the SASL listeners, SCRAM-SHA-256/512 in the metadata log), ``super.users`` and the
   StandardAuthorizer (unless set: every other principal needs ACLs).
@@ -47,6 +49,9 @@ def autoconfigure(
             " from one CA (kraft certs create) and SCRAM users (kraft storage format"
             " --add-scram), then set it to false"
         )
+    generated = _inter_broker_listener(cfg)
+    if generated:
+        cfg = reload(generated)
     protocols = security_of(cfg).protocols
     tls = any(p.uses_tls for p in protocols.values())
     https = (cfg.get("admin.listener") or "").strip().lower().startswith("https://")
@@ -57,7 +62,7 @@ def autoconfigure(
         return cfg
     hosts = ["localhost", "127.0.0.1", *(x.host for x in cfg.advertised_listeners)]
     secure = prepare_secure_dev(cfg.metadata_log_dir, cfg.metadata_log_dir, hosts)
-    generated = {k: v for k, v in secure.overrides(0).items() if k in _KEYSTORE_SETTINGS}
+    generated.update({k: v for k, v in secure.overrides(0).items() if k in _KEYSTORE_SETTINGS})
     if need_users:
         generated.update(
             {
@@ -79,6 +84,21 @@ def autoconfigure(
     if need_keystore:
         say(f"{KEY}: TLS certificate from a generated CA; clients trust {secure.ca_file}")
     return reload(generated)
+
+
+def _inter_broker_listener(cfg: NodeConfig) -> dict[str, str]:
+    """A single node's own clients (REST records and groups) use the inter-broker listener;
+    Kafka's default, PLAINTEXT, is often not one of its listeners here (the image serves
+    SASL_SSL only, and an override may name any listeners): default to its first listener."""
+    if cfg.get("inter.broker.listener.name") or cfg.get("security.inter.broker.protocol"):
+        return {}
+    controllers = {
+        n.strip() for n in (cfg.get("controller.listener.names") or "CONTROLLER").split(",")
+    }
+    names = [x.name for x in cfg.listeners if x.name not in controllers]
+    if not names or "PLAINTEXT" in names:
+        return {}
+    return {"inter.broker.listener.name": names[0]}
 
 
 _KEYSTORE_SETTINGS = frozenset(

@@ -214,6 +214,10 @@ def _validate(values: dict[str, str], sources: dict[str, str]) -> NodeConfig:
     listeners = parse_listeners(values.get("listeners", ""), "listeners")
     advertised = parse_listeners(values.get("advertised.listeners", ""), "advertised.listeners")
     by_name = {x.name: x for x in advertised}
+    if unknown := sorted(set(by_name) - {x.name for x in listeners}):
+        raise ConfigError(  # Kafka: a subset of the names of listeners
+            f"advertised.listeners: {', '.join(unknown)} not among the names of listeners"
+        )
     for x in listeners:  # advertised defaults to listeners, 0.0.0.0 becomes loopback
         if x.name not in by_name:
             host = "127.0.0.1" if x.host in ("", "0.0.0.0", "::") else x.host

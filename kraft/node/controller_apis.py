@@ -9,6 +9,12 @@ with Fetch on ``__cluster_metadata`` (long-poll, served by every controller that
 leader: committed data is the same on all of them, but one that knows none may be cut off
 from the quorum and stale, so it answers NOT_LEADER_OR_FOLLOWER) and, when they are behind
 the snapshot, FetchSnapshot. DescribeQuorum reports the Raft leader and the voters.
+
+With an authorizer, every API but ApiVersions is checked first as Kafka's ControllerApis does
+(``broker.security.admin_rules.CONTROLLER_RULES``): the broker APIs need CLUSTER_ACTION on the
+cluster, so only a broker's principal (a super user, or one given that ACL) registers,
+heartbeats or fetches metadata; forwarded admin requests are trusted from such a principal (its
+broker checked the client) and fully checked from anyone else.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from typing import Any, Final, TypeVar
 from broker.controller_channel import forwarded_api, forwarded_handlers
 from broker.dispatcher import ApiHandler, RequestContext, RequestDispatcher
 from broker.handlers.sasl import SaslHandlers
+from broker.security.admin_rules import CONTROLLER_RULES
+from broker.security.api_authorization import SessionAuthorizer, guard
 from kafka_protocol._codec import Request, Response
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
@@ -61,14 +69,25 @@ class ControllerApis:
     """Handlers for one controller's CONTROLLER listener."""
 
     def __init__(
-        self, controller: QuorumController, node_id: int, voters: Mapping[int, str]
+        self,
+        controller: QuorumController,
+        node_id: int,
+        voters: Mapping[int, str],
+        authorizer: SessionAuthorizer | None = None,
     ) -> None:
         self.qc = controller
         self.node_id = node_id
         self.voters = dict(voters)  # node id -> Raft address
+        self.authorizer = authorizer
         self.dispatcher: RequestDispatcher | None = None  # set by the owner, for ApiVersions
 
     def specs(self) -> list[ApiHandler]:
+        handlers = self._handlers()
+        if self.authorizer is None:
+            return handlers
+        return guard(handlers, CONTROLLER_RULES, self.authorizer, lambda: self.qc.image)
+
+    def _handlers(self) -> list[ApiHandler]:
         return [
             ApiHandler(1, 12, 13, self.fetch, "Fetch"),
             ApiHandler(18, 0, 4, self.api_versions, "ApiVersions"),

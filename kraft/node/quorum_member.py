@@ -35,7 +35,7 @@ from broker.metadata_follower import MetadataFollower
 from broker.metrics import BrokerMetrics
 from broker.remote_controller import RemoteControllerChannel
 from broker.replication.alter_partition import AlterPartitionSender
-from broker.security.authorization import BrokerAuthorizer
+from broker.security.authorization import AuthorizerSettings, BrokerAuthorizer
 from broker.security.client_security import ClientSecurity
 from broker.server import KafkaListener
 from broker.storage import FileStorage
@@ -241,6 +241,7 @@ class QuorumMember:
         )
         try:
             config = ControllerConfig.from_properties(cfg.values, cluster_id=cluster_id)
+            authorization = AuthorizerSettings.from_config(cfg.values)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         config = with_bootstrap_records(config, cfg.metadata_log_dir)
@@ -253,10 +254,10 @@ class QuorumMember:
             ),
         )
         image_of.append(lambda: controller.image)
-        apis = ControllerApis(controller, cfg.node_id, voters)
+        authorizer = BrokerAuthorizer(authorization, lambda: controller.image)
+        apis = ControllerApis(controller, cfg.node_id, voters, authorizer)
         # ACL and SCRAM changes sent to this listener are authorized here, with the sender's
         # principal (a forwarding broker's: make brokers super.users, as Kafka requires).
-        authorizer = BrokerAuthorizer.from_config(cfg.values, lambda: controller.image)
         security = SecurityAdminHandlers(authorizer, lambda: controller.image)
         dispatcher = RequestDispatcher(security.guard(apis.specs()), BrokerMetrics())
         apis.dispatcher = dispatcher

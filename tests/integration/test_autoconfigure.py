@@ -72,7 +72,6 @@ def settings_of(data_dir: Path, listener: str, **more: str) -> dict[str, str]:
         "node.id": "1",
         "process.roles": "broker,controller",
         "listeners": f"{listener}://127.0.0.1:{kafka}",
-        "inter.broker.listener.name": listener,
         "admin.listener": f"http://127.0.0.1:{admin}",
         "log.dirs": str(data_dir / "data"),
         "metadata.log.dir": str(data_dir / "metadata"),

@@ -31,6 +31,14 @@ def run_dev(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         ("max.connections=-1", "max.connections"),
         ("max.connections.per.ip=0", "max.connections.per.ip.overrides"),
         ("max.connections.per.ip.overrides=127.0.0.1", "max.connections.per.ip.overrides"),
+        # named listeners and their security
+        ("listeners=FOO://127.0.0.1:0", "listener FOO has no security protocol"),
+        ("advertised.listeners=SSL://x:1", "advertised.listeners: SSL not among"),
+        ("listener.security.protocol.map=PLAINTEXT:TLS", "listener.security.protocol.map"),
+        ("listeners=SSL://127.0.0.1:0", "inter.broker.listener.name"),
+        ("inter.broker.listener.name=INTERNAL", "inter.broker.listener.name: INTERNAL"),
+        ("security.inter.broker.protocol=SSL", "not one of the broker's listeners"),
+        ("sasl.mechanism.inter.broker.protocol=OAUTHBEARER", "sasl.mechanism.inter.broker"),
     ],
 )
 def test_bad_configuration(tmp_path: Path, override: str, needle: str) -> None:
@@ -69,8 +77,49 @@ CONTROLLER = {
 
 
 @pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (("listeners=PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",), "ssl.keystore.location"),
+        (
+            (
+                "listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                "sasl.enabled.mechanisms=PLAIN",
+            ),
+            "no usable SASL mechanism",
+        ),
+        (
+            (
+                "listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                "sasl.enabled.mechanisms=GSSAPI",
+            ),
+            "GSSAPI is not supported",
+        ),
+        (
+            (
+                "listeners=PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+                "ssl.keystore.location=/nonexistent/keystore.pem",
+            ),
+            "listener SASL_SSL: TLS settings",
+        ),
+    ],
+)
+def test_bad_listener_security(tmp_path: Path, overrides: tuple[str, ...], needle: str) -> None:
+    args = [arg for override in overrides for arg in ("--override", override)]
+    result = run_dev(tmp_path, "--port", "0", "--admin-port", "0", *args)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and needle in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
     ("change", "needle"),
     [
+        (
+            {
+                "controller.quorum.voters": "1@127.0.0.1:1,2@127.0.0.1:2,3@127.0.0.1:3",
+                "controller.quorum.password": "short-secret",
+            },
+            "at least 16",
+        ),
         ({"controller.quorum.voters": "1@nohostport"}, "controller.quorum.voters"),
         ({"controller.quorum.voters": "2@127.0.0.1:1"}, "does not list this controller"),
         ({"controller.quorum.voters": "1@127.0.0.1:1,1@127.0.0.1:2"}, "listed twice"),
