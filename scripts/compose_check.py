@@ -43,6 +43,7 @@ BOOTSTRAP = "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"
 ADMIN_URL = "https://127.0.0.1:8080"
 SERVICES = ("controller-1", "controller-2", "controller-3", "broker-1", "broker-2", "broker-3")
 TOPIC = "compose-check"
+IMAGE = "kraft-platform:local"  # docker-compose.yml's image
 
 results: list[tuple[bool, str]] = []
 
@@ -222,8 +223,10 @@ def main() -> int:
     compose.run("down", "-v", "--remove-orphans")
     started = time.monotonic()
     try:
-        up = ["up", "-d"] + ([] if args.no_build else ["--build"])
-        compose.run(*up, timeout=1800, check=True)
+        if not args.no_build:  # host network: pip in the build reaches the package index
+            build = ["docker", "build", "--network", "host", "-t", IMAGE, str(ROOT)]
+            subprocess.run(build, env=env, capture_output=True, timeout=1800, check=True)
+        compose.run("up", "-d", "--no-build", timeout=1800, check=True)
         healthy = wait_for(300, lambda: all(compose.health(s) == "healthy" for s in SERVICES))
         states = {s: compose.health(s) for s in SERVICES}
         report(healthy, f"6 nodes healthy after {time.monotonic() - started:.0f} s {states}")

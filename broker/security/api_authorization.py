@@ -38,12 +38,9 @@ The table, as Kafka 3.x checks (``KafkaApis``, ``ControllerApis``, ``AuthHelper`
     ListGroups             DESCRIBE CLUSTER, else the groups with DESCRIBE GROUP
     DescribeGroups         DESCRIBE GROUP (+ authorized_operations)
     DeleteGroups           DELETE GROUP
-    CreateTopics           CREATE CLUSTER, else CREATE TOPIC; DESCRIBE_CONFIGS TOPIC for configs
-    DeleteTopics           DELETE TOPIC (by id: DESCRIBE first, as Kafka)
-    CreatePartitions       ALTER TOPIC
-    (Incremental)AlterConfigs  ALTER_CONFIGS TOPIC / CLUSTER (broker resources)
+    admin APIs forwarded to the controller: admin_rules.FORWARDED_RULES (one rule each, beside
+                           the controller's; create, delete, partitions, configs, elections)
     DescribeConfigs        DESCRIBE_CONFIGS TOPIC / CLUSTER (broker resources)
-    ElectLeaders           ALTER CLUSTER                       CLUSTER_AUTHORIZATION_FAILED
     DescribeCluster        nothing (as Kafka); authorized operations need DESCRIBE CLUSTER
     UnregisterBroker       ALTER CLUSTER
     controller listener:   BrokerRegistration, BrokerHeartbeat, Fetch (metadata), FetchSnapshot,

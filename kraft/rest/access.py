@@ -41,10 +41,10 @@ class Access:
 
 
 IN_HANDLER: Final = None
-# Kafka's checks for the same actions: DescribeCluster, CreateTopics, DeleteTopics,
-# IncrementalAlterConfigs, CreatePartitions, Produce, Fetch, ListGroups, DescribeGroups,
-# DeleteGroups, OffsetCommit, UnregisterBroker, Describe/AlterUserScramCredentials,
-# Describe/Create/DeleteAcls.  /metrics: DESCRIBE on the cluster (request rates, names of topics).
+# Kafka's checks for the same actions on its own APIs (broker/security/*_rules.py): describing
+# the cluster, creating, deleting and altering topics and their configs, producing, fetching,
+# groups and their offsets, unregistering brokers, SCRAM users and ACLs.  /metrics: DESCRIBE on
+# the cluster (request rates, names of topics).
 ACCESS: Final[dict[tuple[str, str], Access | None]] = {
     ("GET", "/v1/health"): None,
     ("GET", "/v1/ready"): None,
@@ -165,6 +165,6 @@ def describe_configs_allowed(request: web.Request, topic: str) -> bool:
 
 
 def create_topic_allowed(request: web.Request, topic: str) -> None:
-    """Kafka's CreateTopics: CREATE on the cluster, or on the topic."""
+    """As Kafka's topic creation: CREATE on the cluster, or on the topic."""
     if not allowed(request, _O.CREATE, _R.CLUSTER, CLUSTER_NAME):
         require(request, _O.CREATE, _R.TOPIC, topic)

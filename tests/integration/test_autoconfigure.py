@@ -21,6 +21,8 @@ from confluent_kafka.admin import AdminClient
 from integration.node_process import READY, START_TIMEOUT_S, free_ports
 from integration.secure_clients import ROUNDTRIPS, Login
 
+pytestmark = pytest.mark.integration
+
 PASSWORD = re.compile(r"security\.autoconfigure: generated the user 'admin' .*: (\S+)$", re.M)
 
 

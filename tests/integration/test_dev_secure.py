@@ -18,6 +18,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from integration.node_process import NodeProcess
 from integration.secure_clients import ROUNDTRIPS, Login
 
+pytestmark = pytest.mark.integration
+
 PASSWORD_FILE = Path("secure") / "admin.password"
 CA_FILE = Path("secure") / "ca" / "ca.pem"
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN")

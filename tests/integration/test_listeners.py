@@ -26,6 +26,8 @@ from integration.secure_clients import ROUNDTRIPS, Login
 from kafka_protocol.messages import DescribeConfigsRequest
 from kraft.node.certificates import make_ca, make_certificate
 
+pytestmark = pytest.mark.integration
+
 ALICE_PASSWORD = "alice-secret-pw"
 JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required"

@@ -164,7 +164,7 @@ def test_the_certs_service_makes_a_certificate_per_node(services: dict[str, Any]
     assert made[:3] == ["kraft", "certs", "create"]
     for name in (*CONTROLLERS, *BROKERS):
         assert any(arg.split("=")[0] == name for arg in made), name
-    for name in BROKERS:  # host clients connect to 127.0.0.1 and check the name
+    for name in (*CONTROLLERS, *BROKERS):  # host clients and the probes check 127.0.0.1
         (arg,) = [a for a in made if a.startswith(f"{name}=")]
         assert {"127.0.0.1", "localhost", name} <= set(arg.split("=")[1].split(","))
     for name, _ in nodes(services):
