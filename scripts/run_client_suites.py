@@ -122,7 +122,11 @@ def start_broker(work: Path, name: str, tls: TlsFiles, extra: tuple[str, ...]) -
         client_key_pem=tls.client_key_pem.read_text(),
         client_key_password=KEY_PASSWORD,
     )
-    suite_broker.upsert_scram_users(info, dict(suite_broker.USERS))
+    try:
+        suite_broker.upsert_scram_users(info, dict(suite_broker.USERS))
+    except Exception:
+        node.stop()
+        raise
     info_path = work / f"broker-{name}.json"
     info.save(info_path)
     return RunningBroker(node, info, info_path)
