@@ -124,6 +124,8 @@ class BrokerProc:
     version: str
     log_path: Path
     admin_url: str | None = None  # ours: /metrics counts requests per API
+    # ours: every Kafka listener of the READY line (``listeners=NAME://host:port,...``)
+    listeners: dict[str, str] = field(default_factory=dict)
 
     def request_counts(self) -> Counter[str]:
         """Requests handled so far by API (ours only; empty for Tansu)."""
@@ -210,11 +212,20 @@ def wait_listening(port: int, proc: subprocess.Popen[bytes], log_path: Path) -> 
 
 
 def start_ours(
-    tmp: Path, name: str, use_uvloop: bool, extra_env: dict[str, str], repo: Path = REPO
+    tmp: Path,
+    name: str,
+    use_uvloop: bool,
+    extra_env: dict[str, str],
+    repo: Path = REPO,
+    overrides: tuple[str, ...] = (),
 ) -> BrokerProc:
+    """``kraft dev`` on free ports; ``overrides`` are ``key=value`` settings
+    (``--override``), e.g. more listeners."""
     data = tmp / name
     log_path = tmp / f"{name}.log"
     args = ["dev", "--data-dir", str(data), "--port", "0", "--admin-port", "0"]
+    for override in overrides:
+        args += ["--override", override]
     if use_uvloop:
         cmd = [sys.executable, "-m", "kraft.cli", *args]
     else:  # an ImportError for uvloop: kraft.node.run.run falls back to asyncio
@@ -235,7 +246,13 @@ def start_ours(
     uvloop = uvloop_version()
     loop = "asyncio" if not use_uvloop else f"uvloop {uvloop}" if uvloop else "asyncio (no uvloop)"
     version = f"kraft (Python {platform.python_version()}, {loop})"
-    return BrokerProc(name, proc, words["bootstrap"], version, log_path, words.get("admin"))
+    listeners = {}
+    for item in filter(None, words.get("listeners", "").split(",")):
+        listener, _, address = item.partition("://")
+        listeners[listener] = address
+    return BrokerProc(
+        name, proc, words["bootstrap"], version, log_path, words.get("admin"), listeners
+    )
 
 
 def uvloop_version() -> str | None:
@@ -304,7 +321,10 @@ def produce_worker(
     size: int,
     acks: str,
     idempotence: bool,
+    security: dict[str, Any] | None = None,
 ) -> None:
+    """``security``: client settings added to every connection (security.protocol, sasl.*,
+    ssl.*), as for the others."""
     from confluent_kafka import Producer
 
     errors: list[str] = []
@@ -315,7 +335,7 @@ def produce_worker(
     config = {"bootstrap.servers": bootstrap, "acks": acks, "on_delivery": on_delivery}
     # librdkafka caps max.in.flight at 5 and retries forever under idempotence by itself
     config["enable.idempotence"] = idempotence
-    producer = Producer({**PRODUCER, **config})
+    producer = Producer({**PRODUCER, **config, **(security or {})})
     producer.list_topics(topic, timeout=10)  # connected, metadata known
     value = os.urandom(size)
     produce, poll = producer.produce, producer.poll
@@ -335,12 +355,18 @@ def produce_worker(
 
 
 def consume_worker(
-    conn: Connection, bootstrap: str, topic: str, partitions: int, count: int, size: int
+    conn: Connection,
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    count: int,
+    size: int,
+    security: dict[str, Any] | None = None,
 ) -> None:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     config = {"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:8]}"}
-    consumer = Consumer({**CONSUMER, **config})
+    consumer = Consumer({**CONSUMER, **config, **(security or {})})
     consumer.list_topics(topic, timeout=10)
     conn.send("ready")
     conn.recv()

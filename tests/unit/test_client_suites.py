@@ -1,0 +1,109 @@
+"""scripts/run_client_suites.py: how the clients' own test reports become passed / failed /
+skipped counts (librdkafka's JSON report and log, pytest's junit XML)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+_PATH = Path(__file__).resolve().parents[2] / "scripts" / "run_client_suites.py"
+_SPEC = importlib.util.spec_from_file_location("run_client_suites", _PATH)
+assert _SPEC is not None and _SPEC.loader is not None
+suites = importlib.util.module_from_spec(_SPEC)
+sys.modules["run_client_suites"] = suites  # dataclasses look their module up
+_SPEC.loader.exec_module(suites)
+
+# librdkafka colours its lines
+SKIP_LINE = (
+    "\x1b[0m\x1b[33m[0049_consume_conn_close     /  0.000s] WARN: SKIPPING TEST: KNOWN ISSUE:"
+    " ApiVersionRequest+SaslHandshake will not play well with sudden disconnects\x1b[0m"
+)
+FILTERED_LINE = (
+    "\x1b[0m\x1b[33m[0022_consume_batch_local    /  0.000s] WARN: SKIPPING TEST: Filtered due"
+    " to negative test flags"
+)
+
+
+def write_report(tmp: Path, states: dict[str, str], log: str) -> tuple[Path, Path]:
+    report = tmp / "report.json"
+    tests = {name: {"name": name, "state": state} for name, state in states.items()}
+    report.write_text(json.dumps({"tests": {"<MAIN>": {"state": "PASSED"}, **tests}}))
+    log_path = tmp / "run.log"
+    log_path.write_text(log)
+    return report, log_path
+
+
+def test_skip_reasons_read_through_colour_codes() -> None:
+    reasons = suites.skip_reasons(SKIP_LINE + "\n" + FILTERED_LINE + "\nnoise [x] y\n")
+    assert reasons == {
+        "0049_consume_conn_close": (
+            "KNOWN ISSUE: ApiVersionRequest+SaslHandshake will not play well with sudden"
+            " disconnects"
+        ),
+        "0022_consume_batch_local": "Filtered due to negative test flags",
+    }
+
+
+def test_librdkafka_states_and_skips(tmp_path: Path) -> None:
+    suite = suites.RdkSuite("S", "SASL_SSL", "SASL_SSL", "PLAIN", ("0001", "0022", "0049", "0097"))
+    states = {
+        "0001_multiobj": "PASSED",
+        "0022_consume_batch": "PASSED",
+        "0022_consume_batch_local": "SKIPPED",  # filtered by -L: not selected, not counted
+        "0049_consume_conn_close": "SKIPPED",
+        "0097_ssl_verify": "FAILED",
+        "0012_produce_consume": "PASSED",  # not in this suite's TESTS
+        "0030_offset_commit": "NOT_STARTED",
+    }
+    report, log = write_report(tmp_path, states, SKIP_LINE + "\n" + FILTERED_LINE + "\n")
+    result = suites.rdk_results(suite, report, log)
+    assert result.passed == ["0001_multiobj", "0022_consume_batch"]
+    assert result.failed == ["0097_ssl_verify"]
+    assert [name for name, _ in result.skipped] == ["0049_consume_conn_close"]
+    assert result.skipped[0][1].startswith("KNOWN ISSUE")
+
+
+def test_expected_failures_count_as_passed_only_when_they_fail(tmp_path: Path) -> None:
+    suite = suites.RdkSuite("wrong", "SASL_PLAINTEXT", "SASL_PLAINTEXT", "PLAIN", ("0001",))
+    suite = suites.RdkSuite(**{**suite.__dict__, "expect_fail": True})
+    report, log = write_report(tmp_path, {"0001_multiobj": "FAILED"}, "")
+    assert suites.rdk_results(suite, report, log).passed == ["0001_multiobj (expected to fail)"]
+    report, log = write_report(tmp_path, {"0001_multiobj": "PASSED"}, "")
+    assert suites.rdk_results(suite, report, log).failed == ["0001_multiobj (expected to fail)"]
+
+
+def test_a_passed_test_whose_subtest_never_ran_is_a_skip(tmp_path: Path) -> None:
+    sub = "test producer message loss while reauthenticating"
+    suite = suites.RdkSuite("r", "SASL_SSL", "SASL_SSL", "PLAIN", ("0142",), subtests=sub)
+    report, log = write_report(tmp_path, {"0142_reauthentication": "PASSED"}, "nothing ran\n")
+    result = suites.rdk_results(suite, report, log)
+    assert result.passed == [] and len(result.skipped) == 1
+    ran = f"[0142_reauthentication / 4.2s] [ do_test_producer:79: {sub}: PASS (4.20s) ]\n"
+    report, log = write_report(tmp_path, {"0142_reauthentication": "PASSED"}, ran)
+    assert suites.rdk_results(suite, report, log).passed == ["0142_reauthentication"]
+
+
+def test_a_missing_report_is_a_failure(tmp_path: Path) -> None:
+    suite = suites.RdkSuite("S", "MTLS", "SSL", None, ("0001",))
+    result = suites.rdk_results(suite, tmp_path / "absent.json", tmp_path / "absent.log")
+    assert result.failed and result.note
+
+
+def test_junit_outcomes(tmp_path: Path) -> None:
+    xml = tmp_path / "junit.xml"
+    xml.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="t.A" name="ok"/>'
+        '<testcase classname="t.A" name="bad"><failure message="x"/></testcase>'
+        '<testcase classname="t.A" name="err"><error message="y"/></testcase>'
+        '<testcase classname="t.A" name="skip"><skipped message="GSSAPI"/></testcase>'
+        "</testsuite></testsuites>"
+    )
+    result = suites.junit_results(xml, suites.SuiteResult("s", "sel"))
+    assert result.passed == ["t.A::ok"]
+    assert result.failed == ["t.A::bad", "t.A::err"]
+    assert result.skipped == [("t.A::skip", "GSSAPI")]
+    missing = suites.junit_results(tmp_path / "none.xml", suites.SuiteResult("s", "sel"))
+    assert missing.note and not missing.passed
