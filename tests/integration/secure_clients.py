@@ -27,6 +27,7 @@ class Login:
     username: str | None = None
     password: str | None = None
     ca_file: str | None = None  # the truststore (SSL and SASL_SSL)
+    cert_file: str | None = None  # a client certificate: its key and chain in one PEM file
 
     def librdkafka(self) -> dict[str, Any]:
         """confluent-kafka and kcat settings."""
@@ -40,6 +41,9 @@ class Login:
             conf["sasl.password"] = self.password
         if self.ca_file is not None:
             conf["ssl.ca.location"] = self.ca_file
+        if self.cert_file is not None:
+            conf["ssl.certificate.location"] = self.cert_file
+            conf["ssl.key.location"] = self.cert_file
         return conf
 
     def kafka_python(self) -> dict[str, Any]:
@@ -53,6 +57,8 @@ class Login:
             conf["sasl_plain_password"] = self.password
         if self.ca_file is not None:
             conf["ssl_cafile"] = self.ca_file
+        if self.cert_file is not None:
+            conf["ssl_certfile"] = conf["ssl_keyfile"] = self.cert_file
         return conf
 
     def aiokafka(self) -> dict[str, Any]:
@@ -65,7 +71,10 @@ class Login:
             conf["sasl_plain_username"] = self.username
             conf["sasl_plain_password"] = self.password
         if self.ca_file is not None:
-            conf["ssl_context"] = ssl.create_default_context(cafile=self.ca_file)
+            context = ssl.create_default_context(cafile=self.ca_file)
+            if self.cert_file is not None:
+                context.load_cert_chain(self.cert_file)
+            conf["ssl_context"] = context
         return conf
 
 

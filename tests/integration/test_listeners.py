@@ -4,6 +4,7 @@ with the listener asked, wrong credentials refused."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError as AioKafkaError
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient,
     ScramCredentialInfo,
@@ -37,6 +38,7 @@ JAAS = (
 # listener name -> its security protocol (the map's default: each name is its protocol)
 LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL")
 CA_FILES: dict[str, str] = {}  # the node's data directory -> its CA (the truststore)
+CLIENT_CERTS: dict[str, str] = {}  # the node's data directory -> alice's client certificate
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +46,15 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
     root = Path(tmp_path_factory.mktemp("listeners"))
     ca = make_ca(root / "ca")
     keystore = make_certificate(ca, root / "certs", "node", ["127.0.0.1", "localhost"])
-    listeners = ",".join(f"{name}://127.0.0.1:0" for name in (*LISTENERS, "EXTERNAL"))
+    alice = make_certificate(ca, root / "certs", "alice", client=True)
+    listeners = ",".join(f"{n}://127.0.0.1:0" for n in (*LISTENERS, "EXTERNAL", "MTLS"))
     overrides = (
         f"listeners={listeners}",
         "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,"
-        "SSL:SSL,SASL_SSL:SASL_SSL,EXTERNAL:PLAINTEXT",
+        "SSL:SSL,SASL_SSL:SASL_SSL,EXTERNAL:PLAINTEXT,MTLS:SSL",
+        # SSL with client certificates, on one listener only
+        "listener.name.mtls.ssl.client.auth=required",
+        f"listener.name.mtls.ssl.truststore.location={ca.certificate_path}",
         # advertised under another name: Metadata on EXTERNAL must say "localhost"
         "advertised.listeners=EXTERNAL://localhost:0",
         # the per-listener form on one listener, the global one on the other
@@ -59,6 +65,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
     )
     proc = NodeProcess(root / "node", overrides).start()
     CA_FILES[str(proc.data_dir)] = str(ca.certificate_path)
+    CLIENT_CERTS[str(proc.data_dir)] = str(alice)
     yield proc
     if proc.alive():
         assert proc.stop() == 0, proc.log_tail()
@@ -73,11 +80,11 @@ def login(node: NodeProcess, listener: str, password: str = ALICE_PASSWORD) -> L
 
 
 def test_ready_line_lists_every_listener(node: NodeProcess) -> None:
-    assert set(node.listeners) == {*LISTENERS, "EXTERNAL"}
+    assert set(node.listeners) == {*LISTENERS, "EXTERNAL", "MTLS"}
     assert node.bootstrap == node.listeners["PLAINTEXT"]  # the first PLAINTEXT one
     assert node.listeners["EXTERNAL"].startswith("localhost:")
     ports = {address.rsplit(":", 1)[1] for address in node.listeners.values()}
-    assert len(ports) == len(LISTENERS) + 1  # a port each
+    assert len(ports) == len(LISTENERS) + 2  # a port each
 
 
 @pytest.mark.parametrize("listener", [*LISTENERS, "EXTERNAL"])
@@ -95,6 +102,26 @@ def test_each_client_produces_and_consumes(
     values = [f"{client}-{listener}-{i}".encode() for i in range(5)]
     got = ROUNDTRIPS[client](login(node, listener), topic_name, values)
     assert got == values, node.log_tail(20)
+
+
+@pytest.mark.parametrize("client", sorted(ROUNDTRIPS))
+def test_each_client_produces_and_consumes_with_a_client_certificate(
+    node: NodeProcess, client: str, topic_name: str
+) -> None:
+    """SSL with ssl.client.auth=required: each client presents alice's certificate."""
+    data_dir = str(node.data_dir)
+    mtls = Login(node.listeners["MTLS"], "SSL", ca_file=CA_FILES[data_dir])
+    values = [f"{client}-mtls-{i}".encode() for i in range(5)]
+    with_certificate = dataclasses.replace(mtls, cert_file=CLIENT_CERTS[data_dir])
+    assert ROUNDTRIPS[client](with_certificate, topic_name, values) == values
+
+
+def test_a_client_without_a_certificate_is_refused_where_one_is_required(
+    node: NodeProcess,
+) -> None:
+    mtls = Login(node.listeners["MTLS"], "SSL", ca_file=CA_FILES[str(node.data_dir)])
+    with pytest.raises(KafkaException):
+        AdminClient({**mtls.librdkafka(), "socket.timeout.ms": 2000}).list_topics(timeout=3)
 
 
 async def _start_aiokafka_producer(login: Login) -> None:
