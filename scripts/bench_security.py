@@ -37,6 +37,7 @@ import argparse
 import dataclasses
 import json
 import multiprocessing as mp
+import os
 import socket
 import struct
 import sys
@@ -159,6 +160,102 @@ def throughput_repeat(
     return results
 
 
+# --- produce, broker-bound ----------------------------------------------------------------------
+
+RAW_RECORDS_PER_REQUEST = 1000  # 1 KiB records: ~1 MiB ProduceRequests
+RAW_IN_FLIGHT = 4
+
+
+def raw_connection(address: str, ca_pem: Path | None) -> socket.socket:
+    """A connection to ``address``: plain, or (``ca_pem``) TLS then a SCRAM-SHA-512 login."""
+    import ssl
+
+    host, port = address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=60)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if ca_pem is None:
+        return sock
+    tls = ssl.create_default_context(cafile=str(ca_pem)).wrap_socket(sock, server_hostname=host)
+    scram_login(tls, "SCRAM-SHA-512")
+    return tls
+
+
+def raw_produce_worker(
+    conn: Connection, address: str, topic: str, count: int, size: int, ca_pem: Path | None
+) -> None:
+    """The broker's side alone: one connection sending one prebuilt ~1 MiB ProduceRequest
+    (acks=1, 1,000 records of ``size`` bytes) over and over, ``RAW_IN_FLIGHT`` in flight.  Over
+    TLS, Python's ssl writes it as 16 KiB records (librdkafka writes one record per buffer
+    segment, ~1.8 KiB on average), so the client costs little and the broker sets the pace."""
+    from kafka_protocol.clock import wall_ms
+    from kafka_protocol.framing import decode_response, encode_request
+    from kafka_protocol.messages import ProduceRequest, RequestHeader
+    from kafka_protocol.record_batch import SimpleRecord, build_batch
+    from kafka_protocol.types import TopicName
+
+    sock = raw_connection(address, ca_pem)
+    value = os.urandom(size)
+    batch = build_batch([SimpleRecord(value)] * RAW_RECORDS_PER_REQUEST, now_ms=wall_ms())
+    data = ProduceRequest.PartitionProduceData(index=0, records=batch)
+    request = ProduceRequest(
+        acks=1,
+        timeout_ms=30_000,
+        topic_data=[ProduceRequest.TopicProduceData(name=TopicName(topic), partition_data=[data])],
+    )
+    header = RequestHeader(
+        request_api_key=0, request_api_version=9, correlation_id=0, client_id="bench-raw"
+    )
+    frame = b"".join(bytes(c) for c in encode_request(header, request))
+    requests = max(1, count // RAW_RECORDS_PER_REQUEST)
+    conn.send("ready")
+    conn.recv()
+    cpu0, t0 = bench_machine.own_cpu_s(), time.perf_counter()
+    sent = answered = 0
+    first = b""
+    while answered < requests:
+        while sent < requests and sent - answered < RAW_IN_FLIGHT:
+            sock.sendall(frame)
+            sent += 1
+        (length,) = struct.unpack(">i", _recv_exactly(sock, 4))
+        body = _recv_exactly(sock, length)
+        first = first or body
+        answered += 1
+    elapsed = time.perf_counter() - t0
+    _, response = decode_response(0, 9, first)
+    error = response.responses[0].partition_responses[0].error_code
+    sock.close()
+    conn.send(
+        {
+            "wall_s": elapsed,
+            "client_cpu_s": bench_machine.own_cpu_s() - cpu0,
+            "errors": [f"ProduceResponse error {error}"] if error else [],
+        }
+    )
+
+
+def raw_produce_repeat(
+    broker: BrokerProc, ca_pem: Path, count: int, order: list[str]
+) -> dict[str, dict[str, Any]]:
+    results: dict[str, dict[str, Any]] = {}
+    for protocol in order:
+        topic = f"raw-{protocol.lower()}-{uuid.uuid4().hex[:8]}"
+        create_topic(broker.listeners["PLAINTEXT"], topic, 1)
+        view = dataclasses.replace(broker, bootstrap=broker.listeners[protocol])
+        tls = ca_pem if protocol == "SASL_SSL" else None
+        records = max(1, count // RAW_RECORDS_PER_REQUEST) * RAW_RECORDS_PER_REQUEST
+        r = throughput_phase(view, raw_produce_worker, (topic, records, KIB, tls), records, KIB)
+        delete_topics(broker.listeners["PLAINTEXT"], [topic])
+        if r.get("errors"):
+            raise RuntimeError(f"{protocol} raw produce: {r['errors']}")
+        results[protocol] = r
+        print(
+            f"  {protocol:<9} raw produce {r['mb_s']:8.1f} MB/s  broker {r['broker_cores']:.2f}"
+            f" cores ({r['cpu_s_per_gb']:.2f} CPU-s/GB)  client {r['client_cores']:.2f}",
+            flush=True,
+        )
+    return results
+
+
 # --- SCRAM logins -------------------------------------------------------------------------------
 
 
@@ -172,44 +269,53 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def login_once(address: str, mechanism: str, correlation: int) -> None:
-    """One full login on a new connection: ApiVersions, SaslHandshake, SaslAuthenticate
-    until the SCRAM exchange completes (the server's signature checked); raises on failure."""
+def _call(sock: socket.socket, body: Any, version: int, correlation: int) -> Any:
+    """One request, its decoded response; raises on a top-level error code."""
     from kafka_protocol.framing import decode_response, encode_request
+    from kafka_protocol.messages import RequestHeader
+
+    header = RequestHeader(
+        request_api_key=body.API_KEY,
+        request_api_version=version,
+        correlation_id=correlation,
+        client_id="bench-login",
+    )
+    sock.sendall(b"".join(bytes(c) for c in encode_request(header, body)))
+    (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
+    _, response = decode_response(body.API_KEY, version, _recv_exactly(sock, size))
+    if response.error_code != 0:
+        raise RuntimeError(f"{type(body).__name__}: error {response.error_code}")
+    return response
+
+
+def scram_login(sock: socket.socket, mechanism: str, correlation: int = 0) -> None:
+    """ApiVersions, SaslHandshake, SaslAuthenticate until the SCRAM exchange completes (the
+    server's signature checked); raises on failure."""
     from kafka_protocol.messages import (
         ApiVersionsRequest,
-        RequestHeader,
         SaslAuthenticateRequest,
         SaslHandshakeRequest,
     )
     from kafka_protocol.sasl import ScramClient
 
-    def call(sock: socket.socket, body: Any, version: int) -> Any:
-        header = RequestHeader(
-            request_api_key=body.API_KEY,
-            request_api_version=version,
-            correlation_id=correlation,
-            client_id="bench-login",
-        )
-        sock.sendall(b"".join(bytes(c) for c in encode_request(header, body)))
-        (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
-        _, response = decode_response(body.API_KEY, version, _recv_exactly(sock, size))
-        if response.error_code != 0:
-            raise RuntimeError(f"{type(body).__name__}: error {response.error_code}")
-        return response
+    versions = ApiVersionsRequest(client_software_name="bench", client_software_version="1")
+    _call(sock, versions, 3, correlation)
+    _call(sock, SaslHandshakeRequest(mechanism=mechanism), 1, correlation)
+    client = ScramClient(mechanism, USER, PASSWORD)
+    token: bytes | None = client.first()
+    while token is not None:
+        response = _call(sock, SaslAuthenticateRequest(auth_bytes=token), 2, correlation)
+        token = client.step(bytes(response.auth_bytes))
+    if not client.complete:
+        raise RuntimeError("the SCRAM exchange did not complete")
 
+
+def login_once(address: str, mechanism: str, correlation: int) -> None:
+    """One full login on a new connection (:func:`scram_login`), then close."""
     host, port = address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        call(sock, ApiVersionsRequest(client_software_name="bench", client_software_version="1"), 3)
-        call(sock, SaslHandshakeRequest(mechanism=mechanism), 1)
-        client = ScramClient(mechanism, USER, PASSWORD)
-        token: bytes | None = client.first()
-        while token is not None:
-            response = call(sock, SaslAuthenticateRequest(auth_bytes=token), 2)
-            token = client.step(bytes(response.auth_bytes))
-        if not client.complete:
-            raise RuntimeError("the SCRAM exchange did not complete")
+        scram_login(sock, mechanism, correlation)
 
 
 def login_worker(conn: Connection, address: str, mechanism: str, seconds: float) -> None:
@@ -278,6 +384,12 @@ def report(runs: list[dict[str, Any]]) -> tuple[str, list[Target]]:
             s = spread(r["throughput"][protocol][phase]["mb_s"] for r in runs)
             figures[f"{protocol} {phase}"] = s
             lines.append(f"{protocol + ' ' + phase + ' 1 KiB':<38} {s.text('.1f', 'MB/s')}")
+    for protocol in ("PLAINTEXT", "SASL_SSL"):
+        s = spread(r["raw_produce"][protocol]["mb_s"] for r in runs)
+        cpu = spread(r["raw_produce"][protocol]["cpu_s_per_gb"] for r in runs)
+        figures[f"{protocol} raw produce"] = s
+        lines.append(f"{protocol + ' produce, raw client':<38} {s.text('.1f', 'MB/s')}")
+        lines.append(f"{protocol + ' broker CPU, raw client':<38} {cpu.text('.2f', 'CPU-s/GB')}")
     for mechanism in MECHANISMS:
         s = spread(r["logins"][mechanism]["logins_per_s"] for r in runs)
         cpu = spread(r["logins"][mechanism]["broker_ms_per_login"] for r in runs)
@@ -299,6 +411,16 @@ def report(runs: list[dict[str, Any]]) -> tuple[str, list[Target]]:
         targets.append(
             (row[0], f"{fmt(ratio)}x (per-run {per_run.low:.2f}-{per_run.high:.2f})", row[2])
         )
+    raw = ratio_of_medians(
+        figures["SASL_SSL raw produce"].runs, figures["PLAINTEXT raw produce"].runs
+    )
+    targets.append(
+        (
+            "(info) produce, raw client, SASL_SSL/PLAIN",
+            f"{fmt(raw)}x (the broker's own pace)",
+            "-",
+        )
+    )
     for mechanism in MECHANISMS:
         targets.append(
             target_row(
@@ -340,7 +462,8 @@ def main() -> int:
                 order = ["PLAINTEXT", "SASL_SSL"][:: 1 if i % 2 == 0 else -1]
                 print(f"repeat {i + 1}/{args.repeat}: {count:,} x 1 KiB, {' then '.join(order)}")
                 run: dict[str, Any] = {
-                    "throughput": throughput_repeat(broker, ca_pem, count, order)
+                    "throughput": throughput_repeat(broker, ca_pem, count, order),
+                    "raw_produce": raw_produce_repeat(broker, ca_pem, count, order),
                 }
                 run["logins"] = {
                     m: login_repeat(broker, m, args.login_clients, login_s) for m in MECHANISMS

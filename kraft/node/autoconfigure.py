@@ -61,7 +61,9 @@ def autoconfigure(
     if not (need_keystore or need_users):
         return cfg
     hosts = ["localhost", "127.0.0.1", *(x.host for x in cfg.advertised_listeners)]
-    secure = prepare_secure_dev(cfg.metadata_log_dir, cfg.metadata_log_dir, hosts)
+    secure = prepare_secure_dev(
+        cfg.metadata_log_dir, cfg.metadata_log_dir, hosts, with_admin=need_users
+    )
     generated.update({k: v for k, v in secure.overrides(0).items() if k in _KEYSTORE_SETTINGS})
     if need_users:
         generated.update(

@@ -84,13 +84,19 @@ class SecureDev:
 
 
 def prepare_secure_dev(
-    data_dir: Path, metadata_dir: Path, hosts: Sequence[str] = ("127.0.0.1", "localhost")
+    data_dir: Path,
+    metadata_dir: Path,
+    hosts: Sequence[str] = ("127.0.0.1", "localhost"),
+    *,
+    with_admin: bool = True,
 ) -> SecureDev:
     """Generate (first start) or reuse (later starts) the CA, the certificate (naming
-    ``hosts``) and the password."""
+    ``hosts``) and, ``with_admin``, the admin's password and bootstrap SCRAM records."""
     root, ca = _secure_root(data_dir)
     keystore = _keystore(ca, root, "node", hosts)
     password_file = root / PASSWORD_FILE
+    if not with_admin:
+        return SecureDev(ca.certificate_path, keystore, "", password_file, False)
     password, new = _password(password_file)
     _bootstrap_admin(metadata_dir, password)
     return SecureDev(ca.certificate_path, keystore, password, password_file, new)

@@ -158,3 +158,16 @@ def test_a_cluster_node_refuses_it(tmp_path: Path) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2
     assert "security.autoconfigure=true is for a single combined node" in done.stderr
+
+
+def test_a_tls_only_node_gets_a_certificate_and_no_user(tmp_path: Path, topic_name: str) -> None:
+    server = Server(tmp_path, settings_of(tmp_path, "SSL")).start()
+    try:
+        assert (server.secure_dir / "node.pem").exists()
+        assert not (server.secure_dir / "admin.password").exists()  # no SASL: no user made
+        assert "generated the user" not in server.log_path.read_text()
+        tls = Login(server.bootstrap, "SSL", ca_file=str(server.secure_dir / "ca" / "ca.pem"))
+        values = [b"over-tls"]
+        assert ROUNDTRIPS["confluent-kafka"](tls, topic_name, values) == values
+    finally:
+        server.stop()
