@@ -67,7 +67,15 @@ def _failure_text(exc: BaseException) -> str:
 
 
 class TlsConnection(Connection):
-    __slots__ = ("_handshake_timer", "_handshaken", "_incoming", "_outgoing", "_raw_out", "_tls")
+    __slots__ = (
+        "_handshake_failing",
+        "_handshake_timer",
+        "_handshaken",
+        "_incoming",
+        "_outgoing",
+        "_raw_out",
+        "_tls",
+    )
 
     def __init__(self, listener: ConnectionOwner, sock: socket.socket, ip: str, peer: str) -> None:
         context = listener.security.ssl_context
@@ -76,6 +84,7 @@ class TlsConnection(Connection):
         self._outgoing = ssl.MemoryBIO()
         self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
         self._handshaken = False
+        self._handshake_failing = False  # the alert is sent: close after a delay
         self._raw_out: memoryview | None = None  # ciphertext the socket has not taken yet
         timeout_s = listener.limits.tls_handshake_timeout_ms / 1000
         self._handshake_timer = listener.loop.call_later(timeout_s, self._handshake_timed_out)
@@ -90,9 +99,7 @@ class TlsConnection(Connection):
             self._write()  # our part of the handshake so far
             return
         except ssl.SSLError as exc:
-            with contextlib.suppress(OSError):  # the alert, if the socket takes it now
-                self._sock.send(self._outgoing.read())
-            self._handshake_failed(_failure_text(exc))
+            self._handshake_failed(_failure_text(exc), alert=True)
             return
         self._handshaken = True
         self._handshake_timer.cancel()
@@ -102,7 +109,7 @@ class TlsConnection(Connection):
             self.session.principal = security.principal_of_certificate(cert)
         self._write()  # the end of the handshake (TLS 1.3: session tickets)
 
-    def _handshake_failed(self, reason: str) -> None:
+    def _handshake_failed(self, reason: str, alert: bool = False) -> None:
         self._listener.handshake_failures.warn(
             self._loop.time(),
             "TLS handshake failed listener=%s peer=%s reason=%s",
@@ -110,7 +117,23 @@ class TlsConnection(Connection):
             self.peer,
             reason,
         )
-        self.abort(f"TLS handshake failed: {reason}")
+        if not alert:
+            self.abort(f"TLS handshake failed: {reason}")
+            return
+        # Our alert goes out and our side ends (FIN), and the socket is closed only after
+        # connection.failed.authentication.delay.ms, what the client still sends being read
+        # and dropped: closed with unread bytes, the connection would be reset, and a reset
+        # makes the client's kernel drop the alert before the client reads why (it would see a
+        # transport failure instead of the TLS error).  Kafka delays this close too.
+        with contextlib.suppress(OSError):
+            self._sock.send(self._outgoing.read())
+            self._sock.shutdown(socket.SHUT_WR)
+        self._handshake_failing = True
+        self._handshake_timer.cancel()
+        delay_s = self._listener.security.failed_authentication_delay_ms / 1000
+        self._handshake_timer = self._loop.call_later(
+            delay_s, self.abort, f"TLS handshake failed: {reason}"
+        )
 
     def _handshake_timed_out(self) -> None:
         if not self._handshaken and not self._dead:
@@ -129,6 +152,9 @@ class TlsConnection(Connection):
             self._loop.call_soon(self._drain)  # the socket will not become readable for them
 
     def _on_readable(self) -> None:
+        if self._handshake_failing:
+            self._discard_input()
+            return
         if self._handshaken and self._listener.budget.exhausted and not self._frames.in_frame():
             self._wait_for_memory()
             return
@@ -149,6 +175,18 @@ class TlsConnection(Connection):
             if not self._handshaken or self._dead:
                 return
         self._drain()
+
+    def _discard_input(self) -> None:
+        """After a failed handshake: read and drop until the peer closes or the delay ends."""
+        try:
+            data = self._sock.recv(TLS_READ_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self.abort(f"read failed: {exc}")
+            return
+        if not data:
+            self.abort("peer closed the connection after a failed TLS handshake")
 
     def _drain(self) -> None:
         """Decrypt what the incoming BIO holds into the frame reader, cutting frames, while

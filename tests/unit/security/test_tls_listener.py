@@ -3,6 +3,7 @@ ListenerSecurity, a raw ``ssl`` client and confluent-kafka (librdkafka) as clien
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -143,6 +144,49 @@ def test_missing_client_certificate_is_refused_and_logged(
         good.close()
     failures = [r.getMessage() for r in caplog.records if "TLS handshake failed" in r.getMessage()]
     assert len(failures) == 1 and "certificate" in failures[0].lower()
+
+
+def refused_client_sees(port: int, context: ssl.SSLContext, follow_bytes: int) -> str:
+    """A TLS 1.3 client without a certificate finishes its side of the handshake and, in the
+    same write as its Finished, sends ``follow_bytes`` of application data; then reads.  What
+    it sees: the alert's reason, or the socket error that replaced it."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    try:
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                sock.sendall(outgoing.read())
+                incoming.write(sock.recv(65536))
+        tls.write(b"\0" * follow_bytes)
+        sock.sendall(outgoing.read())  # Finished and the data: more than the broker reads at once
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                return "closed without an alert"
+            incoming.write(data)
+            with contextlib.suppress(ssl.SSLWantReadError):
+                tls.read(65536)
+    except ssl.SSLError as exc:
+        return str(exc.reason)
+    except OSError as exc:
+        return type(exc).__name__
+    finally:
+        sock.close()
+
+
+def test_the_refusal_reaches_the_client_as_a_tls_alert_not_a_reset(pki: Pki) -> None:
+    """Closed at once with the client's data unread, the connection would be reset, and a
+    reset makes the client's kernel drop the alert (librdkafka then reports a transport
+    failure instead of the TLS error).  The broker drains and closes after
+    connection.failed.authentication.delay.ms: the alert arrives."""
+    security = ssl_security(pki, ssl.CERT_REQUIRED)
+    with serving(Recorder(), security) as (_, listener):
+        seen = {refused_client_sees(listener.port, client_context(pki), 1 << 20) for _ in range(5)}
+    assert seen == {"TLSV13_ALERT_CERTIFICATE_REQUIRED"}
 
 
 def test_plaintext_on_a_tls_listener_is_closed_with_a_clear_line(
