@@ -17,6 +17,9 @@ this measures authentication and encryption, not ACL checks.
    its own process (``bench_broker.produce_worker`` / ``consume_worker``).  Targets on the
    ratio of the medians: produce SASL_SSL/PLAINTEXT >= 0.6, consume >= 0.4.  Over TLS the
    broker cannot use ``sendfile`` for Fetch: the consume ratio shows what that costs.
+   Then, as information beside them, produce with a raw client (:func:`raw_produce_worker`:
+   prebuilt ~1 MiB requests, 16 KiB TLS records) over each protocol: the broker alone sets the
+   pace, and its CPU seconds per GB show what TLS costs it.
 2. Authentication cost: SCRAM-SHA-256 and SCRAM-SHA-512 logins per second over
    SASL_PLAINTEXT (no TLS: the figure is SASL's cost alone).  Each login is a new TCP
    connection doing ApiVersions v3, SaslHandshake v1 and SaslAuthenticate v2 (client-first,
