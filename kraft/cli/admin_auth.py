@@ -18,7 +18,10 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
+from broker.security.client_security import ClientSecurity
+from broker.security.session import SecurityProtocol
 from broker.security.ssl_config import client_ssl_context
+from kafka_protocol.sasl import MECHANISMS
 from kafka_protocol.sasl.jaas import own_credentials, parse_jaas
 from kraft.node.config import parse_properties
 
@@ -103,3 +106,42 @@ def admin_login(args: argparse.Namespace) -> AdminLogin:
     if str(getattr(args, "admin", "")).startswith("https://"):
         context = admin_ssl_context(props, getattr(args, "ca_file", None))
     return AdminLogin(user or None, password if user else None, context)
+
+
+def kafka_security(args: argparse.Namespace) -> ClientSecurity | None:
+    """How a command that speaks Kafka to the brokers (``kraft elect-leaders``, ``kraft consume
+    --group``) logs in, from ``--command-config`` as kafka-*.sh reads it: ``security.protocol``,
+    ``sasl.mechanism`` (librdkafka: ``sasl.mechanisms``), ``sasl.jaas.config`` (or librdkafka's
+    ``sasl.username``/``sasl.password``) and the ``ssl.*`` keys (``--ca-file`` too).  None
+    without the file: PLAINTEXT."""
+    path = getattr(args, "command_config", None)
+    if not path:
+        return None
+    props = read_command_config(path)
+    name = props.get("security.protocol", "PLAINTEXT").strip().upper()
+    try:
+        protocol = SecurityProtocol[name]
+    except KeyError:
+        choices = ", ".join(p.name for p in SecurityProtocol)
+        raise LoginError(
+            f"--command-config {path}: security.protocol={name}: use {choices}"
+        ) from None
+    context = None
+    if protocol.uses_tls:
+        context = admin_ssl_context(props, getattr(args, "ca_file", None))
+    if not protocol.uses_sasl:
+        return ClientSecurity(protocol, context)
+    mechanism = (props.get("sasl.mechanism") or props.get("sasl.mechanisms") or "GSSAPI").strip()
+    if mechanism.upper() not in MECHANISMS:
+        raise LoginError(
+            f"--command-config {path}: sasl.mechanism={mechanism}: use {', '.join(MECHANISMS)}"
+        )
+    user, password = _credentials_of(props, path)
+    user = user or props.get("sasl.username")
+    password = password if password is not None else props.get("sasl.password")
+    if not user or password is None:
+        raise LoginError(
+            f"--command-config {path}: {protocol.name} needs a login: sasl.jaas.config with"
+            " username and password (or sasl.username and sasl.password)"
+        )
+    return ClientSecurity(protocol, context, mechanism.upper(), user, password)

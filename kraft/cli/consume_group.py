@@ -41,6 +41,7 @@ from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import MetadataRequest, MetadataResponse
 from kafka_protocol.record_batch import Record
 from kafka_protocol.types import TopicName
+from kraft.cli.admin_auth import LoginError, kafka_security
 from kraft.cli.record_printer import Consumed, Printer
 from kraft.cli.rest_client import AdminClient, AdminError
 from kraft.groups.client import Address, Fetched, GroupClient, GroupError, Retriable, check
@@ -417,7 +418,11 @@ async def _consume(
     printer: Printer,
 ) -> None:
     view = MetadataView(bootstrap)
-    client = GroupClient(view, client_id=config.client_id)
+    try:
+        security = kafka_security(args)
+    except LoginError as exc:
+        raise AdminError("INVALID_LOGIN", str(exc)) from None
+    client = GroupClient(view, client_id=config.client_id, security=security)
     try:
         try:
             found = await refresh_metadata(client, view, [args.topic])

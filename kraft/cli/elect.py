@@ -16,12 +16,14 @@ import argparse
 import asyncio
 from typing import TYPE_CHECKING, Final, NamedTuple
 
+from kraft.cli.admin_auth import LoginError, kafka_security
 from kraft.cli.arguments import bootstrap_addresses, non_negative_int
 from kraft.cli.output import fail, print_json
 from kraft.cli.rest_client import REQUEST_TIMEOUT_S, AdminError
 
 if TYPE_CHECKING:
     from broker.kafka_client import KafkaConnection
+    from broker.security.client_security import ClientSecurity
 
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:9092"
 ELECTION_TYPES: Final = {"preferred": 0, "unclean": 1}  # Kafka's ElectionType
@@ -53,7 +55,11 @@ def run(args: argparse.Namespace) -> int:
     if args.partition and not args.topic:
         return fail("INVALID_ARGUMENTS", "--partition needs --topic")
     try:
-        outcomes = asyncio.run(_elect(args))
+        security = kafka_security(args)
+    except LoginError as exc:
+        return fail("INVALID_LOGIN", str(exc))
+    try:
+        outcomes = asyncio.run(_elect(args, security))
     except AdminError as exc:
         return fail(exc.error, exc.message)
     outcomes.sort(key=lambda o: (o.topic, o.partition))
@@ -71,7 +77,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _elect(args: argparse.Namespace) -> list[ElectionOutcome]:
+async def _elect(
+    args: argparse.Namespace, security: ClientSecurity | None
+) -> list[ElectionOutcome]:
     from broker.kafka_client import KafkaClientError
     from kafka_protocol.errors import ErrorCode
     from kafka_protocol.exceptions import ProtocolError
@@ -79,7 +87,7 @@ async def _elect(args: argparse.Namespace) -> list[ElectionOutcome]:
 
     try:
         async with asyncio.timeout(REQUEST_TIMEOUT_S):
-            conn = await _connect(args.bootstrap_server)
+            conn = await _connect(args.bootstrap_server, security)
             try:
                 version = conn.version_for(ELECT_LEADERS_KEY, ELECT_LEADERS_MAX_VERSION)
                 if version is None or (version == 0 and args.election_type != "preferred"):
@@ -119,14 +127,16 @@ async def _elect(args: argparse.Namespace) -> list[ElectionOutcome]:
     ]
 
 
-async def _connect(addresses: list[tuple[str, int]]) -> KafkaConnection:
-    from broker.kafka_client import KafkaConnection, KafkaConnectionError
+async def _connect(
+    addresses: list[tuple[str, int]], security: ClientSecurity | None
+) -> KafkaConnection:
+    from broker.kafka_client import KafkaClientError, KafkaConnection
 
     reasons = []
     for host, port in addresses:
         try:
-            return await KafkaConnection.open(host, port, client_id="kraft-cli")
-        except KafkaConnectionError as exc:
+            return await KafkaConnection.open(host, port, client_id="kraft-cli", security=security)
+        except KafkaClientError as exc:  # unreachable, or the login refused
             reasons.append(str(exc))
     raise AdminError("BROKER_UNREACHABLE", "; ".join(reasons))
 
@@ -191,4 +201,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="a partition of --topic (repeatable)",
     )
     elect.add_argument("--json", action="store_true", help="print JSON")
+    elect.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="Kafka client properties: security.protocol, sasl.mechanism, sasl.jaas.config,"
+        " ssl.truststore.location (as kafka-leader-election.sh --admin.config)",
+    )
+    elect.add_argument("--ca-file", metavar="FILE", help="PEM CA to trust (SSL, SASL_SSL)")
     elect.set_defaults(func=run)

@@ -71,6 +71,57 @@ def test_plaintext_and_wrong_passwords_get_nothing(node: NodeProcess) -> None:
             AdminClient({**conf, "socket.timeout.ms": 2000}).list_topics(timeout=3)
 
 
+def command_config(node: NodeProcess, path: Path) -> Path:
+    """A client properties file as kafka-*.sh --command-config takes it."""
+    password = (node.data_dir / PASSWORD_FILE).read_text().strip()
+    path.write_text(
+        "security.protocol=SASL_SSL\n"
+        "sasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required"
+        f' username="admin" password="{password}";\n'
+        f"ssl.truststore.location={node.data_dir / CA_FILE}\n"
+    )
+    return path
+
+
+def kraft(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kraft.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith("KRAFT_")},
+    )
+
+
+def test_the_cli_elects_leaders_over_sasl_ssl_with_a_command_config(
+    node: NodeProcess, tmp_path: Path
+) -> None:
+    elect = ("elect-leaders", "--bootstrap-server", node.bootstrap, "--election-type", "preferred")
+    config = command_config(node, tmp_path / "client.properties")
+    done = kraft(*elect, "--all-topic-partitions", "--command-config", str(config))
+    assert done.returncode == 0, done.stderr
+    refused = kraft(*elect, "--all-topic-partitions")  # plaintext on the TLS listener
+    assert refused.returncode == 1 and "BROKER_UNREACHABLE" in refused.stderr
+
+
+def test_the_cli_consumes_in_a_group_over_sasl_ssl_with_a_command_config(
+    node: NodeProcess, tmp_path: Path, topic_name: str
+) -> None:
+    values = [f"cli-{i}".encode() for i in range(3)]
+    assert ROUNDTRIPS["confluent-kafka"](admin_login(node, "SCRAM-SHA-512"), topic_name, values)
+    config = command_config(node, tmp_path / "client.properties")
+    done = kraft(
+        *("consume", topic_name, "--group", f"cli-{topic_name}", "--from-beginning"),
+        *("--max-messages", "3", "--bootstrap-server", node.bootstrap),
+        *("--admin", node.admin, "--command-config", str(config)),
+        *("--ca-file", str(node.data_dir / CA_FILE)),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [v.decode() for v in values]
+
+
 def test_a_restart_keeps_the_password_and_does_not_print_it(node: NodeProcess) -> None:
     password = (node.data_dir / PASSWORD_FILE).read_text().strip()
     assert node.stop() == 0
