@@ -158,15 +158,8 @@ class TlsConnection(Connection):
         if self._handshaken and self._listener.budget.exhausted and not self._frames.in_frame():
             self._wait_for_memory()
             return
-        try:
-            data = self._sock.recv(TLS_READ_BYTES)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            self.abort(f"read failed: {exc}")
-            return
-        if not data:
-            self.abort("peer closed the connection")
+        data = self._receive("peer closed the connection")
+        if data is None:
             return
         self._incoming.write(data)
         self.last_active_s = self._loop.time()
@@ -176,17 +169,24 @@ class TlsConnection(Connection):
                 return
         self._drain()
 
-    def _discard_input(self) -> None:
-        """After a failed handshake: read and drop until the peer closes or the delay ends."""
+    def _receive(self, closed_reason: str) -> bytes | None:
+        """The ciphertext the socket holds; None if none yet, or if the connection ended (it
+        is then aborted, ``closed_reason`` saying why when the peer closed it)."""
         try:
             data = self._sock.recv(TLS_READ_BYTES)
         except (BlockingIOError, InterruptedError):
-            return
+            return None
         except OSError as exc:
             self.abort(f"read failed: {exc}")
-            return
+            return None
         if not data:
-            self.abort("peer closed the connection after a failed TLS handshake")
+            self.abort(closed_reason)
+            return None
+        return data
+
+    def _discard_input(self) -> None:
+        """After a failed handshake: read and drop until the peer closes or the delay ends."""
+        self._receive("peer closed the connection after a failed TLS handshake")
 
     def _drain(self) -> None:
         """Decrypt what the incoming BIO holds into the frame reader, cutting frames, while
