@@ -251,12 +251,15 @@ def learn_producer(
     if pid == NO_PRODUCER_ID:
         return None
     if isinstance(batch, RecordBatch):
-        transactional, control = batch.is_transactional, batch.is_control
+        control, transactional = batch.is_control, batch.is_transactional
         marker = read_marker(batch) if control else None
     else:
-        transactional, control, marker = batch.transactional, batch.marker is not None, batch.marker
-    if control:
-        if marker is None or marker[0] not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+        control, transactional, marker = batch.control, batch.transactional, batch.marker
+    # an empty control batch (the cleaner's, where it removed every record) is no marker and
+    # opens no transaction; its sequences still count
+    transactional = transactional and not control
+    if marker is not None:
+        if marker[0] not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
             return None
         kind, coordinator_epoch = marker
         return producers.complete(

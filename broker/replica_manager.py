@@ -763,7 +763,8 @@ class ReplicaManager:
             ):
                 continue
             try:
-                cleaning = part.log.prepare_clean(self.clock_ms(), part.high_watermark)
+                # never above the LSO: an open transaction's outcome is not known yet
+                cleaning = part.log.prepare_clean(self.clock_ms(), part.last_stable_offset)
             except LogError as exc:
                 log.error("log cleaning failed partition=%s error=%s", part.name, exc)
                 continue

@@ -49,6 +49,7 @@ class AppendedBatch(NamedTuple):
     max_timestamp: int
     transactional: bool = False
     marker: tuple[ControlRecordType, int] | None = None  # a control batch's type and epoch
+    control: bool = False
 
 
 @dataclass(slots=True)
@@ -132,6 +133,7 @@ def _add(
             batch.max_timestamp,
             batch.is_transactional,
             marker,
+            batch.is_control,
         )
     )
     fetched.size_bytes += size

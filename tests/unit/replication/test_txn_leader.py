@@ -11,7 +11,10 @@ from pathlib import Path
 
 from broker.deferred import Deferred
 from broker.log.config import LogConfig
+from broker.log.fetched_batches import AppendedBatch
 from broker.log.txn_index import AbortedTxn
+from broker.partition import learn_producer
+from broker.producer_state import ProducerStateManager
 from broker.replica_manager import AppendOutcome, Partition, Registration, ReplicaManager
 from broker.storage import MemoryStorage
 from kafka_protocol.errors import ErrorCode
@@ -20,6 +23,7 @@ from kafka_protocol.record_batch import RecordBatch, SimpleRecord, build_batch
 TOPIC_ID = uuid.uuid4()
 REG = Registration(1, 0, 0, (1, 2), (1, 2))
 PID, OTHER = 100, 200
+T = 1_700_000_000_000
 
 
 class Clock:
@@ -215,3 +219,14 @@ def test_a_failed_marker_write_reopens_the_transaction() -> None:
         assert part.log.aborted_transactions(0, 10) == []
 
     asyncio.run(main())
+
+
+def test_an_emptied_control_batch_keeps_sequences_and_closes_nothing() -> None:
+    """The cleaner writes a batch whose records all went as an empty control batch with the
+    producer's fields: no marker, no transaction, but its sequences still count."""
+    producers = ProducerStateManager()
+    learn_producer(producers, AppendedBatch(PID, 0, 0, 0, 0, 0, T, True), seen_ms=T)
+    emptied = AppendedBatch(PID, 0, 1, 3, 1, 3, T, True, None, control=True)
+    assert learn_producer(producers, emptied, seen_ms=T) is None
+    assert producers.ongoing_transactions() == [(PID, 0, 0)]
+    assert producers.producers[PID].last_seq == 3
