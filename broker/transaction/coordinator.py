@@ -51,7 +51,7 @@ from broker.log.errors import LogError
 from broker.partition import AppendOutcome, Partition
 from broker.replica_manager import ReplicaManager
 from broker.transaction import state as txn
-from broker.transaction.markers import write_markers
+from broker.transaction.markers import MarkerChannel
 from broker.transaction.records import (
     TRANSACTION_STATE_TOPIC,
     decode,
@@ -137,6 +137,7 @@ class TransactionCoordinator:
         self.clock_ms = clock_ms
         self._allocate = allocate_producer_id
         self.connections = connections
+        self.markers = MarkerChannel(connections, image)
         self.owned: dict[int, TxnPartition] = {}
         self._creating: asyncio.Task[None] | None = None
         self._loops: list[asyncio.Task[None]] = []
@@ -365,9 +366,7 @@ class TransactionCoordinator:
         """Markers to every partition of a PrepareCommit/PrepareAbort transaction, then
         CompleteCommit/CompleteAbort (retried while this broker stays the coordinator)."""
         tid = prepared.transactional_id
-        written = await write_markers(
-            self.connections,
-            self.image,
+        written = await self.markers.write(
             prepared.producer_id,
             prepared.producer_epoch,
             prepared.state is TxnState.PREPARE_COMMIT,
@@ -541,6 +540,7 @@ class TransactionCoordinator:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+        await self.markers.close()
         await self.connections.close()
 
     async def _every(self, interval_ms: int, action: Callable[[], Awaitable[int]]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +21,17 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from broker.coordinator.records import OFFSETS_TOPIC, partition_for
 from integration.node_process import NodeProcess
 from integration.raw_client import RawConnection
+from integration.txn_requests import (
+    add_partitions,
+    describe,
+    end_txn,
+    init_producer_id,
+    wait_until,
+)
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
-    DescribeTransactionsRequest,
-    EndTxnRequest,
     FindCoordinatorRequest,
     InitProducerIdRequest,
     ListTransactionsRequest,
@@ -65,77 +70,6 @@ def _txn_id() -> str:
     return f"coordinator-test-{next(_ids)}"
 
 
-def _wait(what: str, condition: Callable[[], Any], timeout_s: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _init(
-    raw: RawConnection, tid: str, timeout_ms: int = 60_000, version: int = 4, **kw: Any
-) -> Any:
-    """InitProducerId, retried while the coordinator loads or aborts (as clients do)."""
-
-    def attempt() -> Any:
-        r = raw.request(
-            InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=timeout_ms, **kw),
-            version,
-        )
-        retriable = (
-            ErrorCode.COORDINATOR_NOT_AVAILABLE,
-            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-            ErrorCode.CONCURRENT_TRANSACTIONS,
-        )
-        return None if r.error_code in retriable else r
-
-    return _wait(f"InitProducerId of {tid}", attempt)
-
-
-def _add(
-    raw: RawConnection,
-    tid: str,
-    pid: int,
-    epoch: int,
-    parts: list[int],
-    version: int = 3,
-    topic: str = TOPIC,
-) -> dict[tuple[str, int], int]:
-    r = raw.request(
-        AddPartitionsToTxnRequest(
-            v3_and_below_transactional_id=tid,
-            v3_and_below_producer_id=pid,
-            v3_and_below_producer_epoch=epoch,
-            v3_and_below_topics=[AddTopic(name=topic, partitions=parts)],
-        ),
-        version,
-    )
-    return {
-        (t.name, p.partition_index): p.partition_error_code
-        for t in r.results_by_topic_v3_and_below
-        for p in t.results_by_partition
-    }
-
-
-def _end(raw: RawConnection, tid: str, pid: int, epoch: int, commit: bool, version: int = 3) -> int:
-    r = raw.request(
-        EndTxnRequest(
-            transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=commit
-        ),
-        version,
-    )
-    return int(r.error_code)
-
-
-def _describe(raw: RawConnection, tid: str) -> Any:
-    r = raw.request(DescribeTransactionsRequest(transactional_ids=[tid]), 0)
-    (state,) = r.transaction_states
-    return state
-
-
 # --- real clients ---------------------------------------------------------------------------
 
 
@@ -149,7 +83,7 @@ def test_confluent_kafka_transactions_begin_commit_and_abort(
     producer.commit_transaction(10)
     producer.begin_transaction()
     producer.abort_transaction(10)
-    described = _describe(raw, tid)
+    described = describe(raw, tid)
     assert described.error_code == ErrorCode.NONE
     assert described.transaction_state == "Empty"  # nothing was added: no EndTxn was needed
     assert described.producer_epoch == 0
@@ -164,7 +98,7 @@ def test_a_second_producer_with_the_same_id_fences_the_first(
     zombie.init_transactions(30)
     successor = Producer(conf)
     successor.init_transactions(30)
-    assert _describe(raw, tid).producer_epoch == 1
+    assert describe(raw, tid).producer_epoch == 1
     group = Consumer({"bootstrap.servers": node.bootstrap, "group.id": f"g-{tid}"})
     zombie.begin_transaction()
     with pytest.raises(KafkaException) as fenced:
@@ -187,7 +121,7 @@ def test_find_coordinator_names_this_node_for_a_transactional_id(
         r = raw.request(FindCoordinatorRequest(key=_txn_id(), key_type=1), 3)
         return r if r.error_code == ErrorCode.NONE else None
 
-    r = _wait("the transaction coordinator", found)
+    r = wait_until("the transaction coordinator", found)
     assert (r.host, r.port) == (node.host, node.port)
     v4 = raw.request(FindCoordinatorRequest(key_type=1, coordinator_keys=["a", "b"]), 4)
     assert [(c.key, c.error_code, c.port) for c in v4.coordinators] == [
@@ -207,17 +141,17 @@ def test_transaction_timeout_above_the_maximum_is_refused(raw: RawConnection) ->
 
 def test_kip_360_epoch_bumps_and_fencing(raw: RawConnection) -> None:
     tid = _txn_id()
-    first = _init(raw, tid)
+    first = init_producer_id(raw, tid)
     assert first.error_code == ErrorCode.NONE and first.producer_epoch == 0
     pid = first.producer_id
-    bumped = _init(raw, tid, producer_id=pid, producer_epoch=0)
+    bumped = init_producer_id(raw, tid, producer_id=pid, producer_epoch=0)
     assert (bumped.error_code, bumped.producer_id, bumped.producer_epoch) == (0, pid, 1)
     # the same request again (its answer lost): the same answer
-    retried = _init(raw, tid, producer_id=pid, producer_epoch=0)
+    retried = init_producer_id(raw, tid, producer_id=pid, producer_epoch=0)
     assert (retried.error_code, retried.producer_id, retried.producer_epoch) == (0, pid, 1)
-    stale = _init(raw, tid, producer_id=pid + 1000, producer_epoch=1)
+    stale = init_producer_id(raw, tid, producer_id=pid + 1000, producer_epoch=1)
     assert stale.error_code == ErrorCode.PRODUCER_FENCED
-    old_version = _init(raw, tid, version=3, producer_id=pid + 1000, producer_epoch=1)
+    old_version = init_producer_id(raw, tid, version=3, producer_id=pid + 1000, producer_epoch=1)
     assert old_version.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
     half = raw.request(
         InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=1000, producer_id=pid),
@@ -230,47 +164,51 @@ def test_add_partitions_refuses_unknown_producers_old_epochs_and_missing_topics(
     raw: RawConnection,
 ) -> None:
     tid = _txn_id()
-    r = _init(raw, tid)
+    r = init_producer_id(raw, tid)
     pid, epoch = r.producer_id, r.producer_epoch
-    assert set(_add(raw, tid, pid + 1, epoch, [0]).values()) == {
+    assert set(add_partitions(raw, tid, pid + 1, epoch, [0], topic=TOPIC).values()) == {
         ErrorCode.INVALID_PRODUCER_ID_MAPPING
     }
-    assert set(_add(raw, _txn_id(), pid, epoch, [0]).values()) == {
+    assert set(add_partitions(raw, _txn_id(), pid, epoch, [0], topic=TOPIC).values()) == {
         ErrorCode.INVALID_PRODUCER_ID_MAPPING
     }
-    _init(raw, tid)  # epoch + 1: the old epoch is fenced
-    assert set(_add(raw, tid, pid, epoch, [0]).values()) == {ErrorCode.PRODUCER_FENCED}
-    assert set(_add(raw, tid, pid, epoch, [0], version=1).values()) == {
+    init_producer_id(raw, tid)  # epoch + 1: the old epoch is fenced
+    assert set(add_partitions(raw, tid, pid, epoch, [0], topic=TOPIC).values()) == {
+        ErrorCode.PRODUCER_FENCED
+    }
+    assert set(add_partitions(raw, tid, pid, epoch, [0], version=1, topic=TOPIC).values()) == {
         ErrorCode.INVALID_PRODUCER_EPOCH
     }
-    errors = _add(raw, tid, pid, epoch + 1, [0, 7])
+    errors = add_partitions(raw, tid, pid, epoch + 1, [0, 7], topic=TOPIC)
     assert errors == {
         (TOPIC, 0): ErrorCode.OPERATION_NOT_ATTEMPTED,
         (TOPIC, 7): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
     }
-    assert set(_add(raw, tid, pid, epoch + 1, [0], topic="no-such-topic").values()) == {
+    assert set(add_partitions(raw, tid, pid, epoch + 1, [0], topic="no-such-topic").values()) == {
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     }
-    assert _describe(raw, tid).transaction_state == "Empty"  # nothing was added
+    assert describe(raw, tid).transaction_state == "Empty"  # nothing was added
 
 
 def test_end_txn_without_a_transaction_and_with_wrong_producers(raw: RawConnection) -> None:
     tid = _txn_id()
-    r = _init(raw, tid)
+    r = init_producer_id(raw, tid)
     pid, epoch = r.producer_id, r.producer_epoch
-    assert _end(raw, tid, pid, epoch, True) == ErrorCode.INVALID_TXN_STATE
-    assert _end(raw, tid, pid + 1, epoch, True) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
-    assert _end(raw, tid, pid, epoch + 1, False) == ErrorCode.PRODUCER_FENCED
-    assert _end(raw, tid, pid, epoch + 1, False, version=1) == ErrorCode.INVALID_PRODUCER_EPOCH
-    assert _end(raw, _txn_id(), pid, epoch, True) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    assert end_txn(raw, tid, pid, epoch, True) == ErrorCode.INVALID_TXN_STATE
+    assert end_txn(raw, tid, pid + 1, epoch, True) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    assert end_txn(raw, tid, pid, epoch + 1, False) == ErrorCode.PRODUCER_FENCED
+    assert end_txn(raw, tid, pid, epoch + 1, False, version=1) == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert end_txn(raw, _txn_id(), pid, epoch, True) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
 
 
 def test_describe_and_list_transactions(raw: RawConnection) -> None:
     tid = _txn_id()
-    r = _init(raw, tid, timeout_ms=45_000)
+    r = init_producer_id(raw, tid, timeout_ms=45_000)
     pid, epoch = r.producer_id, r.producer_epoch
     before = int(time.time() * 1000)
-    assert set(_add(raw, tid, pid, epoch, [1, 0]).values()) == {ErrorCode.NONE}
+    assert set(add_partitions(raw, tid, pid, epoch, [1, 0], topic=TOPIC).values()) == {
+        ErrorCode.NONE
+    }
     offsets = raw.request(
         AddOffsetsToTxnRequest(
             transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id="g"
@@ -278,7 +216,7 @@ def test_describe_and_list_transactions(raw: RawConnection) -> None:
         3,
     )
     assert offsets.error_code == ErrorCode.NONE
-    d = _describe(raw, tid)
+    d = describe(raw, tid)
     assert (d.error_code, d.transaction_state, d.producer_id, d.producer_epoch) == (
         0,
         "Ongoing",
@@ -292,7 +230,7 @@ def test_describe_and_list_transactions(raw: RawConnection) -> None:
         (TOPIC, (0, 1)),
         (OFFSETS_TOPIC, (partition_for("g", 50),)),
     }
-    unknown = _describe(raw, _txn_id())
+    unknown = describe(raw, _txn_id())
     assert unknown.error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
 
     def listed(version: int = 0, **filters: Any) -> Any:
@@ -318,15 +256,15 @@ def test_describe_and_list_transactions(raw: RawConnection) -> None:
         s.transactional_id
         for s in listed(1, producer_id_filters=[pid], duration_filter=0).transaction_states
     ] == [tid]
-    assert _end(raw, tid, pid, epoch, False) == ErrorCode.NONE
-    assert _describe(raw, tid).transaction_state in ("PrepareAbort", "CompleteAbort")
+    assert end_txn(raw, tid, pid, epoch, False) == ErrorCode.NONE
+    assert describe(raw, tid).transaction_state in ("PrepareAbort", "CompleteAbort")
 
 
 def test_verify_only_says_which_partitions_are_in_the_transaction(raw: RawConnection) -> None:
     tid = _txn_id()
-    r = _init(raw, tid)
+    r = init_producer_id(raw, tid)
     pid, epoch = r.producer_id, r.producer_epoch
-    assert set(_add(raw, tid, pid, epoch, [0]).values()) == {ErrorCode.NONE}
+    assert set(add_partitions(raw, tid, pid, epoch, [0], topic=TOPIC).values()) == {ErrorCode.NONE}
     Txn = AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction
     answer = raw.request(
         AddPartitionsToTxnRequest(
@@ -361,20 +299,22 @@ def test_verify_only_says_which_partitions_are_in_the_transaction(raw: RawConnec
         {(TOPIC, 0): ErrorCode.NONE, (TOPIC, 1): ErrorCode.INVALID_TXN_STATE},
         {(TOPIC, 0): ErrorCode.PRODUCER_FENCED},
     ]
-    assert _describe(raw, tid).topics[0].partitions == [0]  # verification added nothing
+    assert describe(raw, tid).topics[0].partitions == [0]  # verification added nothing
 
 
 def test_a_timed_out_transaction_is_aborted_and_its_producer_fenced(raw: RawConnection) -> None:
     tid = _txn_id()
-    r = _init(raw, tid, timeout_ms=500)
+    r = init_producer_id(raw, tid, timeout_ms=500)
     pid, epoch = r.producer_id, r.producer_epoch
-    assert set(_add(raw, tid, pid, epoch, [0]).values()) == {ErrorCode.NONE}
-    aborted = _wait(
+    assert set(add_partitions(raw, tid, pid, epoch, [0], topic=TOPIC).values()) == {ErrorCode.NONE}
+    aborted = wait_until(
         "the timed-out transaction aborted",
         lambda: (
-            (d := _describe(raw, tid)).transaction_state in ("PrepareAbort", "CompleteAbort") and d
+            (d := describe(raw, tid)).transaction_state in ("PrepareAbort", "CompleteAbort") and d
         ),
     )
     assert aborted.producer_epoch == epoch + 1
-    assert _end(raw, tid, pid, epoch, True) == ErrorCode.PRODUCER_FENCED
-    assert set(_add(raw, tid, pid, epoch, [1]).values()) == {ErrorCode.PRODUCER_FENCED}
+    assert end_txn(raw, tid, pid, epoch, True) == ErrorCode.PRODUCER_FENCED
+    assert set(add_partitions(raw, tid, pid, epoch, [1], topic=TOPIC).values()) == {
+        ErrorCode.PRODUCER_FENCED
+    }
