@@ -9,7 +9,7 @@ from broker.coordinator.runtime import CoordinatorConfig
 from broker.security.client_security import ClientSecurity
 from broker.security.session import ListenerSecurity, SecurityProtocol
 from broker.server import ListenerLimits
-from broker.transaction.coordinator import TransactionConfig
+from broker.transaction.partitions import TransactionConfig
 
 
 @dataclass(frozen=True, slots=True)

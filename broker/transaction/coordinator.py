@@ -36,14 +36,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from broker.controller_channel import (
     ControllerChannel,
     ControllerRequestError,
-    NewTopic,
-    created_topics,
-    topic_creation,
 )
 from broker.deferred import Deferred
 from broker.fatal import fatal
@@ -52,6 +49,7 @@ from broker.partition import AppendOutcome, Partition
 from broker.replica_manager import ReplicaManager
 from broker.transaction import state as txn
 from broker.transaction.markers import MarkerChannel
+from broker.transaction.partitions import TransactionConfig, TxnPartition, create_topic
 from broker.transaction.records import (
     TRANSACTION_STATE_TOPIC,
     decode,
@@ -69,20 +67,6 @@ log = logging.getLogger("broker.transaction")
 LOAD_CHUNK_BYTES = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class TransactionConfig:
-    num_partitions: int = 50  # transaction.state.log.num.partitions
-    replication_factor: int = 3  # transaction.state.log.replication.factor (capped)
-    min_isr: int = 2  # transaction.state.log.min.isr (capped at the replication factor)
-    segment_bytes: int = 100 * 1024 * 1024  # transaction.state.log.segment.bytes
-    max_timeout_ms: int = 900_000  # transaction.max.timeout.ms
-    id_expiration_ms: int = 604_800_000  # transactional.id.expiration.ms
-    abort_timed_out_interval_ms: int = 10_000  # ...abort.timed.out.transaction.cleanup.interval.ms
-    remove_expired_interval_ms: int = 3_600_000  # ...remove.expired.transaction.cleanup.interval.ms
-    verification_enabled: bool = True  # transaction.partition.verification.enable
-    append_timeout_ms: int = 5_000  # how long an acks=all append of a state change may take
-
-
 # Kafka's TransactionStateManager.appendTransactionToLog error mapping.
 _APPEND_ERRORS = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -92,18 +76,6 @@ _APPEND_ERRORS = {
     ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
     ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
 }
-
-
-@dataclass(slots=True)
-class TxnPartition:
-    """A ``__transaction_state`` partition this broker leads."""
-
-    part: Partition
-    coordinator_epoch: int
-    txns: dict[str, TxnMetadata] = field(default_factory=dict)
-    busy: set[str] = field(default_factory=set)  # ids with a state change in flight
-    loaded: bool = False
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)  # loading, markers
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,48 +147,9 @@ class TransactionCoordinator:
     def _create_topic(self) -> None:
         if self._creating is not None and not self._creating.done():
             return
-        self._creating = asyncio.get_running_loop().create_task(self._create())
-
-    async def _create(self) -> None:
-        cfg = self.config
-        live = sum(1 for b in self.image().brokers.values() if b.is_active)
-        rf = max(1, min(cfg.replication_factor, live))
-        new_topic = NewTopic(
-            TRANSACTION_STATE_TOPIC,
-            cfg.num_partitions,
-            rf,
-            {
-                "cleanup.policy": "compact",
-                "segment.bytes": str(cfg.segment_bytes),
-                "min.insync.replicas": str(max(1, min(cfg.min_isr, rf))),
-                "unclean.leader.election.enable": "false",
-                "compression.type": "uncompressed",
-            },
+        self._creating = asyncio.get_running_loop().create_task(
+            create_topic(self.controller, self.image(), self.config)
         )
-        try:
-            response = await self.controller.forward(
-                topic_creation([new_topic], timeout_ms=30_000), 7
-            )
-        except Exception as exc:  # the client retries; say why it waits
-            log.warning("cannot create %s yet: %s", TRANSACTION_STATE_TOPIC, exc)
-            return
-        result = created_topics(response)[0]
-        if result.error_code == ErrorCode.TOPIC_ALREADY_EXISTS:
-            return
-        if result.error_code != ErrorCode.NONE:
-            log.warning(
-                "cannot create %s yet: %s %s",
-                TRANSACTION_STATE_TOPIC,
-                ErrorCode.from_code(result.error_code).name,
-                result.error_message or "",
-            )
-        else:
-            log.info(
-                "created %s partitions=%d replication_factor=%d",
-                TRANSACTION_STATE_TOPIC,
-                cfg.num_partitions,
-                rf,
-            )
 
     # --- partition ownership ------------------------------------------------------------------
 
@@ -472,7 +405,11 @@ class TransactionCoordinator:
         partitions: Sequence[TopicPartition],
     ) -> dict[TopicPartition, ErrorCode]:
         """:class:`~broker.transaction.interfaces.TransactionVerifier`: answered here when this
-        broker coordinates the id, else by its coordinator (AddPartitionsToTxn verify_only)."""
+        broker coordinates the id, else by its coordinator (AddPartitionsToTxn verify_only).
+        With ``transaction.partition.verification.enable=false`` every partition is NONE: the
+        leader appends unverified, as Kafka's does then."""
+        if not self.config.verification_enabled:
+            return dict.fromkeys(partitions, ErrorCode.NONE)
         coordinator = self.coordinator_of(transactional_id)
         if isinstance(coordinator, ErrorCode):
             return dict.fromkeys(partitions, coordinator)

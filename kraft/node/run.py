@@ -39,7 +39,7 @@ from broker.log.errors import LogError
 from broker.metrics import BrokerMetrics
 from broker.security.session import SecurityProtocol
 from broker.storage import FileStorage
-from broker.transaction.coordinator import TransactionConfig
+from broker.transaction.partitions import TransactionConfig
 from kraft.controller.result import ControllerConfig
 from kraft.node.bootstrap_scram import with_bootstrap_records
 from kraft.node.config import ConfigError, NodeConfig, StartupError, listener_limits
