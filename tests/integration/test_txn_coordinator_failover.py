@@ -168,3 +168,73 @@ def test_a_new_coordinator_loads_and_serves_the_same_ids(cluster: LocalCluster) 
         victim.wait_ready()
     md = admin_client(cluster).list_topics(TRANSACTION_STATE_TOPIC, timeout=10)
     assert len(md.topics[TRANSACTION_STATE_TOPIC].partitions) == TXN_PARTITIONS
+
+
+def test_a_decided_commit_is_completed_by_the_next_coordinator(cluster: LocalCluster) -> None:
+    """The markers of a PrepareCommit cannot be written (the only replica of one of its
+    partitions is down) when the coordinator dies: the next coordinator loads PrepareCommit,
+    writes the markers once the partition is back, and completes the commit."""
+    (tid,) = _ids_on_one_partition(4)[3:]
+    coordinator, conn = _coordinator(cluster, tid)
+    conn.close()
+    pinned_to = next(b for b in cluster.brokers if b != coordinator)
+    admin = admin_client(cluster)
+    admin.create_topics([NewTopic("pinned", 1, replica_assignment=[[pinned_to]])])["pinned"].result(
+        timeout=10
+    )
+    down = cluster.brokers[pinned_to]
+    down.kill()
+    victim = cluster.brokers[coordinator]
+    try:
+        wait_for(
+            "pinned-0 without a leader",
+            lambda: (
+                admin_client(cluster)
+                .list_topics("pinned", timeout=5)
+                .topics["pinned"]
+                .partitions[0]
+                .leader
+                == -1
+            ),
+            30,
+            cluster,
+        )
+        _, conn = _coordinator(cluster, tid)
+        try:
+            r = init_producer_id(conn, tid)
+            pid, epoch = r.producer_id, r.producer_epoch
+            assert set(add_partitions(conn, tid, pid, epoch, [0], topic="pinned").values()) == {0}
+            assert set(add_partitions(conn, tid, pid, epoch, [1], topic=TOPIC).values()) == {0}
+            assert end_txn(conn, tid, pid, epoch, True) == ErrorCode.NONE
+            assert describe(conn, tid).transaction_state == "PrepareCommit"
+            # a retried EndTxn while the markers go out: CONCURRENT_TRANSACTIONS, the client
+            # retries; the other outcome: INVALID_TXN_STATE
+            assert end_txn(conn, tid, pid, epoch, True) == ErrorCode.CONCURRENT_TRANSACTIONS
+            assert end_txn(conn, tid, pid, epoch, False) == ErrorCode.INVALID_TXN_STATE
+        finally:
+            conn.close()
+        victim.kill()
+        down.launch()
+        down.wait_ready()
+
+        def completed() -> Any:
+            found, c = _coordinator(cluster, tid)
+            try:
+                d = describe(c, tid)
+            finally:
+                c.close()
+            ok = found != coordinator and d.transaction_state == "CompleteCommit"
+            return d if ok else None
+
+        d = wait_for("the next coordinator completing the commit", completed, 60, cluster)
+        assert (d.producer_id, d.producer_epoch) == (pid, epoch)
+        _, conn = _coordinator(cluster, tid)
+        try:
+            assert end_txn(conn, tid, pid, epoch, True) == ErrorCode.NONE  # a late retry
+        finally:
+            conn.close()
+    finally:
+        for proc in (down, victim):
+            if not proc.alive():
+                proc.launch()
+                proc.wait_ready()
