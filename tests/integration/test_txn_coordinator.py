@@ -111,6 +111,143 @@ def test_a_second_producer_with_the_same_id_fences_the_first(
     group.close()
 
 
+def _read(
+    bootstrap: str, topic: str, isolation: str, expect: int, timeout_s: float = 10.0
+) -> list[str]:
+    """Every record of ``topic`` a consumer with ``isolation`` reads (waits for ``expect``,
+    then half a second more for records that should not be there)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{next(_ids)}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    got: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    quiet_until = None
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.1)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value().decode())
+            if len(got) >= expect:
+                quiet_until = quiet_until or time.monotonic() + 0.5
+                if time.monotonic() > quiet_until:
+                    break
+    finally:
+        consumer.close()
+    return got
+
+
+def _topic(node: NodeProcess, partitions: int = 2) -> str:
+    name = f"txn-data-{next(_ids)}"
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=10)
+    return name
+
+
+def test_confluent_kafka_commits_and_aborts_records(node: NodeProcess, raw: RawConnection) -> None:
+    topic = _topic(node)
+    tid = _txn_id()
+    producer = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": tid})
+    producer.init_transactions(30)
+    for i in range(3):
+        producer.begin_transaction()
+        for j in range(10):
+            producer.produce(topic, f"commit-{i}-{j}".encode(), partition=j % 2)
+        producer.commit_transaction(10)
+    producer.begin_transaction()
+    for j in range(10):
+        producer.produce(topic, f"abort-{j}".encode(), partition=j % 2)
+    producer.flush(10)  # written, then aborted (unsent records would just be dropped)
+    producer.abort_transaction(10)
+    committed = _read(node.bootstrap, topic, "read_committed", 30)
+    assert sorted(committed) == sorted(f"commit-{i}-{j}" for i in range(3) for j in range(10))
+    everything = _read(node.bootstrap, topic, "read_uncommitted", 40)
+    assert len(everything) == 40 and sum(v.startswith("abort-") for v in everything) == 10
+    d = wait_until(
+        "CompleteAbort",
+        lambda: (x := describe(raw, tid)).transaction_state == "CompleteAbort" and x,
+    )
+    assert d.producer_epoch == 0 and d.topics == []
+
+
+def test_kafka_python_and_aiokafka_transactional_producers_commit(node: NodeProcess) -> None:
+    from kafka import KafkaProducer
+
+    topic = _topic(node, 1)
+    kp = KafkaProducer(bootstrap_servers=node.bootstrap, transactional_id=_txn_id())
+    kp.init_transactions()
+    kp.begin_transaction()
+    for j in range(5):
+        kp.send(topic, f"kafka-python-{j}".encode())
+    kp.commit_transaction()
+    kp.begin_transaction()
+    kp.send(topic, b"kafka-python-aborted")
+    kp.flush()
+    kp.abort_transaction()
+    kp.close()
+
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    async def aiokafka_transactions() -> None:
+        ap = AIOKafkaProducer(bootstrap_servers=node.bootstrap, transactional_id=_txn_id())
+        await ap.start()
+        try:
+            async with ap.transaction():
+                for j in range(5):
+                    await ap.send(topic, f"aiokafka-{j}".encode())
+            await ap.begin_transaction()
+            await (await ap.send(topic, b"aiokafka-aborted"))
+            await ap.abort_transaction()
+        finally:
+            await ap.stop()
+
+    asyncio.run(aiokafka_transactions())
+    committed = _read(node.bootstrap, topic, "read_committed", 10)
+    assert sorted(committed) == sorted(
+        [f"kafka-python-{j}" for j in range(5)] + [f"aiokafka-{j}" for j in range(5)]
+    )
+
+
+def test_a_producer_silent_past_its_timeout_is_aborted_and_fenced(
+    node: NodeProcess, raw: RawConnection
+) -> None:
+    topic = _topic(node, 1)
+    tid = _txn_id()
+    producer = Producer(
+        {
+            "bootstrap.servers": node.bootstrap,
+            "transactional.id": tid,
+            "transaction.timeout.ms": 1000,
+        }
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"never-committed")
+    producer.flush(10)
+    wait_until(
+        "the coordinator aborting the transaction",
+        lambda: describe(raw, tid).transaction_state == "CompleteAbort",
+    )
+    assert describe(raw, tid).producer_epoch == 1  # bumped: the producer is fenced
+    with pytest.raises(KafkaException):
+        producer.commit_transaction(10)
+    # read_committed readers move on past the aborted record
+    later = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": _txn_id()})
+    later.init_transactions(30)
+    later.begin_transaction()
+    later.produce(topic, b"after")
+    later.commit_transaction(10)
+    assert _read(node.bootstrap, topic, "read_committed", 1) == ["after"]
+
+
 # --- Kafka's answers to bad requests --------------------------------------------------------
 
 
