@@ -260,11 +260,11 @@ def read_committed(node: NodeProcess, topic: str, expected: int) -> list[bytes]:
 def test_a_hanging_transaction_is_found_and_aborted(node: NodeProcess) -> None:
     topic = "stuck"
     create_topic(node, topic)
-    before = build_batch([SimpleRecord(b"k", b"before")], now_ms=wall_ms())
+    before = build_batch([SimpleRecord(b"before", b"k")], now_ms=wall_ms())
     assert produce(node, topic, before, None) == 0
     an_hour_ago = wall_ms() - 3_600_000
     hanging = build_batch(
-        [SimpleRecord(b"k", f"hanging-{i}".encode()) for i in range(3)],
+        [SimpleRecord(f"hanging-{i}".encode(), b"k") for i in range(3)],
         now_ms=an_hour_ago,
         producer_id=MADE_UP_PRODUCER_ID,
         producer_epoch=0,
@@ -273,7 +273,7 @@ def test_a_hanging_transaction_is_found_and_aborted(node: NodeProcess) -> None:
     )
     start = produce(node, topic, hanging, "never-told-the-coordinator")
     assert start == 1
-    after = build_batch([SimpleRecord(b"k", b"after")], now_ms=wall_ms())
+    after = build_batch([SimpleRecord(b"after", b"k")], now_ms=wall_ms())
     assert produce(node, topic, after, None) == 4
     assert last_stable_offset(node, topic) == start  # read_committed readers stop here
 
