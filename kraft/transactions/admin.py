@@ -196,15 +196,17 @@ class TransactionAdmin:
         self, partitions: Iterable[TopicPartition], broker_id: int | None = None
     ) -> ProducersByPartition:
         """Each partition's active producers, from its leader (or from replica ``broker_id``),
-        or its error; a partition whose leader moved or is unknown is asked again a few times."""
+        or its error; a partition whose leader moved or is unknown is asked again a few times
+        (one replica is asked once: asking it again cures nothing)."""
         found: ProducersByPartition = {}
         pending = sorted(set(partitions))
         backoff = Backoff(RETRY_INITIAL_S, RETRY_MAX_S)
-        for attempt in range(PARTITION_ATTEMPTS):
+        attempts = PARTITION_ATTEMPTS if broker_id is None else 1
+        for attempt in range(attempts):
             if attempt:
                 await backoff.sleep()
             answers = await self._describe_producers_once(pending, broker_id)
-            last = attempt == PARTITION_ATTEMPTS - 1
+            last = attempt == attempts - 1
             pending = []
             for tp, answer in answers.items():
                 if isinstance(answer, PartitionError) and is_retriable(answer.error) and not last:
@@ -296,8 +298,15 @@ class TransactionAdmin:
         ``may_describe`` says which transactional ids the caller may see (one it may not is
         treated as unknown, as Kafka's ListTransactions leaves it out).  A partition that
         cannot be described fails the whole search."""
+        answers = await self.describe_producers(partitions, broker_id)
+        if broker_id is not None:
+            # Kafka's brokers answer DescribeProducers on every replica; one that answers only
+            # where it leads sends us to the leader for the others (the same producer state).
+            followed = [tp for tp, a in answers.items() if _not_leader(a)]
+            if followed:
+                answers.update(await self.describe_producers(followed))
         producers: dict[TopicPartition, list[ProducerState]] = {}
-        for tp, answer in sorted((await self.describe_producers(partitions, broker_id)).items()):
+        for tp, answer in sorted(answers.items()):
             if isinstance(answer, PartitionError):
                 raise _partition_failure("DescribeProducers", tp, answer)
             producers[tp] = answer
@@ -320,6 +329,10 @@ class TransactionAdmin:
                     raise
                 descriptions[transactional_id] = None
         return hanging(candidates, ids, descriptions)
+
+
+def _not_leader(answer: list[ProducerState] | PartitionError) -> bool:
+    return isinstance(answer, PartitionError) and answer.error == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 def _partition_failure(api: str, tp: TopicPartition, failure: PartitionError) -> GroupError:

@@ -569,3 +569,17 @@ def test_find_hanging_with_nothing_old_asks_no_coordinator() -> None:
         ),
     )
     assert found == [] and brokers.sent(ListTransactionsRequest) == []
+
+
+def test_find_hanging_by_broker_asks_the_leader_where_the_replica_does_not_answer() -> None:
+    old = NOW - 20 * MINUTE
+    brokers = FakeTxnBrokers(producers={TP("t", 1): [producer(500, 2, last_timestamp=old)]})
+    found = run(
+        brokers,
+        lambda a: a.find_hanging(
+            [TP("t", 1)], broker_id=1, max_transaction_timeout_ms=15 * MINUTE, now_ms=NOW
+        ),
+    )
+    assert [(t.partition, t.producer.producer_id) for t in found] == [(TP("t", 1), 500)]
+    asked = [b for b, r in brokers.received if isinstance(r, DescribeProducersRequest)]
+    assert asked == [1, 3]  # the replica named, once; then t-1's leader
