@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 from aiohttp import web
 
@@ -42,17 +42,21 @@ from kraft.rest.common import (
     query_int,
     topic_of,
 )
-from kraft.transactions.admin import TransactionAdmin
+from kraft.transactions.admin import NoOpenTransaction, TransactionAdmin
+from kraft.transactions.answers import (
+    abort_json,
+    description_json,
+    listing_json,
+    producers_json,
+    search_json,
+)
 from kraft.transactions.model import (
     DEFAULT_MAX_TRANSACTION_TIMEOUT_MS,
     NO_DURATION_FILTER,
     TRANSACTION_STATES,
     AbortSpec,
-    OpenTransaction,
-    ProducerState,
-    TransactionDescription,
-    abort_spec_at,
     partitions_to_search,
+    replicas_of,
 )
 from metadata_log.acls import AclOperation, ResourceType
 from metadata_log.image import TopicPartition
@@ -85,66 +89,14 @@ _STATUS: Final = {
 
 def setup_transactions(app: web.Application, node: AdminNode) -> None:
     """Give ``app`` a transaction admin on ``node``'s image, closed with the app."""
-    app[TRANSACTION_ADMIN] = TransactionAdmin(lambda: node.image, route=broker_route(node.config))
+    app[TRANSACTION_ADMIN] = TransactionAdmin.on_image(
+        lambda: node.image, broker_route(node.config)
+    )
 
     async def close(app: web.Application) -> None:
         await app[TRANSACTION_ADMIN].close()
 
     app.on_cleanup.append(close)
-
-
-# --- JSON -------------------------------------------------------------------------------------
-
-
-def description_json(d: TransactionDescription, now_ms: int) -> dict[str, Any]:
-    c = d.coordinator
-    return {
-        "transactional_id": d.transactional_id,
-        "state": d.state,
-        "producer_id": d.producer_id,
-        "producer_epoch": d.producer_epoch,
-        "transaction_timeout_ms": d.timeout_ms,
-        "transaction_start_time_ms": d.start_time_ms,
-        "transaction_duration_ms": None if d.start_time_ms is None else now_ms - d.start_time_ms,
-        "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in d.partitions],
-        "coordinator": {"id": c.node_id, "host": c.host, "port": c.port},
-    }
-
-
-def producer_json(s: ProducerState) -> dict[str, Any]:
-    return {
-        "producer_id": s.producer_id,
-        "producer_epoch": s.producer_epoch,
-        "last_sequence": s.last_sequence,
-        "last_timestamp": s.last_timestamp,
-        "coordinator_epoch": s.coordinator_epoch,
-        "current_transaction_start_offset": s.current_txn_start_offset,
-    }
-
-
-def hanging_json(t: OpenTransaction, now_ms: int) -> dict[str, Any]:
-    s = t.producer
-    return {
-        "topic": t.partition.topic,
-        "partition": t.partition.partition,
-        "producer_id": s.producer_id,
-        "producer_epoch": s.producer_epoch,
-        "coordinator_epoch": s.coordinator_epoch,
-        "start_offset": s.current_txn_start_offset,
-        "last_timestamp": s.last_timestamp,
-        "duration_ms": now_ms - s.last_timestamp,
-    }
-
-
-def abort_json(spec: AbortSpec) -> dict[str, Any]:
-    return {
-        "topic": spec.partition.topic,
-        "partition": spec.partition.partition,
-        "producer_id": spec.producer_id,
-        "producer_epoch": spec.producer_epoch,
-        "coordinator_epoch": spec.coordinator_epoch,
-        "aborted": True,
-    }
 
 
 # --- request parsing --------------------------------------------------------------------------
@@ -278,7 +230,7 @@ async def list_transactions(request: web.Request) -> web.Response:
         "listing the transactions", admin.list_transactions(states, producer_ids, duration_ms)
     )
     shown = visible(request, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID)
-    return web.json_response([dataclasses.asdict(t) for t in listings if shown(t.transactional_id)])
+    return web.json_response([listing_json(t) for t in listings if shown(t.transactional_id)])
 
 
 async def describe_transaction(request: web.Request) -> web.Response:
@@ -299,14 +251,7 @@ async def describe_producers(request: web.Request) -> web.Response:
         f"describing the producers of {tp.topic}-{tp.partition}",
         admin.producers_of(tp, broker_id),
     )
-    return web.json_response(
-        {
-            "topic": tp.topic,
-            "partition": tp.partition,
-            "broker_id": broker_id,
-            "producers": [producer_json(s) for s in producers],
-        }
-    )
+    return web.json_response(producers_json(tp.topic, tp.partition, broker_id, producers))
 
 
 async def abort_transaction(request: web.Request) -> web.Response:
@@ -318,26 +263,16 @@ async def abort_transaction(request: web.Request) -> web.Response:
     tp = parsed.partition
     if isinstance(parsed, AbortByOffset):
         require(request, AclOperation.READ, ResourceType.TOPIC, tp.topic)
-        producers = await _call(
-            f"describing the producers of {tp.topic}-{tp.partition}", admin.producers_of(tp)
-        )
-        spec = abort_spec_at(tp, producers, parsed.start_offset)
-        if spec is None:
-            open_at = sorted(
-                s.current_txn_start_offset
-                for s in producers
-                if s.current_txn_start_offset is not None
+        try:
+            spec = await _call(
+                f"aborting at offset {parsed.start_offset} of {tp.topic}-{tp.partition}",
+                admin.abort_at(tp, parsed.start_offset),
             )
-            raise ApiError(
-                404,
-                "NOT_FOUND",
-                f"no open transaction starts at offset {parsed.start_offset} of"
-                f" {tp.topic}-{tp.partition} (open transactions start at:"
-                f" {', '.join(map(str, open_at)) or 'none'})",
-            )
+        except NoOpenTransaction as exc:
+            raise ApiError(404, "NOT_FOUND", str(exc)) from None
     else:
         spec = parsed
-    await _call(f"aborting on {tp.topic}-{tp.partition}", admin.abort(spec))
+        await _call(f"aborting on {tp.topic}-{tp.partition}", admin.abort(spec))
     return web.json_response(abort_json(spec))
 
 
@@ -363,7 +298,7 @@ async def find_hanging(request: web.Request) -> web.Response:
         require(request, AclOperation.READ, ResourceType.TOPIC, topic)
         _known_partition(request, TopicPartition(topic, partition or 0))
     readable = visible(request, AclOperation.READ, ResourceType.TOPIC)
-    partitions = partitions_to_search(image, topic, partition, broker_id, readable)
+    partitions = partitions_to_search(replicas_of(image), topic, partition, broker_id, readable)
     now_ms = wall_ms()
     found = await _call(
         "searching for hanging transactions",
@@ -375,10 +310,4 @@ async def find_hanging(request: web.Request) -> web.Response:
             may_describe=visible(request, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID),
         ),
     )
-    return web.json_response(
-        {
-            "max_transaction_timeout_ms": max_timeout_ms,
-            "partitions_searched": len(partitions),
-            "hanging": [hanging_json(t, now_ms) for t in found],
-        }
-    )
+    return web.json_response(search_json(max_timeout_ms, len(partitions), found, now_ms))

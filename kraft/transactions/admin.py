@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 from broker.kafka_client import Backoff
+from broker.security.client_security import ClientSecurity
 from kafka_protocol.client.error_policy import is_retriable
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
@@ -48,6 +49,7 @@ from kraft.groups.client import (
     TRANSACTION_KEY_TYPE,
     Address,
     BrokerRoute,
+    BrokerView,
     GroupClient,
     GroupError,
     ImageView,
@@ -63,6 +65,7 @@ from kraft.transactions.model import (
     ProducerState,
     TransactionDescription,
     TransactionListing,
+    abort_spec_at,
     batches,
     describe_producers_request,
     description_from,
@@ -70,13 +73,14 @@ from kraft.transactions.model import (
     list_transactions_request,
     listings_from,
     marker_error,
+    no_open_transaction,
     open_for_longer_than,
     producers_from,
     write_abort_marker_request,
 )
 from metadata_log.image import ClusterImage, TopicPartition
 
-__all__ = ["TransactionAdmin"]
+__all__ = ["NoOpenTransaction", "TransactionAdmin"]
 
 CLIENT_ID: Final = "kraft-transaction-admin"
 LIST_TRANSACTIONS_MAX: Final = 1  # v1 added the duration filter; v2's id pattern is not used
@@ -88,24 +92,32 @@ PARTITION_ATTEMPTS: Final = 4  # a partition whose leader moves is asked again
 ProducersByPartition = dict[TopicPartition, list[ProducerState] | PartitionError]
 
 
+class NoOpenTransaction(Exception):
+    """An abort by start offset found no transaction starting there."""
+
+
 class TransactionAdmin:
     """Transaction operations against the brokers of ``image()`` (see the module docstring)."""
 
     def __init__(
         self,
-        image: Callable[[], ClusterImage | None],
+        view: BrokerView,
         *,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         client_id: str = CLIENT_ID,
-        route: BrokerRoute = PLAINTEXT_ROUTE,
+        security: ClientSecurity | None = None,
     ) -> None:
-        self._view = ImageView(image, route.listener)
+        self._view = view
         self._client = GroupClient(
-            self._view,
-            request_timeout_s=request_timeout_s,
-            client_id=client_id,
-            security=route.security,
+            view, request_timeout_s=request_timeout_s, client_id=client_id, security=security
         )
+
+    @classmethod
+    def on_image(
+        cls, image: Callable[[], ClusterImage | None], route: BrokerRoute = PLAINTEXT_ROUTE
+    ) -> TransactionAdmin:
+        """On the brokers of a node's metadata image, at ``route``'s listener and login."""
+        return cls(ImageView(image, route.listener), security=route.security)
 
     async def close(self) -> None:
         await self._client.close()
@@ -282,6 +294,16 @@ class TransactionAdmin:
             )
 
         await self._client.retrying(f"abort on {tp.topic}-{tp.partition}", attempt)
+
+    async def abort_at(self, tp: TopicPartition, start_offset: int) -> AbortSpec:
+        """Abort the transaction open on ``tp`` since ``start_offset`` (KIP-664: the producer
+        is found with DescribeProducers); :class:`NoOpenTransaction` if there is none."""
+        producers = await self.producers_of(tp)
+        spec = abort_spec_at(tp, producers, start_offset)
+        if spec is None:
+            raise NoOpenTransaction(no_open_transaction(tp, start_offset, producers))
+        await self.abort(spec)
+        return spec
 
     # --- hanging transactions -----------------------------------------------------------------
 

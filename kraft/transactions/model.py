@@ -249,30 +249,47 @@ def marker_error(response: WriteTxnMarkersResponse, spec: AbortSpec) -> ErrorCod
 # --- hanging transactions -----------------------------------------------------------------------
 
 
+def replicas_of(image: ClusterImage) -> dict[TopicPartition, tuple[int, ...]]:
+    """Every partition of the image and its replicas."""
+    return {
+        TopicPartition(name, index): state.replicas
+        for name, topic in image.topics.by_name.items()
+        for index, state in topic.partitions.items()
+    }
+
+
 def partitions_to_search(
-    image: ClusterImage,
+    replicas: Mapping[TopicPartition, Sequence[int]],
     topic: str | None,
     partition: int | None,
     broker_id: int | None,
     readable: Callable[[str], bool] = lambda _: True,
 ) -> list[TopicPartition]:
-    """find-hanging's scope: one partition, a topic's partitions, or every partition with a
-    replica on ``broker_id`` (of the topics it may read; with both, the topic's partitions on
-    that broker).  The caller has checked that the topic and the partition exist."""
+    """find-hanging's scope among the partitions of ``replicas``: one partition, a topic's
+    partitions, or every partition with a replica on ``broker_id`` (of the topics it may
+    read; with both, the topic's partitions on that broker)."""
     assert topic is not None or broker_id is not None
     assert partition is None or topic is not None
-    names = [topic] if topic is not None else sorted(n for n in image.topics.by_name if readable(n))
-    found = []
-    for name in names:
-        t = image.topics.get(name)
-        if t is None:
-            continue
-        for index, state in sorted(t.partitions.items()):
-            if partition is not None and index != partition:
-                continue
-            if broker_id is None or broker_id in state.replicas:
-                found.append(TopicPartition(name, index))
-    return found
+    return sorted(
+        tp
+        for tp, on in replicas.items()
+        if (tp.topic == topic if topic is not None else readable(tp.topic))
+        and (partition is None or tp.partition == partition)
+        and (broker_id is None or broker_id in on)
+    )
+
+
+def no_open_transaction(
+    tp: TopicPartition, start_offset: int, producers: Sequence[ProducerState]
+) -> str:
+    """Why an abort by ``start_offset`` found nothing to abort."""
+    open_at = sorted(
+        s.current_txn_start_offset for s in producers if s.current_txn_start_offset is not None
+    )
+    return (
+        f"no open transaction starts at offset {start_offset} of {tp.topic}-{tp.partition}"
+        f" (open transactions start at: {', '.join(map(str, open_at)) or 'none'})"
+    )
 
 
 def open_for_longer_than(

@@ -35,9 +35,9 @@ from kafka_protocol.messages import (
 )
 from kafka_protocol.types import ProducerId, TopicName, TransactionalId
 from kraft.groups import client as group_client
-from kraft.groups.client import GroupError
+from kraft.groups.client import GroupError, ImageView
 from kraft.groups.model import Coordinator
-from kraft.transactions.admin import TransactionAdmin
+from kraft.transactions.admin import NoOpenTransaction, TransactionAdmin
 from kraft.transactions.model import (
     AbortSpec,
     OpenTransaction,
@@ -52,6 +52,7 @@ from kraft.transactions.model import (
     open_for_longer_than,
     partitions_to_search,
     producers_from,
+    replicas_of,
     write_abort_marker_request,
 )
 from metadata_log.image import TopicPartition
@@ -253,7 +254,7 @@ def test_a_transaction_its_coordinator_lists_with_the_partition_never_hangs(
 
 
 def test_search_scope_by_topic_partition_and_broker() -> None:
-    image = FakeBrokers(ports={1: 1, 2: 2, 3: 3}).image()  # t-0 on 1, t-1 on 3, u-0 on 2
+    image = replicas_of(FakeBrokers(ports={1: 1, 2: 2, 3: 3}).image())  # t-0: 1, t-1: 3, u-0: 2
     assert partitions_to_search(image, "t", None, None) == [TP("t", 0), TP("t", 1)]
     assert partitions_to_search(image, "t", 1, None) == [TP("t", 1)]
     assert partitions_to_search(image, None, None, 3) == [TP("t", 1)]
@@ -424,7 +425,7 @@ def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
 def run(brokers: FakeTxnBrokers, call: Callable[[TransactionAdmin], Awaitable[T]]) -> T:
     async def scenario() -> T:
         await brokers.start()
-        admin = TransactionAdmin(brokers.image, request_timeout_s=2.0)
+        admin = TransactionAdmin(ImageView(brokers.image), request_timeout_s=2.0)
         try:
             async with asyncio.timeout(20):
                 return await call(admin)
@@ -583,3 +584,19 @@ def test_find_hanging_by_broker_asks_the_leader_where_the_replica_does_not_answe
     assert [(t.partition, t.producer.producer_id) for t in found] == [(TP("t", 1), 500)]
     asked = [b for b, r in brokers.received if isinstance(r, DescribeProducersRequest)]
     assert asked == [1, 3]  # the replica named, once; then t-1's leader
+
+
+def test_abort_at_a_start_offset_finds_the_producer_or_says_what_is_open() -> None:
+    brokers = FakeTxnBrokers(producers={TP("t", 0): [producer(7, 12, epoch=2), producer(8, 30)]})
+    spec = run(brokers, lambda a: a.abort_at(TP("t", 0), 30))
+    assert spec == AbortSpec(TP("t", 0), 8, 0, 0)
+    assert [r.markers[0].producer_id for r in brokers.sent(WriteTxnMarkersRequest)] == [8]
+
+    async def nothing_at_13(admin: TransactionAdmin) -> str:
+        with pytest.raises(NoOpenTransaction) as raised:
+            await admin.abort_at(TP("t", 0), 13)
+        return str(raised.value)
+
+    brokers = FakeTxnBrokers(producers={TP("t", 0): [producer(7, 12), producer(8, 30)]})
+    assert run(brokers, nothing_at_13).endswith("(open transactions start at: 12, 30)")
+    assert brokers.sent(WriteTxnMarkersRequest) == []
