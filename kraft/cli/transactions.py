@@ -9,17 +9,28 @@ those of Kafka's ``kafka-transactions.sh`` (KIP-664).
                  (--start-offset N | --producer-id P --producer-epoch E --coordinator-epoch C)
     kraft transactions find-hanging (--broker-id B | --topic T [--partition P])
                  [--max-transaction-timeout MINUTES]
+
+Each also takes ``--bootstrap-server HOST:PORT[,...]`` (with ``--command-config`` for the
+login), as Kafka's tool does: then it asks the brokers directly over Kafka
+(:mod:`kraft.cli.transactions_kafka`), which authorize the caller themselves.
 """
 
 from __future__ import annotations
 
 import argparse
 import urllib.parse
-from typing import Any, Final
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final
 
-from kraft.cli.arguments import command_family, non_negative_int
+from kraft.cli.admin_auth import LoginError, kafka_security
+from kraft.cli.arguments import bootstrap_addresses, command_family, non_negative_int
 from kraft.cli.output import format_table, print_result
 from kraft.cli.rest_client import AdminClient, AdminError, command, topic_path
+from kraft.transactions.model import NO_DURATION_FILTER, TRANSACTION_STATES, AbortSpec
+from metadata_log.image import TopicPartition
+
+if TYPE_CHECKING:
+    from kraft.cli.transactions_kafka import KafkaTransactions
 
 LIST_COLUMNS: Final = ("TransactionalId", "Coordinator", "ProducerId", "TransactionState")
 DESCRIBE_COLUMNS: Final = (
@@ -64,6 +75,25 @@ def _or_minus_one(value: object) -> object:
     return -1 if value is None else value
 
 
+def ask(
+    args: argparse.Namespace,
+    client: AdminClient,
+    rest: Callable[[AdminClient], Any],
+    kafka: Callable[[KafkaTransactions], Awaitable[Any]],
+) -> Any:
+    """The answer (the REST API's JSON) of the REST API, or with ``--bootstrap-server`` of
+    the brokers directly."""
+    if args.bootstrap_server is None:
+        return rest(client)
+    from kraft.cli.transactions_kafka import run_on_brokers
+
+    try:
+        security = kafka_security(args)
+    except LoginError as exc:
+        raise AdminError("INVALID_LOGIN", str(exc)) from None
+    return run_on_brokers(args.bootstrap_server, security, kafka)
+
+
 @command
 def transactions_list(args: argparse.Namespace, client: AdminClient) -> int:
     query: dict[str, Any] = {}
@@ -73,7 +103,13 @@ def transactions_list(args: argparse.Namespace, client: AdminClient) -> int:
         query["producer_id"] = ",".join(map(str, args.producer_id))
     if args.duration_filter is not None:
         query["duration_ms"] = args.duration_filter
-    listings = client.call("GET", "/v1/transactions", query=query).body
+    duration_ms = NO_DURATION_FILTER if args.duration_filter is None else args.duration_filter
+    listings = ask(
+        args,
+        client,
+        lambda c: c.call("GET", "/v1/transactions", query=query).body,
+        lambda k: k.list(args.state or [], args.producer_id or [], duration_ms),
+    )
     rows = [
         (t["transactional_id"], t["coordinator"], t["producer_id"], t["state"]) for t in listings
     ]
@@ -83,7 +119,12 @@ def transactions_list(args: argparse.Namespace, client: AdminClient) -> int:
 @command
 def transactions_describe(args: argparse.Namespace, client: AdminClient) -> int:
     path = "/v1/transactions/" + urllib.parse.quote(args.transactional_id, safe="")
-    t = client.call("GET", path).body
+    t = ask(
+        args,
+        client,
+        lambda c: c.call("GET", path).body,
+        lambda k: k.describe(args.transactional_id),
+    )
     return print_result(args.json, t, lambda: describe_text(t))
 
 
@@ -107,7 +148,12 @@ def describe_text(t: dict[str, Any]) -> str:
 def transactions_describe_producers(args: argparse.Namespace, client: AdminClient) -> int:
     path = topic_path(args.topic, "partitions", str(args.partition), "producers")
     query = {} if args.broker_id is None else {"broker_id": args.broker_id}
-    answer = client.call("GET", path, query=query).body
+    answer = ask(
+        args,
+        client,
+        lambda c: c.call("GET", path, query=query).body,
+        lambda k: k.producers(TopicPartition(args.topic, args.partition), args.broker_id),
+    )
     return print_result(args.json, answer, lambda: producers_text(answer["producers"]))
 
 
@@ -156,7 +202,19 @@ def abort_body(args: argparse.Namespace) -> dict[str, Any]:
 
 @command
 def transactions_abort(args: argparse.Namespace, client: AdminClient) -> int:
-    done = client.call("POST", "/v1/transactions/abort", abort_body(args)).body
+    body = abort_body(args)
+    tp = TopicPartition(args.topic, args.partition)
+    target = body.get("start_offset")
+    if target is None:
+        target = AbortSpec(
+            tp, body["producer_id"], body["producer_epoch"], body["coordinator_epoch"]
+        )
+    done = ask(
+        args,
+        client,
+        lambda c: c.call("POST", "/v1/transactions/abort", body).body,
+        lambda k: k.abort(tp, target),
+    )
     text = (
         f"Aborted the transaction of producer {done['producer_id']} (epoch"
         f" {done['producer_epoch']}, coordinator epoch {done['coordinator_epoch']}) on"
@@ -183,7 +241,14 @@ def transactions_find_hanging(args: argparse.Namespace, client: AdminClient) -> 
     for key in ("topic", "partition", "broker_id"):
         if getattr(args, key) is not None:
             query[key] = getattr(args, key)
-    found = client.call("GET", "/v1/transactions/hanging", query=query).body
+    found = ask(
+        args,
+        client,
+        lambda c: c.call("GET", "/v1/transactions/hanging", query=query).body,
+        lambda k: k.hanging(
+            args.topic, args.partition, args.broker_id, query["max_transaction_timeout_ms"]
+        ),
+    )
     return print_result(args.json, found, lambda: hanging_text(found["hanging"]))
 
 
@@ -237,9 +302,22 @@ def add_parser(
         "transactions",
         "list and describe transactions and producers; find and abort hanging transactions",
     )
+    kafka = argparse.ArgumentParser(add_help=False)
+    kafka.add_argument(
+        "--bootstrap-server",
+        type=bootstrap_addresses,
+        metavar="HOST:PORT",
+        help="ask the brokers directly over Kafka, as kafka-transactions.sh (logging in with"
+        " --command-config); without it, through the REST API at --admin",
+    )
+    common = argparse.ArgumentParser(add_help=False, parents=[common, kafka])
     listing = actions.add_parser("list", parents=[common], help="list transactions")
     listing.add_argument(
-        "--state", action="append", metavar="STATE", help="only in this state (repeatable)"
+        "--state",
+        action="append",
+        choices=TRANSACTION_STATES,
+        metavar="STATE",
+        help=f"only in this state (repeatable): {', '.join(TRANSACTION_STATES)}",
     )
     listing.add_argument(
         "--producer-id", type=non_negative_int, action="append", metavar="P", help="repeatable"

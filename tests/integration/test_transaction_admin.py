@@ -149,6 +149,17 @@ def test_an_open_transaction_in_list_describe_and_describe_producers(node: NodeP
         assert (row[1], row[2], row[4]) == ("admin-open", str(producer_id), "Ongoing")
         assert row[-1] == "orders-1"
 
+        direct = kraft(
+            node,
+            "describe",
+            "--transactional-id",
+            "admin-open",
+            "--bootstrap-server",
+            node.bootstrap,
+        )
+        assert direct.returncode == 0, direct.stderr  # over Kafka, as kafka-transactions.sh
+        assert table(direct.stdout)[1][:5] == row[:5]
+
         producers = ok(node, "GET", "/v1/topics/orders/partitions/1/producers")["producers"]
         [state] = [p for p in producers if p["producer_id"] == producer_id]
         assert state["current_transaction_start_offset"] == 0
@@ -290,6 +301,11 @@ def test_a_hanging_transaction_is_found_and_aborted(node: NodeProcess) -> None:
     rows = table(by_broker.stdout)
     assert rows[0][:3] == ["Topic", "Partition", "ProducerId"]
     assert [topic, "0", str(MADE_UP_PRODUCER_ID), "0", "-1", str(start)] in [r[:6] for r in rows]
+    direct = kraft(node, "find-hanging", "--topic", topic, "--bootstrap-server", node.bootstrap)
+    assert direct.returncode == 0, direct.stderr
+    assert [r[:6] for r in table(direct.stdout)[1:]] == [
+        [topic, "0", str(MADE_UP_PRODUCER_ID), "0", "-1", str(start)]
+    ]
     none_yet = kraft(node, "find-hanging", "--topic", topic, "--max-transaction-timeout", "120")
     assert len(table(none_yet.stdout)) == 1  # an hour old is not older than two hours
 
@@ -300,6 +316,9 @@ def test_a_hanging_transaction_is_found_and_aborted(node: NodeProcess) -> None:
     )
     assert aborted.returncode == 0, aborted.stderr
     assert f"producer {MADE_UP_PRODUCER_ID}" in aborted.stdout
+    again = kraft(node, "find-hanging", "--topic", topic, "--bootstrap-server", node.bootstrap)
+    assert again.returncode == 0, again.stderr
+    assert len(table(again.stdout)) == 1  # the header only: nothing hangs now
 
     assert wait_until(
         "the LSO to pass the aborted transaction", lambda: last_stable_offset(node, topic) > 4

@@ -48,11 +48,14 @@ def admin_password(node: NodeProcess) -> str:
 def kraft(
     node: NodeProcess, *args: str, user: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``kraft`` against the node's https REST API, trusting its CA; as ``user`` (alice) or,
-    by default, as the admin through a --command-config file."""
+    """``kraft`` against the node's https REST API (or its brokers), trusting its CA; as alice
+    (``user``: REST with --user/--password, or over Kafka with her --command-config) or, by
+    default, as the admin through a --command-config file."""
     login: list[str]
     if user == "alice":
         login = ["--user", "alice", "--password", ALICE_PASSWORD]
+    elif user == "alice-over-kafka":
+        login = ["--command-config", str(alice_config(node))]
     else:
         config = node.data_dir / "admin-client.properties"
         config.write_text(
@@ -78,6 +81,16 @@ def kraft(
         timeout=60,
         env={k: v for k, v in os.environ.items() if not k.startswith("KRAFT_")},
     )
+
+
+def alice_config(node: NodeProcess) -> Path:
+    config = node.data_dir / "alice-client.properties"
+    config.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-256\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required"
+        f' username="alice" password="{ALICE_PASSWORD}";\n'
+    )
+    return config
 
 
 def ok(done: subprocess.CompletedProcess[str]) -> str:
@@ -133,5 +146,12 @@ def test_each_action_needs_what_kafka_checks(node: NodeProcess) -> None:
         assert TRANSACTIONAL_ID in ok(kraft(node, "transactions", "list", user="alice"))
         assert "Ongoing" in ok(kraft(node, *describe, user="alice"))
         assert ok(kraft(node, *describe)).splitlines()[1].split()[4] == "Ongoing"
+
+        # over Kafka as kafka-transactions.sh: the brokers authorize the login themselves
+        over_kafka = ("--bootstrap-server", node.bootstrap)
+        assert "Ongoing" in ok(kraft(node, *producers[:1], "list", *over_kafka))
+        refused = kraft(node, *abort, *over_kafka, user="alice-over-kafka")
+        assert refused.returncode == 1 and "AUTHORIZATION_FAILED" in refused.stderr
+        assert "Ongoing" in ok(kraft(node, *describe, *over_kafka, user="alice-over-kafka"))
     finally:
         producer.abort_transaction(30)
