@@ -1,6 +1,7 @@
 """Transaction administration over the Kafka protocol: what Kafka's AdminClient does for
 ``kafka-transactions.sh`` (KIP-664), for the REST admin API of any node (a controller's too:
-it reaches the brokers on their inter-broker listener, as the group admin does).
+it reaches the brokers on their inter-broker listener, as the group admin does) and for
+``kraft transactions --bootstrap-server``.
 
 Theory of operation
 -------------------
@@ -97,7 +98,9 @@ class NoOpenTransaction(Exception):
 
 
 class TransactionAdmin:
-    """Transaction operations against the brokers of ``image()`` (see the module docstring)."""
+    """Transaction operations against the brokers of ``view``: a node's metadata image (the
+    REST API, :meth:`on_image`) or Metadata answers (``kraft transactions --bootstrap-server``).
+    See the module docstring."""
 
     def __init__(
         self,
