@@ -23,6 +23,7 @@ from broker.handlers.metadata import AutoCreate, MetadataHandler
 from broker.handlers.offset_for_leader_epoch import OffsetForLeaderEpochHandler
 from broker.handlers.produce import ProduceHandler
 from broker.handlers.sasl import SaslHandlers
+from broker.handlers.transactions import TransactionHandlers
 from broker.handlers.txn_markers import (
     DescribeProducersHandler,
     NoTransactionMarkerListener,
@@ -34,6 +35,8 @@ from broker.replica_manager import ReplicaManager
 from broker.security.admin_rules import BROKER_RULES
 from broker.security.api_authorization import guard
 from broker.security.authorization import BrokerAuthorizer
+from broker.transaction.coordinator import TransactionCoordinator
+from broker.transaction.producer_ids import ProducerIdAllocator
 from kafka_protocol.messages import ApiVersionsResponse
 from metadata_log.image import ClusterImage
 
@@ -51,6 +54,10 @@ class BrokerParts(Protocol):
     def replicas(self) -> ReplicaManager: ...
     @property
     def coordinator(self) -> GroupCoordinator: ...
+    @property
+    def transactions(self) -> TransactionCoordinator: ...
+    @property
+    def producer_ids(self) -> ProducerIdAllocator: ...
     @property
     def controller(self) -> ControllerChannel: ...
     @property
@@ -84,10 +91,14 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
         *GroupHandlers(
             parts.coordinator,
             lambda broker, listener: parts.endpoint_of(broker, parts.node.listener_for(listener)),
+            parts.transactions.coordinator_of,
         ).specs(),
         ApiVersionsHandler(parts.api_versions).spec(),
         *SaslHandlers().specs(),
-        InitProducerIdHandler(parts.controller, parts.node.node_id).spec(),
+        InitProducerIdHandler(parts.producer_ids, parts.transactions).spec(),
+        *TransactionHandlers(
+            parts.transactions, lambda: parts.image, cfg.coordinator.num_partitions
+        ).specs(),
         *security.guard(
             AdminHandlers(
                 parts.controller, parts.node, lambda: parts.image, cfg.broker_defaults
