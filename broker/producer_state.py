@@ -251,14 +251,18 @@ class ProducerStateManager:
         ``high_watermark``; None if there is none (then the LSO is the high watermark)."""
         if not self._unreplicated and not self._ongoing:
             return None
-        if self._unreplicated and self._unreplicated[0].last_offset < high_watermark:
-            kept = [t for t in self._unreplicated if t.last_offset >= high_watermark]
-            self._unreplicated = kept
-            self._forgotten_below = max(self._forgotten_below, high_watermark)
+        self.on_high_watermark(high_watermark)
         firsts = [t.first_offset for t in self._unreplicated if t.first_offset != NO_TXN]
         if self._ongoing:
             firsts.append(min(self._ongoing))
         return min(firsts) if firsts else None
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """Forget the closed transactions whose marker the high watermark passed."""
+        if self._unreplicated and self._unreplicated[0].last_offset < high_watermark:
+            kept = [t for t in self._unreplicated if t.last_offset >= high_watermark]
+            self._unreplicated = kept
+            self._forgotten_below = max(self._forgotten_below, high_watermark)
 
     def last_stable_offset_after(self, completed: CompletedTxn) -> int:
         """The LSO an aborted-transaction index entry records: the first offset of the
