@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from broker.log.errors import CorruptIndexError
 from broker.storage import Storage, StorageHandle
+from kafka_protocol.exceptions import CorruptRecordError
 from kafka_protocol.record_batch import ControlRecordType, RecordBatch, control_record_type
 
 TXN_INDEX_VERSION = 0
@@ -45,11 +46,15 @@ def marker_value(coordinator_epoch: int) -> bytes:
 
 def read_marker(batch: RecordBatch) -> tuple[ControlRecordType, int] | None:
     """The type and coordinator epoch (-1 if absent) of a control batch's first record; None
-    for an empty one (the cleaner keeps an empty batch where it removed a marker)."""
+    for an empty one (the cleaner keeps an empty batch where it removed a marker) or one of a
+    type unknown here."""
     record = next(batch.iter_records(), None)
     if record is None:
         return None
-    kind = control_record_type(record)
+    try:
+        kind = control_record_type(record)
+    except CorruptRecordError:  # a control type this broker does not know: not a marker
+        return None
     value = record.value or b""
     epoch = MARKER_VALUE.unpack_from(value)[1] if len(value) >= MARKER_VALUE.size else -1
     return kind, epoch

@@ -385,3 +385,37 @@ def watermark_pair(conn: RawConnection, topic: str) -> tuple[int, int]:
         response = conn.request(request, 5)
         answers.append(int(response.topics[0].partitions[0].offset))
     return answers[0], answers[1]
+
+
+def test_a_parked_read_committed_fetch_wakes_when_the_marker_moves_the_lso(
+    node: NodeProcess,
+) -> None:
+    waiting, writer = RawConnection(node.bootstrap, timeout_s=10), RawConnection(node.bootstrap)
+    start = latest(writer, READ_UNCOMMITTED)
+    assert produce(writer, [b"w1"], pid=7000, epoch=0, seq=0, transactional=True).error_code == 0
+    request = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=8000,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=READ_COMMITTED,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic=TopicName(TOPIC),
+                partitions=[
+                    FetchRequest.FetchPartition(
+                        partition=0, fetch_offset=start, partition_max_bytes=1 << 20
+                    )
+                ],
+            )
+        ],
+    )
+    sent_at = time.monotonic()
+    waiting.send(request, 11)
+    time.sleep(0.5)  # parked: the LSO is at w1
+    assert marker(writer, 7000, 0, commit=True) == [ErrorCode.NONE]
+    _, response = waiting.recv(request.API_KEY, 11)
+    waited = time.monotonic() - sent_at
+    data = response.responses[0].partitions[0]
+    assert values_in(data) == [b"w1"]
+    assert waited < 5, f"answered after {waited:.1f} s: the marker did not wake the fetch"
