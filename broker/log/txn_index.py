@@ -24,7 +24,10 @@ manager's replay of the log refills it (``LogSegment.recover``, ``PartitionLog``
 
 from __future__ import annotations
 
+import itertools
+import operator
 import struct
+from bisect import bisect_left
 from typing import NamedTuple
 
 from broker.log.errors import CorruptIndexError
@@ -75,6 +78,9 @@ class AbortedTxn(NamedTuple):
         if version != TXN_INDEX_VERSION:
             raise CorruptIndexError(f"aborted transaction entry of version {version}")
         return cls(*fields)
+
+
+_LAST_OFFSET = operator.itemgetter(2)
 
 
 class TransactionIndex:
@@ -145,8 +151,11 @@ class TransactionIndex:
         search is complete (an entry's LSO reached the upper bound: later segments hold no
         transaction that overlaps)."""
         found = []
-        for txn in self.entries:
-            if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
+        # entries with an earlier marker neither overlap nor end the search (their LSO is at
+        # most their marker + 1, at most ``fetch_offset``): skip them by bisection
+        start = bisect_left(self.entries, fetch_offset, key=_LAST_OFFSET)
+        for txn in itertools.islice(self.entries, start, None):
+            if txn.first_offset < upper_bound_offset:
                 found.append(txn)
             if txn.last_stable_offset >= upper_bound_offset:
                 return found, True
