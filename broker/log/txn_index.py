@@ -106,6 +106,9 @@ class TransactionIndex:
             whole = 0
         if whole != size:  # a torn entry at the end (a crash mid-write)
             handle.truncate(whole)
+            handle.flush()
+        handle.close()  # reopened by the next write: most segments never change again
+        self._handle = None
 
     def _open(self) -> StorageHandle:
         if self._handle is None:
