@@ -21,8 +21,15 @@ the request's timeout (REQUEST_TIMED_OUT); a lost leadership answers NOT_LEADER_
 
 Follower.  The replica fetcher (broker/replication/fetcher.py) appends what the leader sent
 verbatim (:meth:`append_as_follower`), truncates divergent tails (:meth:`truncate`), and keeps
-idempotent-producer state from batch headers, so a follower elected leader deduplicates
-retries of batches its predecessor wrote.
+producer state from batch headers (and markers), so a follower elected leader deduplicates
+retries of batches its predecessor wrote and knows which transactions are open.
+
+Transactions.  :meth:`append_marker` writes a coordinator's COMMIT or ABORT marker through the
+same pending list as produces (acks=all); producer state (broker/producer_state.py) opens a
+transaction at a producer's first transactional batch and closes it at the marker, and gives
+the partition its last stable offset; an ABORT marker's entry goes to the aborted-transaction
+index of the segment it lands in, on the leader and on followers alike.  At open, the replay
+of the log that rebuilds producer state also refills the indexes recovery emptied.
 
 The high watermark is checkpointed per log directory (``replication-offset-checkpoint``,
 Kafka's file and format) so a restarted broker does not expose records it cannot know are
