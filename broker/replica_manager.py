@@ -385,8 +385,10 @@ class ReplicaManager:
             log.warning("stale registration ignored partition=%s reg=%s", part.name, reg)
 
     def _report_recovered(self, part: Partition) -> None:
-        """A leader elected uncleanly has nothing to recover without transactions: it tells
-        the controller at once (AlterPartition with LeaderRecoveryState RECOVERED)."""
+        """A leader elected uncleanly tells the controller at once that it has recovered
+        (AlterPartition with LeaderRecoveryState RECOVERED), as Kafka does: KIP-704 leaves
+        any recovery of transaction state to later work, and the producer state a follower
+        built from what it replicated is its state as leader."""
         role = part.role
         if self.alter_partition is None or not isinstance(role, PartitionState):
             return
