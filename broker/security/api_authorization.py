@@ -38,6 +38,9 @@ The table, as Kafka 3.x checks (``KafkaApis``, ``ControllerApis``, ``AuthHelper`
     ListGroups             DESCRIBE CLUSTER, else the groups with DESCRIBE GROUP
     DescribeGroups         DESCRIBE GROUP (+ authorized_operations)
     DeleteGroups           DELETE GROUP
+    transaction APIs       txn_rules (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, WriteTxnMarkers,
+                           TxnOffsetCommit, DescribeTransactions, ListTransactions,
+                           DescribeProducers: its docstring has their table)
     admin APIs forwarded to the controller: admin_rules.FORWARDED_RULES (one rule each, beside
                            the controller's; create, delete, partitions, configs, elections)
     DescribeConfigs        DESCRIBE_CONFIGS TOPIC / CLUSTER (broker resources)
