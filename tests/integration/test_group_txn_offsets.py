@@ -1,0 +1,235 @@
+"""Offsets committed inside transactions (``send_offsets_to_transaction``, TxnOffsetCommit)
+through the three real transactional producers against a real ``kraft dev`` node.
+
+The group's offsets become visible when the transaction commits and never when it aborts;
+while it is open OffsetFetch shows the previous offset, and with ``require_stable`` (v7,
+KIP-447) answers UNSTABLE_OFFSET_COMMIT; a restarted node (the coordinator loads
+``__consumer_offsets`` again, transactional batches and markers included) shows the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.structs import OffsetAndMetadata as AioOffset
+from aiokafka.structs import TopicPartition as AioTopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaProducer
+from kafka import TopicPartition as KpTopicPartition
+from kafka.structs import OffsetAndMetadata as KpOffset
+
+from integration.clients import TIMEOUT_S, confluent_conf
+from integration.node_process import NodeProcess
+from integration.raw_client import RawConnection
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.messages import OffsetFetchRequest
+
+pytestmark = pytest.mark.integration
+TOPIC = "txn-in"
+_ids = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    proc = NodeProcess(Path(tmp_path_factory.mktemp("txn-offsets"))).start()
+    admin = AdminClient(confluent_conf(proc))
+    admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(timeout=TIMEOUT_S)
+    yield proc
+    if proc.alive():
+        assert proc.stop() == 0, proc.log_tail()
+
+
+def fresh(prefix: str) -> str:
+    return f"{prefix}-{next(_ids)}"
+
+
+def committed(node: NodeProcess, group: str) -> dict[int, int]:
+    """The group's offsets of TOPIC as OffsetFetch without require_stable answers them."""
+    found = _offset_fetch(node, group, require_stable=False)
+    return {p: offset for p, (offset, _) in found.items() if offset >= 0}
+
+
+def _offset_fetch(
+    node: NodeProcess, group: str, require_stable: bool
+) -> dict[int, tuple[int, int]]:
+    """partition -> (committed offset, error code), by a raw OffsetFetch v7."""
+    conn = RawConnection(node.bootstrap)
+    try:
+        request = OffsetFetchRequest(
+            group_id=group,
+            topics=[
+                OffsetFetchRequest.OffsetFetchRequestTopic(name=TOPIC, partition_indexes=[0, 1])
+            ],
+            require_stable=require_stable,
+        )
+        response = conn.request(request, 7)
+    finally:
+        conn.close()
+    assert response.error_code == ErrorCode.NONE, response
+    return {
+        p.partition_index: (p.committed_offset, p.error_code)
+        for t in response.topics
+        for p in t.partitions
+    }
+
+
+def _confluent_producer(node: NodeProcess, txn_id: str) -> Producer:
+    producer = Producer(
+        confluent_conf(node, transactional_id=txn_id, transaction_timeout_ms=30_000)
+    )
+    producer.init_transactions(TIMEOUT_S)
+    return producer
+
+
+def _group_metadata(node: NodeProcess, group: str) -> object:
+    consumer = Consumer(confluent_conf(node, group_id=group, enable_auto_commit=False))
+    try:
+        return consumer.consumer_group_metadata()
+    finally:
+        consumer.close()
+
+
+def test_confluent_offsets_visible_on_commit_only(node: NodeProcess) -> None:
+    group = fresh("ctp")
+    producer = _confluent_producer(node, fresh("tx-confluent"))
+    metadata = _group_metadata(node, group)
+
+    producer.begin_transaction()
+    producer.send_offsets_to_transaction(
+        [TopicPartition(TOPIC, 0, 5), TopicPartition(TOPIC, 1, 7)], metadata, TIMEOUT_S
+    )
+    # open transaction: the old (no) offset, and unstable for a reader that needs stability
+    assert committed(node, group) == {}
+    unstable = _offset_fetch(node, group, require_stable=True)
+    assert {p: e for p, (_, e) in unstable.items()} == {
+        0: ErrorCode.UNSTABLE_OFFSET_COMMIT,
+        1: ErrorCode.UNSTABLE_OFFSET_COMMIT,
+    }
+    producer.commit_transaction(TIMEOUT_S)
+    assert committed(node, group) == {0: 5, 1: 7}
+    stable = _offset_fetch(node, group, require_stable=True)
+    assert stable == {0: (5, ErrorCode.NONE), 1: (7, ErrorCode.NONE)}
+
+    producer.begin_transaction()
+    producer.send_offsets_to_transaction([TopicPartition(TOPIC, 0, 50)], metadata, TIMEOUT_S)
+    producer.abort_transaction(TIMEOUT_S)
+    assert committed(node, group) == {0: 5, 1: 7}, "an aborted transaction's offsets never show"
+    assert _offset_fetch(node, group, require_stable=True)[0] == (5, ErrorCode.NONE)
+
+    # a read_committed consumer of the group starts where the transaction left it
+    consumer = Consumer(
+        confluent_conf(
+            node, group_id=group, enable_auto_commit=False, isolation_level="read_committed"
+        )
+    )
+    try:
+        found = consumer.committed([TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)], TIMEOUT_S)
+        assert [tp.offset for tp in found] == [5, 7]
+    finally:
+        consumer.close()
+
+
+def test_kafka_python_send_offsets_to_transaction(node: NodeProcess) -> None:
+    group = fresh("kp")
+    producer = KafkaProducer(
+        bootstrap_servers=node.bootstrap, transactional_id=fresh("tx-kp"), request_timeout_ms=20_000
+    )
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction(
+            {KpTopicPartition(TOPIC, 1): KpOffset(11, "", -1)}, group
+        )
+        assert committed(node, group) == {}
+        producer.commit_transaction()
+        assert committed(node, group) == {1: 11}
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction(
+            {KpTopicPartition(TOPIC, 1): KpOffset(99, "", -1)}, group
+        )
+        producer.abort_transaction()
+        assert committed(node, group) == {1: 11}
+    finally:
+        producer.close(timeout=5)
+
+
+def test_aiokafka_send_offsets_to_transaction(node: NodeProcess) -> None:
+    group = fresh("aio")
+
+    async def scenario() -> None:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=node.bootstrap, transactional_id=fresh("tx-aio")
+        )
+        await producer.start()
+        try:
+            async with producer.transaction():
+                await producer.send_offsets_to_transaction(
+                    {AioTopicPartition(TOPIC, 0): AioOffset(21, "")}, group
+                )
+                assert committed(node, group) == {}
+            assert committed(node, group) == {0: 21}
+            await producer.begin_transaction()
+            await producer.send_offsets_to_transaction(
+                {AioTopicPartition(TOPIC, 0): AioOffset(77, "")}, group
+            )
+            await producer.abort_transaction()
+            assert committed(node, group) == {0: 21}
+        finally:
+            await producer.stop()
+
+    asyncio.run(scenario())
+
+
+def test_pending_and_completed_offsets_survive_a_restart(tmp_path: Path) -> None:
+    """The coordinator reloads ``__consumer_offsets``: committed transactions' offsets are
+    there, aborted ones not, and an open transaction's are pending again until its abort."""
+    node = NodeProcess(tmp_path / "node").start()
+    AdminClient(confluent_conf(node)).create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(
+        timeout=TIMEOUT_S
+    )
+    try:
+        _restart_scenario(node)
+    finally:
+        node.kill()
+
+
+def _restart_scenario(node: NodeProcess) -> None:
+    done, aborted, open_group = fresh("r-done"), fresh("r-aborted"), fresh("r-open")
+    producer = _confluent_producer(node, fresh("tx-restart"))
+    for group, offset in ((done, 3), (aborted, 4)):
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction(
+            [TopicPartition(TOPIC, 0, offset)], _group_metadata(node, group), TIMEOUT_S
+        )
+        if group == done:
+            producer.commit_transaction(TIMEOUT_S)
+        else:
+            producer.abort_transaction(TIMEOUT_S)
+    txn_id = fresh("tx-open")
+    hanging = _confluent_producer(node, txn_id)
+    hanging.begin_transaction()
+    hanging.send_offsets_to_transaction(
+        [TopicPartition(TOPIC, 1, 8)], _group_metadata(node, open_group), TIMEOUT_S
+    )
+    assert _offset_fetch(node, open_group, require_stable=True)[1][1] == (
+        ErrorCode.UNSTABLE_OFFSET_COMMIT
+    )
+    node.kill()  # kill -9: the open transaction stays open in the logs
+    node.start(port=node.port, admin_port=int(node.admin.rsplit(":", 1)[1]) if node.admin else 0)
+    assert _offset_fetch(node, open_group, require_stable=True)[1][1] == (
+        ErrorCode.UNSTABLE_OFFSET_COMMIT
+    ), "pending again after the reload"
+
+    assert committed(node, done) == {0: 3}
+    assert committed(node, aborted) == {}
+    assert committed(node, open_group) == {}
+    # the same transactional id again: the coordinator aborts the open transaction (fencing)
+    _confluent_producer(node, txn_id)
+    assert committed(node, open_group) == {}
+    assert _offset_fetch(node, open_group, require_stable=True)[1] == (-1, ErrorCode.NONE)
