@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 from broker.controller_channel import ControllerChannel, NewTopic, created_topics, topic_creation
 from broker.coordinator.classic_groups import ClassicGroups
+from broker.coordinator.commits import OffsetCommit, Producer, coordinator_error
 from broker.coordinator.offsets import (
     NO_PRODUCER_ID,
     CommittedOffset,
@@ -59,6 +60,7 @@ from broker.group.classic_member import GroupConfig
 from broker.log.errors import LogError
 from broker.partition import AppendOutcome, Partition
 from broker.replica_manager import ReplicaManager
+from broker.transaction.interfaces import TransactionVerifier
 from kafka_protocol.coordinator import OffsetCommitValue
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import ProtocolError
@@ -88,36 +90,6 @@ class CoordinatorConfig:
     groups: GroupConfig = field(default_factory=GroupConfig)  # group.* settings
 
 
-# Kafka's mapping of append errors to what group requests answer (GroupMetadataManager).
-_APPEND_ERRORS = {
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
-    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
-    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
-    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Producer:
-    """The transactional producer a TxnOffsetCommit's records are appended for."""
-
-    producer_id: int
-    producer_epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetCommit:
-    topic: str
-    partition: int
-    offset: int
-    leader_epoch: int
-    metadata: str | None
-
-
 class GroupCoordinator:
     """Kafka's ``GroupCoordinator`` and ``GroupMetadataManager``: it appends through the replica
     manager, reads where the topic's partitions live from the current metadata image, and asks
@@ -140,6 +112,9 @@ class GroupCoordinator:
         self._creating: asyncio.Task[None] | None = None
         self._expiry: asyncio.Task[None] | None = None
         self.classic = ClassicGroups(self, config.groups)
+        # KIP-890: asked before a TxnOffsetCommit's append whether the partition is in the
+        # producer's transaction (the broker sets its transaction coordinator here)
+        self.verifier: TransactionVerifier | None = None
 
     # --- where groups live --------------------------------------------------------------------
 
@@ -331,9 +306,7 @@ class GroupCoordinator:
         outcome = await self.write(owned, RecordBatch(memoryview(batch)))
         if outcome.error is not ErrorCode.NONE:
             log.info("append to %s failed: %s", owned.part.name, outcome.error.name)
-            if producer is not None:  # Kafka passes the producer-state errors on
-                return _APPEND_ERRORS.get(outcome.error, outcome.error)
-            return _APPEND_ERRORS.get(outcome.error, ErrorCode.UNKNOWN_SERVER_ERROR)
+            return coordinator_error(outcome.error, transactional=producer is not None)
         if self.owned.get(owned.part.index) is owned:
             producer_id = NO_PRODUCER_ID if producer is None else producer.producer_id
             for i, (key, value) in enumerate(records):
@@ -378,6 +351,7 @@ class GroupCoordinator:
 
     async def commit_transactional_offsets(
         self,
+        transactional_id: str,
         group_id: str,
         member_id: str,
         generation: int,
@@ -387,7 +361,9 @@ class GroupCoordinator:
     ) -> dict[TopicPartition, ErrorCode]:
         """TxnOffsetCommit: the offsets appended as a transactional batch of ``producer``,
         pending until its transaction's marker (:meth:`complete_transaction`).  The member
-        and generation are checked only when given (v3+, KIP-447)."""
+        and generation are checked only when given (v3+, KIP-447); the transaction
+        coordinator is asked first whether the partition is in the transaction (KIP-890,
+        Kafka's ``scheduleTransactionalWriteOperation``), its refusal answered as is."""
         keys = [(c.topic, c.partition) for c in commits]
         owned = self.owned_for(group_id)
         if isinstance(owned, ErrorCode):
@@ -395,6 +371,21 @@ class GroupCoordinator:
         rejected = self.classic.check_txn_commit(group_id, member_id, generation, instance_id)
         if rejected is not None:
             return dict.fromkeys(keys, rejected)
+        if self.verifier is not None:
+            offsets_partition = (OFFSETS_TOPIC, owned.part.index)
+            verdict = await self.verifier.verify(
+                transactional_id,
+                producer.producer_id,
+                producer.producer_epoch,
+                [offsets_partition],
+            )
+            error = verdict.get(offsets_partition, ErrorCode.NONE)
+            if error is ErrorCode.PRODUCER_FENCED:  # as Kafka's AddPartitionsToTxnManager
+                error = ErrorCode.INVALID_PRODUCER_EPOCH
+            if error is not ErrorCode.NONE:
+                return dict.fromkeys(keys, coordinator_error(error, transactional=True))
+            if self.owned.get(owned.part.index) is not owned:
+                return dict.fromkeys(keys, ErrorCode.NOT_COORDINATOR)
         return await self._commit(owned, group_id, commits, -1, producer)
 
     async def _commit(

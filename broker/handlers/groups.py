@@ -30,8 +30,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from broker.coordinator.classic_groups import GroupCall
+from broker.coordinator.commits import OffsetCommit, Producer
 from broker.coordinator.offsets import CommittedOffset, explicit_expiry
-from broker.coordinator.runtime import GroupCoordinator, OffsetCommit, Producer
+from broker.coordinator.runtime import GroupCoordinator
 from broker.dispatcher import ApiHandler, RequestContext
 from broker.group.classic import ClassicGroup
 from broker.group.classic_member import Token
@@ -327,6 +328,7 @@ class GroupHandlers:
         ]
         # v0-2 have no member id, generation (-1) or instance id: the group is not checked
         results = await self.coordinator.commit_transactional_offsets(
+            req.transactional_id,
             req.group_id,
             req.member_id,
             req.generation_id,

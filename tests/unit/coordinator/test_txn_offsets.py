@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_expire_offsets import NOW_MS, RETENTION_MS, Coordinator
 
+from broker.coordinator.commits import OffsetCommit, Producer
 from broker.coordinator.offsets import CommittedOffset, OffsetStore
 from broker.coordinator.owned import OwnedPartition
-from broker.coordinator.runtime import OffsetCommit, Producer
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.record_batch import (
     ControlRecordType,
@@ -45,6 +45,7 @@ class TxnCoordinator(Coordinator):
         self, pid: int, group: str, offset: int, tp: tuple[str, int] = TP, **member: Any
     ) -> ErrorCode:
         result = await self.commit_transactional_offsets(
+            f"tx-{pid}",
             group,
             member.get("member_id", ""),
             member.get("generation", -1),
@@ -303,3 +304,33 @@ def _open_records(log: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
             continue
         out.append(e)
     return out
+
+
+class _Verifier:
+    """The transaction coordinator's answer for the offsets partition (KIP-890)."""
+
+    def __init__(self, answer: ErrorCode) -> None:
+        self.answer = answer
+        self.asked: list[tuple[str, int, int, list[tuple[str, int]]]] = []
+
+    async def verify(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Any
+    ) -> dict[tuple[str, int], ErrorCode]:
+        self.asked.append((transactional_id, producer_id, producer_epoch, list(partitions)))
+        return dict.fromkeys(partitions, self.answer)
+
+
+def test_a_partition_not_in_the_transaction_is_refused_before_the_append() -> None:
+    c = TxnCoordinator()
+    for answer, expected in (
+        (ErrorCode.INVALID_TXN_STATE, ErrorCode.INVALID_TXN_STATE),
+        (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH),
+        (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.CONCURRENT_TRANSACTIONS),
+    ):
+        c.verifier = verifier = _Verifier(answer)
+        assert asyncio.run(c.txn(7, "g", 1)) is expected
+        assert verifier.asked == [("tx-7", 7, EPOCH, [("__consumer_offsets", 0)])]
+    assert c.log == [], "nothing appended"
+    c.verifier = _Verifier(ErrorCode.NONE)
+    assert asyncio.run(c.txn(7, "g", 1)) is ErrorCode.NONE
+    assert c.part.offsets.has_pending("g", TP)
