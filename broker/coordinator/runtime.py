@@ -303,22 +303,32 @@ class GroupCoordinator:
                 base_sequence=NO_SEQUENCE,
                 transactional=True,
             )
-        outcome = await self.write(owned, RecordBatch(memoryview(batch)))
+        producer_id = NO_PRODUCER_ID if producer is None else producer.producer_id
+
+        def replay(done: AppendOutcome) -> None:
+            # at once when committed, before any later append (a marker) is answered; even
+            # after the wait below timed out: the state follows the log
+            if done.error is ErrorCode.NONE and self.owned.get(owned.part.index) is owned:
+                for i, (key, value) in enumerate(records):
+                    owned.replay(key, value, done.base_offset + i, producer_id)
+
+        outcome = self.write(owned, RecordBatch(memoryview(batch)))
+        if isinstance(outcome, Deferred):
+            outcome.then(replay)
+            outcome = await self._within_timeout(outcome)
+        else:
+            replay(outcome)
         if outcome.error is not ErrorCode.NONE:
             log.info("append to %s failed: %s", owned.part.name, outcome.error.name)
             return coordinator_error(outcome.error, transactional=producer is not None)
-        if self.owned.get(owned.part.index) is owned:
-            producer_id = NO_PRODUCER_ID if producer is None else producer.producer_id
-            for i, (key, value) in enumerate(records):
-                owned.replay(key, value, outcome.base_offset + i, producer_id)
         return ErrorCode.NONE
 
-    async def write(self, owned: OwnedPartition, batch: RecordBatch) -> AppendOutcome:
-        """The batch appended with acks=all (its base offset once committed), or why not."""
-        outcome = self.replicas.append_nowait(owned.part, batch, -1)
-        if isinstance(outcome, Deferred):
-            outcome = await self._within_timeout(outcome)
-        return outcome
+    def write(
+        self, owned: OwnedPartition, batch: RecordBatch
+    ) -> AppendOutcome | Deferred[AppendOutcome]:
+        """The batch appended with acks=all: resolves once committed (with its base offset),
+        or with why not."""
+        return self.replicas.append_nowait(owned.part, batch, -1)
 
     async def _within_timeout(self, pending: Deferred[AppendOutcome]) -> AppendOutcome:
         try:

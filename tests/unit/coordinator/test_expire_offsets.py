@@ -41,7 +41,7 @@ class Coordinator(GroupCoordinator):
         self.log: list[RecordBatch] = []
         self.next_offset = 0
 
-    async def write(self, owned: OwnedPartition, batch: RecordBatch) -> AppendOutcome:
+    def write(self, owned: OwnedPartition, batch: RecordBatch) -> AppendOutcome:
         base = self.next_offset
         data = bytearray(batch.buf)
         set_base_offset(data, base)

@@ -15,6 +15,8 @@ from test_expire_offsets import NOW_MS, RETENTION_MS, Coordinator
 from broker.coordinator.commits import OffsetCommit, Producer
 from broker.coordinator.offsets import CommittedOffset, OffsetStore
 from broker.coordinator.owned import OwnedPartition
+from broker.deferred import Deferred
+from broker.partition import AppendOutcome
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.record_batch import (
     ControlRecordType,
@@ -65,7 +67,7 @@ class TxnCoordinator(Coordinator):
             transactional=True,
             control=True,
         )
-        asyncio.run(self.write(self.part, RecordBatch(memoryview(batch))))
+        self.write(self.part, RecordBatch(memoryview(batch)))
         self.complete_transaction(0, pid, EPOCH, committed)
 
     def visible(self, group: str) -> dict[tuple[str, int], int]:
@@ -334,3 +336,32 @@ def test_a_partition_not_in_the_transaction_is_refused_before_the_append() -> No
     c.verifier = _Verifier(ErrorCode.NONE)
     assert asyncio.run(c.txn(7, "g", 1)) is ErrorCode.NONE
     assert c.part.offsets.has_pending("g", TP)
+
+
+def test_a_marker_committed_with_the_offsets_finds_them_pending() -> None:
+    """The offsets' batch and the marker after it are committed by the same high-watermark
+    move: the marker's listener runs before the commit's coroutine resumes, and must still
+    find the offsets (they are replayed when committed, not when the coroutine resumes)."""
+    c = TxnCoordinator()
+    held: list[tuple[Deferred[AppendOutcome], AppendOutcome]] = []
+    written = c.write
+
+    def write_later(owned: OwnedPartition, batch: RecordBatch) -> Deferred[AppendOutcome]:
+        done: Deferred[AppendOutcome] = Deferred()
+        outcome = written(owned, batch)
+        assert isinstance(outcome, AppendOutcome)
+        held.append((done, outcome))
+        return done
+
+    c.write = write_later  # type: ignore[method-assign]
+
+    async def scenario() -> ErrorCode:
+        commit = asyncio.create_task(c.txn(7, "g", 42))
+        await asyncio.sleep(0)
+        [(done, outcome)] = held
+        done.resolve(outcome)
+        c.complete_transaction(0, 7, EPOCH, True)  # before ``commit`` resumes
+        return await commit
+
+    assert asyncio.run(scenario()) is ErrorCode.NONE
+    assert c.visible("g") == {TP: 42}
