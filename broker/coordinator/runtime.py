@@ -381,7 +381,7 @@ class GroupCoordinator:
         rejected = self.classic.check_txn_commit(group_id, member_id, generation, instance_id)
         if rejected is not None:
             return dict.fromkeys(keys, rejected)
-        if self.verifier is not None:
+        if self.verifier is not None and not self.in_transaction(owned, producer):
             offsets_partition = (OFFSETS_TOPIC, owned.part.index)
             verdict = await self.verifier.verify(
                 transactional_id,
@@ -397,6 +397,13 @@ class GroupCoordinator:
             if self.owned.get(owned.part.index) is not owned:
                 return dict.fromkeys(keys, ErrorCode.NOT_COORDINATOR)
         return await self._commit(owned, group_id, commits, -1, producer)
+
+    def in_transaction(self, owned: OwnedPartition, producer: Producer) -> bool:
+        """Whether the producer's transaction is open on the partition already (its first
+        batch there was verified: Kafka verifies no more)."""
+        return self.replicas.has_ongoing_transaction(
+            owned.part, producer.producer_id, producer.producer_epoch
+        )
 
     async def _commit(
         self,

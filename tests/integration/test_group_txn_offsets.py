@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,6 +54,20 @@ def committed(node: NodeProcess, group: str) -> dict[int, int]:
     """The group's offsets of TOPIC as OffsetFetch without require_stable answers them."""
     found = _offset_fetch(node, group, require_stable=False)
     return {p: offset for p, (offset, _) in found.items() if offset >= 0}
+
+
+def stable(node: NodeProcess, group: str) -> dict[int, int]:
+    """The group's offsets once no transaction holds any pending (EndTxn is answered when the
+    coordinator decided; the markers reach the offsets partition right after), asked as a
+    read_committed consumer asks: require_stable, retried while UNSTABLE_OFFSET_COMMIT."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        found = _offset_fetch(node, group, require_stable=True)
+        if all(e != ErrorCode.UNSTABLE_OFFSET_COMMIT for _, e in found.values()):
+            assert all(e == ErrorCode.NONE for _, e in found.values()), found
+            return {p: offset for p, (offset, _) in found.items() if offset >= 0}
+        assert time.monotonic() < deadline, f"still unstable: {found}"
+        time.sleep(0.05)
 
 
 def _offset_fetch(
@@ -112,15 +127,13 @@ def test_confluent_offsets_visible_on_commit_only(node: NodeProcess) -> None:
         1: ErrorCode.UNSTABLE_OFFSET_COMMIT,
     }
     producer.commit_transaction(TIMEOUT_S)
+    assert stable(node, group) == {0: 5, 1: 7}
     assert committed(node, group) == {0: 5, 1: 7}
-    stable = _offset_fetch(node, group, require_stable=True)
-    assert stable == {0: (5, ErrorCode.NONE), 1: (7, ErrorCode.NONE)}
 
     producer.begin_transaction()
     producer.send_offsets_to_transaction([TopicPartition(TOPIC, 0, 50)], metadata, TIMEOUT_S)
     producer.abort_transaction(TIMEOUT_S)
-    assert committed(node, group) == {0: 5, 1: 7}, "an aborted transaction's offsets never show"
-    assert _offset_fetch(node, group, require_stable=True)[0] == (5, ErrorCode.NONE)
+    assert stable(node, group) == {0: 5, 1: 7}, "an aborted transaction's offsets never show"
 
     # a read_committed consumer of the group starts where the transaction left it
     consumer = Consumer(
@@ -148,13 +161,13 @@ def test_kafka_python_send_offsets_to_transaction(node: NodeProcess) -> None:
         )
         assert committed(node, group) == {}
         producer.commit_transaction()
-        assert committed(node, group) == {1: 11}
+        assert stable(node, group) == {1: 11}
         producer.begin_transaction()
         producer.send_offsets_to_transaction(
             {KpTopicPartition(TOPIC, 1): KpOffset(99, "", -1)}, group
         )
         producer.abort_transaction()
-        assert committed(node, group) == {1: 11}
+        assert stable(node, group) == {1: 11}
     finally:
         producer.close(timeout=5)
 
@@ -173,13 +186,13 @@ def test_aiokafka_send_offsets_to_transaction(node: NodeProcess) -> None:
                     {AioTopicPartition(TOPIC, 0): AioOffset(21, "")}, group
                 )
                 assert committed(node, group) == {}
-            assert committed(node, group) == {0: 21}
+            assert stable(node, group) == {0: 21}
             await producer.begin_transaction()
             await producer.send_offsets_to_transaction(
                 {AioTopicPartition(TOPIC, 0): AioOffset(77, "")}, group
             )
             await producer.abort_transaction()
-            assert committed(node, group) == {0: 21}
+            assert stable(node, group) == {0: 21}
         finally:
             await producer.stop()
 
@@ -190,9 +203,8 @@ def test_pending_and_completed_offsets_survive_a_restart(tmp_path: Path) -> None
     """The coordinator reloads ``__consumer_offsets``: committed transactions' offsets are
     there, aborted ones not, and an open transaction's are pending again until its abort."""
     node = NodeProcess(tmp_path / "node").start()
-    AdminClient(confluent_conf(node)).create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(
-        timeout=TIMEOUT_S
-    )
+    admin = AdminClient(confluent_conf(node))
+    admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result(timeout=TIMEOUT_S)
     try:
         _restart_scenario(node)
     finally:
@@ -226,10 +238,9 @@ def _restart_scenario(node: NodeProcess) -> None:
         ErrorCode.UNSTABLE_OFFSET_COMMIT
     ), "pending again after the reload"
 
-    assert committed(node, done) == {0: 3}
-    assert committed(node, aborted) == {}
+    assert stable(node, done) == {0: 3}
+    assert stable(node, aborted) == {}
     assert committed(node, open_group) == {}
     # the same transactional id again: the coordinator aborts the open transaction (fencing)
     _confluent_producer(node, txn_id)
-    assert committed(node, open_group) == {}
-    assert _offset_fetch(node, open_group, require_stable=True)[1] == (-1, ErrorCode.NONE)
+    assert stable(node, open_group) == {}
