@@ -14,6 +14,7 @@ import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -56,13 +57,13 @@ def committed(node: NodeProcess, group: str) -> dict[int, int]:
     return {p: offset for p, (offset, _) in found.items() if offset >= 0}
 
 
-def stable(node: NodeProcess, group: str) -> dict[int, int]:
+def stable(node: NodeProcess, group: str, topic: str = TOPIC) -> dict[int, int]:
     """The group's offsets once no transaction holds any pending (EndTxn is answered when the
     coordinator decided; the markers reach the offsets partition right after), asked as a
     read_committed consumer asks: require_stable, retried while UNSTABLE_OFFSET_COMMIT."""
     deadline = time.monotonic() + TIMEOUT_S
     while True:
-        found = _offset_fetch(node, group, require_stable=True)
+        found = _offset_fetch(node, group, require_stable=True, topic=topic)
         if all(e != ErrorCode.UNSTABLE_OFFSET_COMMIT for _, e in found.values()):
             assert all(e == ErrorCode.NONE for _, e in found.values()), found
             return {p: offset for p, (offset, _) in found.items() if offset >= 0}
@@ -71,7 +72,7 @@ def stable(node: NodeProcess, group: str) -> dict[int, int]:
 
 
 def _offset_fetch(
-    node: NodeProcess, group: str, require_stable: bool
+    node: NodeProcess, group: str, require_stable: bool, topic: str = TOPIC
 ) -> dict[int, tuple[int, int]]:
     """partition -> (committed offset, error code), by a raw OffsetFetch v7."""
     conn = RawConnection(node.bootstrap)
@@ -79,7 +80,7 @@ def _offset_fetch(
         request = OffsetFetchRequest(
             group_id=group,
             topics=[
-                OffsetFetchRequest.OffsetFetchRequestTopic(name=TOPIC, partition_indexes=[0, 1])
+                OffsetFetchRequest.OffsetFetchRequestTopic(name=topic, partition_indexes=[0, 1])
             ],
             require_stable=require_stable,
         )
@@ -244,3 +245,83 @@ def _restart_scenario(node: NodeProcess) -> None:
     # the same transactional id again: the coordinator aborts the open transaction (fencing)
     _confluent_producer(node, txn_id)
     assert stable(node, open_group) == {}
+
+
+def _member_consumer(node: NodeProcess, group: str, topic: str) -> Consumer:
+    consumer = Consumer(
+        confluent_conf(
+            node,
+            group_id=group,
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+            session_timeout_ms=6000,
+        )
+    )
+    consumer.subscribe([topic])
+    return consumer
+
+
+def _poll_batch(consumer: Consumer, want: int, timeout_s: float = TIMEOUT_S) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < want and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is not None and msg.error() is None:
+            got.append(msg)
+    return got
+
+
+def test_consume_transform_produce_commits_its_input_offsets_with_its_output(
+    node: NodeProcess,
+) -> None:
+    """A group member (KIP-447: its member id and generation go with the offsets) reads 10
+    records, writes their transforms and its input offsets in one transaction: committed,
+    both show; then the next 10 in a transaction that aborts: neither shows, and a restarted
+    member of the group starts again after the first 10."""
+    source, sink, group = fresh("ctp-in"), fresh("ctp-out"), fresh("ctp-group")
+    admin = AdminClient(confluent_conf(node))
+    for future in admin.create_topics([NewTopic(source, 1, 1), NewTopic(sink, 1, 1)]).values():
+        future.result(timeout=TIMEOUT_S)
+    feeder = Producer(confluent_conf(node))
+    for i in range(20):
+        feeder.produce(source, value=f"in-{i}".encode())
+    assert feeder.flush(TIMEOUT_S) == 0
+
+    producer = _confluent_producer(node, fresh("tx-ctp"))
+    consumer = _member_consumer(node, group, source)
+    try:
+        for outcome in ("commit", "abort"):
+            batch = _poll_batch(consumer, 10)
+            assert len(batch) == 10
+            producer.begin_transaction()
+            for msg in batch:
+                producer.produce(sink, value=msg.value().replace(b"in-", b"out-"))
+            positions = consumer.position(consumer.assignment())
+            producer.send_offsets_to_transaction(
+                positions, consumer.consumer_group_metadata(), TIMEOUT_S
+            )
+            if outcome == "commit":
+                producer.commit_transaction(TIMEOUT_S)
+                assert stable(node, group, source) == {0: 10}
+            else:
+                producer.abort_transaction(TIMEOUT_S)
+                assert stable(node, group, source) == {0: 10}
+    finally:
+        consumer.close()
+
+    restarted = _member_consumer(node, group, source)
+    try:
+        again = _poll_batch(restarted, 10)
+        assert [m.value() for m in again] == [f"in-{i}".encode() for i in range(10, 20)]
+    finally:
+        restarted.close()
+    reader = _member_consumer(node, fresh("reader"), sink)
+    try:
+        out = _poll_batch(reader, 10)
+        assert [m.value() for m in out] == [f"out-{i}".encode() for i in range(10)]
+        assert _poll_batch(reader, 1, timeout_s=2.0) == [], (
+            "the aborted transaction's output is not read"
+        )
+    finally:
+        reader.close()
