@@ -29,8 +29,13 @@ from kafka.structs import OffsetAndMetadata as KpOffset
 from integration.clients import TIMEOUT_S, confluent_conf
 from integration.node_process import NodeProcess
 from integration.raw_client import RawConnection
+from integration.txn_requests import init_producer_id, wait_until
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.messages import OffsetFetchRequest
+from kafka_protocol.messages import (
+    FindCoordinatorRequest,
+    OffsetFetchRequest,
+    TxnOffsetCommitRequest,
+)
 
 pytestmark = pytest.mark.integration
 TOPIC = "txn-in"
@@ -325,3 +330,85 @@ def test_consume_transform_produce_commits_its_input_offsets_with_its_output(
         )
     finally:
         reader.close()
+
+
+def _txn_commit(
+    node: NodeProcess, tid: str, group: str, pid: int, epoch: int, version: int = 3
+) -> int:
+    Q = TxnOffsetCommitRequest
+    conn = RawConnection(node.bootstrap)
+    try:
+        response = conn.request(
+            Q(
+                transactional_id=tid,
+                group_id=group,
+                producer_id=pid,
+                producer_epoch=epoch,
+                topics=[
+                    Q.TxnOffsetCommitRequestTopic(
+                        name=TOPIC,
+                        partitions=[
+                            Q.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=9)
+                        ],
+                    )
+                ],
+            ),
+            version,
+        )
+    finally:
+        conn.close()
+    [topic] = response.topics
+    [partition] = topic.partitions
+    return partition.error_code  # type: ignore[no-any-return]
+
+
+def _txn_commit_answer(node: NodeProcess, tid: str, group: str, pid: int, epoch: int) -> int:
+    """The TxnOffsetCommit's answer once the group's coordinator is up (retried as clients do
+    while it is not, or still loads its partition)."""
+    retriable = {
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.NOT_COORDINATOR,
+    }
+    answers: list[int] = []
+
+    def attempt() -> bool:
+        answers.append(_txn_commit(node, tid, group, pid, epoch))
+        return answers[-1] not in retriable
+
+    wait_until("a TxnOffsetCommit answer", attempt)
+    return answers[-1]
+
+
+def test_txn_offset_commit_outside_the_transaction_is_refused_and_appends_nothing(
+    node: NodeProcess,
+) -> None:
+    """Without AddOffsetsToTxn, with a wrong epoch, or an unknown producer id: the
+    coordinator's verification refuses (KIP-890) with Kafka's codes and nothing is pending."""
+    tid, group = fresh("tx-raw"), fresh("raw")
+    raw = RawConnection(node.bootstrap)
+    try:
+        init = init_producer_id(raw, tid)
+        pid, epoch = init.producer_id, init.producer_epoch
+        wait_until(  # as a client: FindCoordinator (it creates __consumer_offsets) first
+            "the group's coordinator",
+            lambda: (
+                raw.request(FindCoordinatorRequest(key=group, key_type=0), 3).error_code
+                == ErrorCode.NONE
+            ),
+        )
+        assert _txn_commit_answer(node, tid, group, pid, epoch) == ErrorCode.INVALID_TXN_STATE
+        stale = epoch - 1
+        assert _txn_commit_answer(node, tid, group, pid, stale) == ErrorCode.INVALID_PRODUCER_EPOCH
+        assert _txn_commit_answer(node, tid, group, pid + 1000, epoch) == (
+            ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        )
+        assert _txn_commit_answer(node, fresh("tx-unknown"), group, pid, epoch) == (
+            ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        )
+    finally:
+        raw.close()
+    assert _offset_fetch(node, group, require_stable=True) == {
+        0: (-1, ErrorCode.NONE),
+        1: (-1, ErrorCode.NONE),
+    }, "nothing pending, nothing committed"
