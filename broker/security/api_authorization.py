@@ -19,7 +19,8 @@ With the authorizer disabled (no ``authorizer.class.name``) the gate does nothin
 The table, as Kafka 3.x checks (``KafkaApis``, ``ControllerApis``, ``AuthHelper``)::
 
     API                    operation, resource                 refused with
-    Produce                WRITE TRANSACTIONAL_ID (txn batches) TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    Produce                WRITE TRANSACTIONAL_ID (of txn      TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                             batches; none: refused)
                            WRITE TOPIC                         TOPIC_AUTHORIZATION_FAILED
     Fetch (consumer)       READ TOPIC                          TOPIC_AUTHORIZATION_FAILED
     Fetch (replica_id>=0)  CLUSTER_ACTION CLUSTER              TOPIC_AUTHORIZATION_FAILED
