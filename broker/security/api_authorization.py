@@ -20,7 +20,7 @@ The table, as Kafka 3.x checks (``KafkaApis``, ``ControllerApis``, ``AuthHelper`
 
     API                    operation, resource                 refused with
     Produce                WRITE TRANSACTIONAL_ID (of txn      TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-                             batches; none: refused)
+                           batches; none: refused)
                            WRITE TOPIC                         TOPIC_AUTHORIZATION_FAILED
     Fetch (consumer)       READ TOPIC                          TOPIC_AUTHORIZATION_FAILED
     Fetch (replica_id>=0)  CLUSTER_ACTION CLUSTER              TOPIC_AUTHORIZATION_FAILED
