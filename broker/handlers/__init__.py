@@ -67,7 +67,7 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
     authorizer = BrokerAuthorizer.from_config(cfg.broker_defaults, lambda: parts.image)
     security = SecurityAdminHandlers(authorizer, lambda: parts.image)
     handlers = [
-        ProduceHandler(replicas, parts.metrics).spec(),
+        ProduceHandler(replicas, parts.metrics, verifier=None).spec(),
         FetchHandler(replicas, parts.metrics, parts.broker_epoch_of).spec(),
         ListOffsetsHandler(replicas).spec(),
         OffsetForLeaderEpochHandler(replicas).spec(),
