@@ -662,7 +662,7 @@ class PartitionLog:
     def prepare_clean(
         self,
         now_ms: int,
-        high_watermark: int,
+        last_stable_offset: int,
         *,
         force: bool = False,
         max_map_entries: int = DEFAULT_MAX_MAP_ENTRIES,
@@ -674,7 +674,7 @@ class PartitionLog:
         segments and writes only its own files).  Step 3: ``complete_clean`` here.  Before
         ``close`` or ``delete``, wait for a running ``build`` (``cancel()`` hurries it)."""
         end = self.log_end_offset
-        assert high_watermark <= end, f"high watermark {high_watermark} above the log end {end}"
+        assert last_stable_offset <= end, f"LSO {last_stable_offset} above the log end {end}"
         if self._cleaning is not None or self._uncleanable is not None:
             return None
         with self._io("plan cleaning"):
@@ -683,7 +683,7 @@ class PartitionLog:
                 self._config,
                 log_start_offset=self._log_start_offset,
                 first_dirty_offset=self._first_dirty_offset,
-                high_watermark=high_watermark,
+                last_stable_offset=last_stable_offset,
                 now_ms=now_ms,
                 delete_horizon_ms=self._delete_horizon_ms,
                 force=force,
@@ -749,10 +749,12 @@ class PartitionLog:
         )
         return result
 
-    def clean(self, now_ms: int, high_watermark: int, *, force: bool = False) -> CleanResult | None:
+    def clean(
+        self, now_ms: int, last_stable_offset: int, *, force: bool = False
+    ) -> CleanResult | None:
         """The three steps in a row, blocking (tests, tools; a broker runs ``build`` off the
         event loop)."""
-        cleaning = self.prepare_clean(now_ms, high_watermark, force=force)
+        cleaning = self.prepare_clean(now_ms, last_stable_offset, force=force)
         if cleaning is None:
             return None
         cleaning.build()
