@@ -35,18 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from broker.log.txn_index import AbortedTxn
 from kafka_protocol.record_batch import ControlRecordType
-
-
-class AbortedTransaction(Protocol):
-    """An aborted-transaction index entry (txn_index.py's ``AbortedTxn``)."""
-
-    @property
-    def producer_id(self) -> int: ...
-    @property
-    def first_offset(self) -> int: ...
-    @property
-    def last_offset(self) -> int: ...
 
 
 class TxnBatch(Protocol):
@@ -72,17 +62,17 @@ class TransactionVerdicts:
 
     aborted_data: set[int] = field(default_factory=set)
     discardable_markers: set[int] = field(default_factory=set)
-    kept_entries: dict[int, AbortedTransaction] = field(default_factory=dict)
+    kept_entries: dict[int, AbortedTxn] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
 class _Ongoing:
-    entry: AbortedTransaction
+    entry: AbortedTxn
     data_seen: bool = False
 
 
 def judge_transactions(
-    batches: Sequence[TxnBatch], aborted: Sequence[AbortedTransaction]
+    batches: Sequence[TxnBatch], aborted: Sequence[AbortedTxn]
 ) -> TransactionVerdicts:
     """The verdicts for ``batches`` (in offset order), given the index entries ``aborted``
     that overlap them."""

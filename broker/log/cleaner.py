@@ -79,11 +79,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from broker.log.cleaned_transactions import (
-    AbortedTransaction,
-    TransactionVerdicts,
-    judge_transactions,
-)
+from broker.log.cleaned_transactions import TransactionVerdicts, judge_transactions
 from broker.log.cleaning_plan import CleaningPlan
 from broker.log.config import INT32_MAX, LogConfig
 from broker.log.errors import CorruptIndexError
@@ -98,6 +94,7 @@ from broker.log.record_filter import (
 )
 from broker.log.segment import LogSegment
 from broker.log.segment_swap import CLEANED_SUFFIX, commit_swap, finish_swap, remove_cleaned_files
+from broker.log.txn_index import AbortedTxn
 from broker.storage import Buffer, Storage, StorageHandle
 from kafka_protocol.exceptions import CorruptRecordError, ProtocolError
 from kafka_protocol.record_batch import (
@@ -179,7 +176,7 @@ class CleanedGroup:
     batches_after: int = 0
     # The new segment's aborted-transaction index: the ABORT markers it keeps with data
     # (cleaned_transactions.py); the log writes it in place of the old segments' entries.
-    aborted_txns: list[AbortedTransaction] = field(default_factory=list)
+    aborted_txns: list[AbortedTxn] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -204,7 +201,7 @@ class LogCleaning:
         plan: CleaningPlan,
         now_ms: int,
         max_map_entries: int = DEFAULT_MAX_MAP_ENTRIES,
-        aborted_transactions: Sequence[AbortedTransaction] = (),
+        aborted_transactions: Sequence[AbortedTxn] = (),
     ) -> None:
         """Use ``PartitionLog.prepare_clean`` (it captures the segments on the event loop).
         ``aborted_transactions``: the aborted-transaction index entries overlapping the

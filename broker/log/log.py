@@ -792,6 +792,7 @@ class PartitionLog:
             plan,
             now_ms,
             max_map_entries,
+            aborted_transactions=self.aborted_transactions(self._bases[0], plan.end_offset),
         )
         return self._cleaning
 
@@ -818,7 +819,7 @@ class PartitionLog:
         with self._io("log cleaning swap"):
             for group in cleaning.groups:
                 replaced = cleaning.old_segments[group.first : group.last]
-                _merge_txn_indexes(replaced, getattr(group, "aborted_txns", None))
+                _merge_txn_indexes(replaced, group.aborted_txns)
                 self._replace_segments(replaced, cleaning.swap_in(group))
             self._aborted_txns = self._count_aborted_txns()
             if cleaning.next_dirty_offset != self._first_dirty_offset:
@@ -829,7 +830,8 @@ class PartitionLog:
         result = cleaning.result(segments_after=len(cleaning.groups))
         logger.info(
             "cleaned log dir=%s offsets=%d..%d segments=%d->%d bytes=%d->%d records=%d->%d"
-            " tombstones_removed=%d next_dirty_offset=%d reason=%s",
+            " tombstones_removed=%d aborted_records_removed=%d markers_removed=%d"
+            " next_dirty_offset=%d reason=%s",
             self.directory,
             result.first_offset,
             result.end_offset - 1,
@@ -840,6 +842,8 @@ class PartitionLog:
             result.records_before,
             result.records_after,
             result.tombstones_removed,
+            result.aborted_records_removed,
+            result.markers_removed,
             result.next_dirty_offset,
             cleaning.plan.reason,
         )
@@ -928,14 +932,15 @@ class PartitionLog:
             raise KafkaStorageError(f"{self.directory}: cannot delete: {error}") from error
 
 
-def _merge_txn_indexes(replaced: list[LogSegment], kept: list[AbortedTxn] | None) -> None:
+def _merge_txn_indexes(replaced: list[LogSegment], kept: list[AbortedTxn]) -> None:
     """Before a cleaner swap: the first replaced segment's ``.txnindex`` (whose name the new
-    segment takes, and which the swap leaves in place) gets the entries of all the replaced
-    ones, fsynced, so the new segment indexes every aborted transaction of its range even
-    after a crash (segment_swap.py).  ``kept``: the cleaner's own list, if it dropped entries
-    (a transaction whose data and marker it removed)."""
-    entries = kept if kept is not None else [t for s in replaced for t in s.txn_index.entries]
+    segment takes, and which the swap leaves in place) gets the cleaner's entries for the
+    whole group (``CleanedGroup.aborted_txns``: the ABORT markers it keeps with data),
+    fsynced, so the new segment indexes every aborted transaction it still holds data of, even
+    after a crash (segment_swap.py).  Written before the swap commits, which is safe: the
+    entries it leaves out are those of transactions with no data left in the old segments
+    either, which no reader needs to skip."""
     first = replaced[0].txn_index
-    if entries != first.entries:
-        first.rewrite(entries)
+    if kept != first.entries:
+        first.rewrite(kept)
         first.flush()

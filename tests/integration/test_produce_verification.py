@@ -138,7 +138,10 @@ def produce(
 
 
 def high_watermark(node: NodeProcess, partition: int) -> int:
-    consumer = Consumer(confluent_conf(node, **{"group.id": "hw"}))
+    """The log end as a read_uncommitted consumer sees it (librdkafka's default,
+    read_committed, would answer the LSO: an open transaction's batch would not show)."""
+    conf = {"group.id": "hw", "isolation.level": "read_uncommitted"}
+    consumer = Consumer(confluent_conf(node, **conf))
     try:
         _, high = consumer.get_watermark_offsets(
             TopicPartition(TOPIC, partition), timeout=TIMEOUT_S

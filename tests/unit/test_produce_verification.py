@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,7 +21,7 @@ from broker.handlers import produce
 from broker.handlers.produce import ProduceHandler
 from broker.log.config import LogConfig
 from broker.metrics import BrokerMetrics
-from broker.replica_manager import Partition, ReplicaManager
+from broker.replica_manager import ReplicaManager
 from broker.security.session import Session
 from broker.storage import MemoryStorage
 from broker.transaction.interfaces import TopicPartition
@@ -58,29 +57,12 @@ class FakeVerifier:
 class Broker:
     """A replica manager leading ``t-0`` and ``t-1``, and the Produce handler on it."""
 
-    def __init__(self, verifier: FakeVerifier | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, verifier: FakeVerifier | None) -> None:
         self.rm = ReplicaManager(MemoryStorage(), Path("/data"), clock_ms=lambda: 1_000)
         self.parts = [
             self.rm.open_partition("t", i, None, LogConfig(), max_message_bytes=1 << 20)
             for i in range(2)
         ]
-        # Stand-in until the partitions track transactions: a producer's transaction is
-        # ongoing on a partition once one of its transactional batches was appended there.
-        self.ongoing: set[tuple[str, int, int]] = set()
-        real_append = self.rm.append_nowait
-
-        def append_nowait(part: Partition, batch: Any, acks: int = 1) -> Any:
-            if batch.is_transactional:
-                self.ongoing.add((part.topic, part.index, batch.producer_id))
-            return real_append(part, batch, acks)
-
-        def has_ongoing_transaction(part: Partition, pid: int, epoch: int) -> bool:
-            return (part.topic, part.index, pid) in self.ongoing
-
-        monkeypatch.setattr(self.rm, "append_nowait", append_nowait)
-        monkeypatch.setattr(
-            self.rm, "has_ongoing_transaction", has_ongoing_transaction, raising=False
-        )
         self.handler = ProduceHandler(self.rm, BrokerMetrics(), verifier)
 
     async def produce(
@@ -132,12 +114,10 @@ def plain_batch() -> bytes:
     return build_batch([SimpleRecord(b"v", b"k")])
 
 
-def test_one_verification_per_request_for_every_partition_then_the_appends(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_one_verification_per_request_for_every_partition_then_the_appends() -> None:
     async def main() -> None:
         verifier = FakeVerifier()
-        broker = Broker(verifier, monkeypatch)
+        broker = Broker(verifier)
         got = await broker.produce({0: txn_batch(), 1: txn_batch()})
         assert verifier.calls == [("tx", PID, EPOCH, [("t", 0), ("t", 1)])]
         assert [got[i].error_code for i in (0, 1)] == [ErrorCode.NONE] * 2
@@ -151,12 +131,10 @@ def test_one_verification_per_request_for_every_partition_then_the_appends(
     asyncio.run(main())
 
 
-def test_a_partition_not_in_the_transaction_is_refused_and_nothing_appended(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_partition_not_in_the_transaction_is_refused_and_nothing_appended() -> None:
     async def main() -> None:
         verifier = FakeVerifier({("t", 1): ErrorCode.INVALID_TXN_STATE})
-        broker = Broker(verifier, monkeypatch)
+        broker = Broker(verifier)
         got = await broker.produce({0: txn_batch(), 1: txn_batch()})
         assert got[0].error_code == ErrorCode.NONE
         assert got[1].error_code == ErrorCode.INVALID_TXN_STATE
@@ -184,10 +162,10 @@ def test_a_partition_not_in_the_transaction_is_refused_and_nothing_appended(
     ],
 )
 def test_coordinator_answers_map_to_what_producers_understand(
-    monkeypatch: pytest.MonkeyPatch, answer: ErrorCode, expected: ErrorCode
+    answer: ErrorCode, expected: ErrorCode
 ) -> None:
     async def main() -> None:
-        broker = Broker(FakeVerifier({("t", 0): answer}), monkeypatch)
+        broker = Broker(FakeVerifier({("t", 0): answer}))
         got = (await broker.produce({0: txn_batch()}))[0]
         assert got.error_code == expected
         assert got.error_message
@@ -196,12 +174,10 @@ def test_coordinator_answers_map_to_what_producers_understand(
     asyncio.run(main())
 
 
-def test_transactional_records_without_a_transactional_id_are_refused(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_transactional_records_without_a_transactional_id_are_refused() -> None:
     async def main() -> None:
         verifier = FakeVerifier()
-        broker = Broker(verifier, monkeypatch)
+        broker = Broker(verifier)
         got = await broker.produce({0: txn_batch(), 1: plain_batch()}, transactional_id=None)
         assert got[0].error_code == ErrorCode.INVALID_TXN_STATE
         assert "transactional_id" in str(got[0].error_message)
@@ -211,10 +187,10 @@ def test_transactional_records_without_a_transactional_id_are_refused(
     asyncio.run(main())
 
 
-def test_two_producers_in_one_request_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_producers_in_one_request_are_refused() -> None:
     async def main() -> None:
         verifier = FakeVerifier()
-        broker = Broker(verifier, monkeypatch)
+        broker = Broker(verifier)
         got = await broker.produce({0: txn_batch(), 1: txn_batch(pid=PID + 1)})
         assert {got[i].error_code for i in (0, 1)} == {ErrorCode.INVALID_PRODUCER_ID_MAPPING}
         assert verifier.calls == [] and broker.end_offsets() == [0, 0]
@@ -222,10 +198,10 @@ def test_two_producers_in_one_request_are_refused(monkeypatch: pytest.MonkeyPatc
     asyncio.run(main())
 
 
-def test_plain_batches_never_wait_for_the_coordinator(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plain_batches_never_wait_for_the_coordinator() -> None:
     async def main() -> None:
         verifier = FakeVerifier()
-        broker = Broker(verifier, monkeypatch)
+        broker = Broker(verifier)
         got = await broker.produce({0: plain_batch(), 1: plain_batch()}, transactional_id=None)
         assert [got[i].error_code for i in (0, 1)] == [ErrorCode.NONE] * 2
         assert verifier.calls == []
@@ -233,27 +209,23 @@ def test_plain_batches_never_wait_for_the_coordinator(monkeypatch: pytest.Monkey
     asyncio.run(main())
 
 
-def test_without_a_verifier_transactional_batches_are_appended_unverified(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_without_a_verifier_transactional_batches_are_appended_unverified() -> None:
     async def main() -> None:
-        broker = Broker(None, monkeypatch)
+        broker = Broker(None)
         got = await broker.produce({0: txn_batch()})
         assert got[0].error_code == ErrorCode.NONE and broker.end_offsets() == [2, 0]
 
     asyncio.run(main())
 
 
-def test_a_later_request_waits_for_the_verification_under_way(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_later_request_waits_for_the_verification_under_way() -> None:
     """Pipelined requests of one producer reach the partition in the order they came: the
     second does not overtake the first while the first is being verified."""
 
     async def main() -> None:
         verifier = FakeVerifier()
         verifier.gate = asyncio.Event()
-        broker = Broker(verifier, monkeypatch)
+        broker = Broker(verifier)
         first = asyncio.ensure_future(broker.produce({0: txn_batch(0)}))
         await asyncio.sleep(0.01)
         second = asyncio.ensure_future(broker.produce({0: txn_batch(2)}))
@@ -276,7 +248,7 @@ def test_a_coordinator_that_does_not_answer_in_time_gets_a_retriable_refusal(
         monkeypatch.setattr(produce, "MIN_VERIFY_TIMEOUT_MS", 50)
         verifier = FakeVerifier()
         verifier.gate = asyncio.Event()  # never set
-        broker = Broker(verifier, monkeypatch)
+        broker = Broker(verifier)
         got = await broker.produce({0: txn_batch()}, timeout_ms=50)
         assert got[0].error_code == ErrorCode.NOT_ENOUGH_REPLICAS
         assert broker.end_offsets() == [0, 0]

@@ -5,12 +5,11 @@ keeps only the entries of the markers kept with data, and nothing at or above th
 offset is touched.
 
 The log is a real ``PartitionLog`` on ``MemoryStorage`` with tiny segments; transactional
-batches and COMMIT/ABORT markers are appended as a leader appends them.  The model here keeps
-the aborted-transaction index as the partition does (an entry per ABORT marker, with the
-transaction's first offset and the LSO after it) and, after a pass, replaces the entries of the
-cleaned range by the cleaner's ``CleanedGroup.aborted_txns``, as the log's swap does.  A
-read_committed reader is simulated as Kafka's consumers read (the fetch's aborted transactions,
-skipping a transactional batch of a producer in one until its ABORT marker).
+batches and COMMIT/ABORT markers are appended as a leader appends them (an ABORT marker with
+its ``.txnindex`` entry: the transaction's first offset and the LSO after it).  A
+read_committed reader is simulated as Kafka's consumers read: the log's aborted transactions
+for the fetch (``PartitionLog.aborted_transactions``), a transactional batch of a producer
+in one skipped until its ABORT marker.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -27,6 +25,7 @@ from log_helpers import DIR, T0, parse, read_all
 from broker.log import LogConfig, PartitionLog
 from broker.log.cleaner import CleanResult
 from broker.log.record_filter import has_delete_horizon
+from broker.log.txn_index import AbortedTxn
 from broker.storage import MemoryStorage
 from kafka_protocol.record_batch import (
     NO_PRODUCER_ID,
@@ -49,15 +48,6 @@ CONFIG = LogConfig(
 )
 
 
-class AbortedTxn(NamedTuple):
-    """Stand-in for txn_index.py's entry (same fields)."""
-
-    producer_id: int
-    first_offset: int
-    last_offset: int
-    last_stable_offset: int
-
-
 @dataclass
 class Written:
     offset: int
@@ -72,8 +62,8 @@ class TxnLog:
 
     now: int = T0
     log: PartitionLog = field(init=False)
+    storage: MemoryStorage = field(default_factory=MemoryStorage)
     written: list[Written] = field(default_factory=list)
-    index: list[AbortedTxn] = field(default_factory=list)
     ongoing: dict[int, int] = field(default_factory=dict)  # pid -> first offset of its txn
     txn_number: dict[int, int] = field(default_factory=dict)
     outcome: dict[tuple[int, int], bool] = field(default_factory=dict)  # txn -> committed
@@ -82,7 +72,15 @@ class TxnLog:
     horizons: dict[int, int] = field(default_factory=dict)  # marker offset -> delete horizon
 
     def __post_init__(self) -> None:
-        self.log = PartitionLog.open(MemoryStorage(), DIR, CONFIG, self.now)
+        self.log = PartitionLog.open(self.storage, DIR, CONFIG, self.now)
+
+    def restart(self) -> None:
+        self.log.close()
+        self.log = PartitionLog.open(self.storage, DIR, CONFIG, self.now)
+
+    @property
+    def index(self) -> list[AbortedTxn]:
+        return self.log.aborted_transactions(self.log.log_start_offset, self.end + 1)
 
     @property
     def end(self) -> int:
@@ -120,40 +118,42 @@ class TxnLog:
             control=True,
             now_ms=self.now,
         )
-        offset = self._append(marker)
+        offset = self.end
         first = self.ongoing.pop(pid, offset)
+        entries = [] if commit else [AbortedTxn(pid, first, offset, self.last_stable_offset)]
+        assert self._append(marker, entries) == offset
         number = self.txn_number.get(pid, 0)
         self.outcome[(pid, number)] = commit
         self.txn_number[pid] = number + 1
-        if not commit:
-            self.index.append(AbortedTxn(pid, first, offset, self.last_stable_offset))
         self.markers += 1
         return offset
 
-    def _append(self, data: bytes) -> int:
-        return self.log.append([memoryview(data)], leader_epoch=0, now_ms=self.now).base_offset
+    def _append(self, data: bytes, aborted: Sequence[AbortedTxn] = ()) -> int:
+        appended = self.log.append(
+            [memoryview(data)], leader_epoch=0, now_ms=self.now, aborted_txns=aborted
+        )
+        return appended.base_offset
 
     def clean(self, *, force: bool = True) -> CleanResult | None:
-        """One pass below the LSO, the index entries in and out as the partition log does."""
+        """One pass, as the replica manager asks for it: below the LSO."""
         lso = self.last_stable_offset
-        cleaning = self.log.prepare_clean(self.now, lso, force=force)
-        if cleaning is None:
+        old_batches, old_index = self.batches(), self.index
+        result = self.log.clean(self.now, lso, force=force)
+        if result is None:
             return None
-        start, upper = cleaning.sources[0].base_offset, cleaning.plan.end_offset
-        assert upper <= lso, "cleaning at or above the last stable offset"
-        cleaning.aborted_transactions = [
-            e for e in self.index if e.last_offset >= start and e.first_offset < upper
-        ]
-        cleaning.build()
-        result = self.log.complete_clean(cleaning)
-        assert result is not None
-        kept = [e for g in cleaning.groups for e in g.aborted_txns]
-        assert all(isinstance(e, AbortedTxn) for e in kept)
-        self.index = sorted(
-            [e for e in self.index if not start <= e.last_offset < upper]
-            + [AbortedTxn(*e) for e in kept],  # type: ignore[misc]
-            key=lambda e: e.last_offset,
-        )
+        assert result.end_offset <= lso, "cleaned above the LSO"
+        # The swap writes the kept entries before it commits (log.py): an entry may go only
+        # if the old segments hold no data of its transaction either.
+        new_index = set(self.index)
+        for e in old_index:
+            if result.first_offset <= e.last_offset < result.end_offset and e not in new_index:
+                assert not any(
+                    b.producer_id == e.producer_id
+                    and b.is_transactional
+                    and not b.is_control
+                    and e.first_offset <= b.base_offset <= e.last_offset
+                    for b in old_batches
+                ), f"{e} dropped while the old segments held its data"
         return result
 
     def batches(self) -> list[RecordBatch]:
@@ -221,9 +221,27 @@ class TxnLog:
         for offset, marker in markers.items():
             if has_delete_horizon(marker):
                 self.horizons.setdefault(offset, marker.base_timestamp)
-        for entry in self.index:  # every index entry still has its ABORT marker
-            marker = next(b for b in batches if b.base_offset == entry.last_offset)
-            assert marker.is_control and marker.records_count == 1
+        self._check_index(batches)
+
+    def _check_index(self, batches: list[RecordBatch]) -> None:
+        """Every index entry still has its ABORT marker; every ABORT marker with data of its
+        transaction left has its entry."""
+        index = self.index
+        entries = {e.last_offset: e for e in index}
+        assert len(entries) == len(index)
+        data_since_marker: dict[int, int] = {}  # pid -> data batches since its last marker
+        for batch in batches:
+            pid = batch.producer_id
+            if batch.is_control and batch.records_count:
+                data = data_since_marker.pop(pid, 0)
+                kind = control_record_type(batch.records()[0])
+                if kind == ControlRecordType.ABORT and data:
+                    assert batch.base_offset in entries, f"abort at {batch.base_offset} unindexed"
+                entry = entries.pop(batch.base_offset, None)
+                assert entry is None or (kind, entry.producer_id) == (ControlRecordType.ABORT, pid)
+            elif batch.is_transactional and not batch.is_control:
+                data_since_marker[pid] = data_since_marker.get(pid, 0) + 1
+        assert not entries, f"index entries without their marker: {entries}"
 
     def _check_no_data_without_marker(self, batches: list[RecordBatch]) -> None:
         """Producer state is rebuilt from the log: a decided transaction's data batch must
@@ -358,6 +376,7 @@ step = st.one_of(
     st.tuples(st.just("produce"), st.sampled_from([None, 1, 2, 3]), pairs),
     st.tuples(st.just("end"), st.sampled_from([1, 2, 3]), st.booleans()),
     st.tuples(st.just("clean"), st.integers(0, 2 * DR_MS), st.booleans()),
+    st.tuples(st.just("restart"), st.none(), st.none()),
 )
 
 
@@ -380,6 +399,9 @@ def test_read_committed_sees_the_latest_committed_value_per_key(
         elif kind == "end":
             assert who is not None
             t.end_txn(100 + who, commit=bool(arg))
+        elif kind == "restart":
+            t.restart()
+            t.check()
         else:
             t.now += int(who or 0)
             lso = t.last_stable_offset
