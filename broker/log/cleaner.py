@@ -34,7 +34,8 @@ on it):
      - opens a leader epoch (the first batch of an epoch newer than all before it): the leader
        epoch cache, derived from batch headers (leader_epoch_cache.py), then stays what a
        rescan gives, without being touched;
-     - is its producer's last batch in the range while an earlier batch of that producer
+     - is its producer's last batch with sequences in the range (a data batch, or what a
+       pass left of one; markers carry none) while an earlier batch of that producer
        stays: producer state is rebuilt from batch headers at open (replica_manager.py), and
        must not fall back to that earlier batch's sequence.  (If no batch of the producer
        stays, it is forgotten, which the producer state tolerates; Kafka instead keeps the
@@ -161,6 +162,7 @@ class _Batch(NamedTuple):
     records_count: int
     is_transactional: bool
     marker: int | None  # a control batch's record type (ControlRecordType); None: no record
+    sequenced: bool  # a producer's data batch (or what a pass left of one): base sequence >= 0
 
 
 @dataclass(slots=True)
@@ -230,7 +232,8 @@ class LogCleaning:
         self._batches: list[_Batch] = []
         self._counts = _Counts()
         self._epoch_openers: set[int] = set()  # indexes of batches opening a leader epoch
-        self._last_of_producer: dict[int, int] = {}  # producer id -> index of its last batch
+        # producer id -> index of its last batch with sequences (markers have none)
+        self._last_of_producer: dict[int, int] = {}
         self._kept_producers: set[int] = set()  # producers with a batch kept so far
         self._latest: dict[bytes, int] = {}  # the offset map (step 2)
         self._txn = TransactionVerdicts()
@@ -287,7 +290,7 @@ class LogCleaning:
                     raise CorruptRecordError(f"{source.segment}: header cut at {position}")
                 fields = BATCH_HEADER.unpack(data)
                 base, length, epoch, magic, _, attributes, delta = fields[:7]
-                producer_id, count = fields[9], fields[12]
+                producer_id, base_sequence, count = fields[9], fields[11], fields[12]
                 size = length + LOG_OVERHEAD
                 last = base + delta
                 if (
@@ -315,6 +318,7 @@ class LogCleaning:
                         count,
                         transactional,
                         marker,
+                        base_sequence >= 0,
                     )
                 )
                 position += size
@@ -431,13 +435,14 @@ class LogCleaning:
 
     def _find_pinned(self) -> None:
         """The batches that open a leader epoch (as leader_epoch_cache.py derives them) and the
-        last batch of each producer."""
+        last batch of each producer that carries its sequences: a data batch, not a marker
+        (Kafka keeps a producer's last data batch, ``lastRecordsOfActiveProducers``)."""
         latest_epoch = -1
         for i, batch in enumerate(self._batches):
             if batch.partition_leader_epoch > latest_epoch:
                 self._epoch_openers.add(i)
                 latest_epoch = batch.partition_leader_epoch
-            if batch.producer_id != NO_PRODUCER_ID:
+            if batch.producer_id != NO_PRODUCER_ID and batch.sequenced:
                 self._last_of_producer[batch.producer_id] = i
 
     def _write_group(self, group: CleanedGroup) -> None:
@@ -474,7 +479,9 @@ class LogCleaning:
         return (
             i == group.batches[-1]
             or i in self._epoch_openers
-            or (producer_id in self._kept_producers and self._last_of_producer[producer_id] == i)
+            or (
+                producer_id in self._kept_producers and self._last_of_producer.get(producer_id) == i
+            )
         )
 
     def _clean_batch(self, reader: ChunkedReader, i: int, pinned: bool) -> Buffer | None:

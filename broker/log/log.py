@@ -39,7 +39,7 @@ Theory of operation.
   files are unlinked at once but stay open for ``file.delete.delay.ms``, so a ``sendfile``
   already given its descriptor still reads valid bytes.
 * Compaction (cleaner.py, ``cleanup.policy=compact``): ``prepare_clean`` (here) picks the
-  inactive segments below the high watermark, ``LogCleaning.build`` (any thread) writes their
+  inactive segments below the last stable offset, ``LogCleaning.build`` (any thread) writes their
   cleaned copies as ``.cleaned`` files, ``complete_clean`` (here) swaps them in
   (segment_swap.py) and checkpoints where the next pass starts (``cleaner-offset-checkpoint``).
   Retention by time and size applies only with ``cleanup.policy`` including ``delete``.

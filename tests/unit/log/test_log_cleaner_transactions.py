@@ -222,6 +222,7 @@ class TxnLog:
             if has_delete_horizon(marker):
                 self.horizons.setdefault(offset, marker.base_timestamp)
         self._check_index(batches)
+        self._check_sequences(batches)
 
     def _check_index(self, batches: list[RecordBatch]) -> None:
         """Every index entry still has its ABORT marker; every ABORT marker with data of its
@@ -242,6 +243,16 @@ class TxnLog:
             elif batch.is_transactional and not batch.is_control:
                 data_since_marker[pid] = data_since_marker.get(pid, 0) + 1
         assert not entries, f"index entries without their marker: {entries}"
+
+    def _check_sequences(self, batches: list[RecordBatch]) -> None:
+        """Producer state is rebuilt from the batch headers: a producer with any batch with
+        sequences left must end at the sequence it last wrote (or its next batch would be out
+        of order after a restart)."""
+        last: dict[int, int] = {}
+        for batch in batches:
+            if batch.producer_id != NO_PRODUCER_ID and batch.base_sequence >= 0:
+                last[batch.producer_id] = batch.last_sequence
+        assert last == {pid: self.sequence[pid] - 1 for pid in last}
 
     def _check_no_data_without_marker(self, batches: list[RecordBatch]) -> None:
         """Producer state is rebuilt from the log: a decided transaction's data batch must
