@@ -15,6 +15,17 @@ deduplicated by its sequence).  ``min.insync.replicas`` refuses acks=all with
 NOT_ENOUGH_REPLICAS before the append, and answers NOT_ENOUGH_REPLICAS_AFTER_APPEND when the
 ISR shrank below it while waiting.
 
+Transactions (KIP-890 part 1).  A transactional batch of a producer with no transaction open
+on the partition is held until the transaction coordinator (``TransactionVerifier``) says the
+partition is in the producer's transaction; one question per request covers all its held
+partitions, and a later request of the same producer for the same partition waits for it, so
+that the producer's batches still arrive in order.  Only the partitions answered NONE are
+appended; the others are refused with the coordinator's answer as Kafka maps it
+(``_verification_refusal``).  The plain path pays one attribute test per batch.  Known gap:
+Kafka's verification guard (cleared by a marker written between the coordinator's answer and
+the append) is not kept; a coordinator on this broker answers without yielding to the loop,
+so the window is there only for a remote coordinator's answer.
+
 Versions 0-2 (message format v0/v1) are advertised because librdkafka enables compression
 only when Produce v0 is inside the range (as Kafka 4 does, KAFKA-18659), and refused per
 partition with a clear message.
