@@ -31,12 +31,16 @@ with a batch in it has its marker written, and an aborted one has its index entr
 from __future__ import annotations
 
 import heapq
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.log.txn_index import AbortedTxn
-from kafka_protocol.record_batch import ControlRecordType
+from kafka_protocol.exceptions import CorruptRecordError
+from kafka_protocol.record_batch import ControlRecordType, RecordBatch
+
+CONTROL_KEY = struct.Struct(">hh")  # a control record's key: version, type
 
 
 class TxnBatch(Protocol):
@@ -108,3 +112,14 @@ def judge_transactions(
             else:
                 ongoing_committed.add(pid)
     return verdicts
+
+
+def control_record_kind(data: bytes) -> int:
+    """The record type (``ControlRecordType``, or a type this broker does not know) in the key
+    of the first record of the control batch ``data``."""
+    record = next(RecordBatch(memoryview(data)).validate().iter_records(), None)
+    if record is None:
+        raise CorruptRecordError("a control batch misses its record")
+    if record.key is None or len(record.key) < CONTROL_KEY.size:
+        raise CorruptRecordError("a control record without its type")
+    return int(CONTROL_KEY.unpack_from(record.key)[1])

@@ -74,13 +74,16 @@ map holds one entry per dirty key.
 from __future__ import annotations
 
 import logging
-import struct
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from broker.log.cleaned_transactions import TransactionVerdicts, judge_transactions
+from broker.log.cleaned_transactions import (
+    TransactionVerdicts,
+    control_record_kind,
+    judge_transactions,
+)
 from broker.log.cleaning_plan import CleaningPlan
 from broker.log.config import INT32_MAX, LogConfig
 from broker.log.errors import CorruptIndexError
@@ -109,7 +112,6 @@ from kafka_protocol.record_batch import (
 )
 
 logger = logging.getLogger("broker.log")
-CONTROL_KEY = struct.Struct(">hh")  # a control record's key: version, type
 
 CLEANER_OFFSET_FILE = "cleaner-offset-checkpoint"
 DEFAULT_MAX_MAP_ENTRIES = 1_000_000  # keys in the offset map (a few hundred bytes each)
@@ -301,26 +303,12 @@ class LogCleaning:
                 ):
                     raise CorruptRecordError(f"{source.segment}: bad batch header at {position}")
                 control = bool(attributes & ATTR_CONTROL)
-                transactional = bool(attributes & ATTR_TRANSACTIONAL)
                 marker = None
                 if control and count > 0:
-                    marker = _control_type(source.handle.read(position, size), source)
-                batches.append(
-                    _Batch(
-                        i,
-                        position,
-                        size,
-                        base,
-                        last,
-                        epoch,
-                        producer_id,
-                        control,
-                        count,
-                        transactional,
-                        marker,
-                        base_sequence >= 0,
-                    )
-                )
+                    marker = control_record_kind(source.handle.read(position, size))
+                transactional = bool(attributes & ATTR_TRANSACTIONAL)
+                flags = (control, count, transactional, marker, base_sequence >= 0)
+                batches.append(_Batch(i, position, size, base, last, epoch, producer_id, *flags))
                 position += size
                 next_offset = last + 1
             if not batches or batches[-1].source != i:
@@ -599,18 +587,6 @@ class LogCleaning:
             aborted_records_removed=counts.aborted_records_removed,
             markers_removed=counts.markers_removed,
         )
-
-
-def _control_type(data: bytes, source: _Source) -> int:
-    """The record type in the key (version int16, type int16) of a control batch's first
-    record."""
-    try:
-        record = next(RecordBatch(memoryview(data)).validate().iter_records())
-    except StopIteration:
-        raise CorruptRecordError(f"{source.segment}: a control batch misses its record") from None
-    if record.key is None or len(record.key) < CONTROL_KEY.size:
-        raise CorruptRecordError(f"{source.segment}: a control record without its type")
-    return int(CONTROL_KEY.unpack_from(record.key)[1])
 
 
 class _SegmentWriter:
