@@ -203,7 +203,8 @@ class ProduceHandler:
             ]
             if refused:
                 # No answer can carry the error: close, so the producer refreshes its metadata
-                # (Kafka's handleProduceRequest does the same).
+                # (Kafka's handleProduceRequest does the same).  A batch refused after its
+                # verification is not among these (a transactional producer uses acks=all).
                 log.info("closing an acks=0 connection peer=%s refused=%s", ctx.peer, refused[:3])
                 raise CloseConnection
             return None
