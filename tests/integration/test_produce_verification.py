@@ -20,8 +20,10 @@ from typing import Any, TypeVar
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from integration.clients import TIMEOUT_S, confluent_conf, create_topic
+from integration.cluster_process import LocalCluster
 from integration.node_process import NodeProcess
 from integration.raw_client import RawConnection
 from kafka_protocol.errors import ErrorCode
@@ -69,15 +71,20 @@ def until(attempt: Callable[[], T | None], what: str) -> T:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def init_producer(conn: RawConnection, transactional_id: str) -> tuple[int, int]:
-    """FindCoordinator (key type 1) then InitProducerId: the producer id and epoch."""
+def find_coordinator(conn: RawConnection, transactional_id: str) -> int:
+    """FindCoordinator (key type 1): the coordinator's node id."""
 
-    def find() -> bool | None:
+    def find() -> int | None:
         r = conn.request(FindCoordinatorRequest(key=transactional_id, key_type=1), 3)
         assert isinstance(r, FindCoordinatorResponse)
-        return True if r.error_code == ErrorCode.NONE else None
+        return int(r.node_id) if r.error_code == ErrorCode.NONE else None
 
-    until(find, "the transaction coordinator")
+    return until(find, "the transaction coordinator")
+
+
+def init_producer(conn: RawConnection, transactional_id: str) -> tuple[int, int]:
+    """InitProducerId at the coordinator ``conn`` leads to: the producer id and epoch."""
+    find_coordinator(conn, transactional_id)
 
     def init() -> tuple[int, int] | None:
         request = InitProducerIdRequest(
@@ -238,3 +245,49 @@ def test_without_verification_the_broker_appends_unasked(tmp_path: Path) -> None
             conn.close()
     finally:
         assert proc.stop() == 0, proc.log_tail()
+
+
+# --- a coordinator on another broker: the leader asks it with AddPartitionsToTxn v4 -------------
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    cluster = LocalCluster.create(Path(tmp_path_factory.mktemp("verify-remote")), 1, 3)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.kill_all()
+
+
+def test_a_leader_asks_a_coordinator_on_another_broker(cluster: LocalCluster) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 10_000})
+    ids = sorted(cluster.brokers)
+    topic = NewTopic(TOPIC, len(ids), replica_assignment=[[i] for i in ids])
+    admin.create_topics([topic])[TOPIC].result(TIMEOUT_S)
+    any_broker = RawConnection(cluster.any_broker().address, timeout_s=20)
+    try:
+        coordinator = find_coordinator(any_broker, "p2-remote")
+    finally:
+        any_broker.close()
+    partition = next(p for p, broker in enumerate(ids) if broker != coordinator)
+    at_coordinator = RawConnection(cluster.brokers[coordinator].address, timeout_s=20)
+    at_leader = RawConnection(cluster.brokers[ids[partition]].address, timeout_s=20)
+    try:
+        pid, epoch = init_producer(at_coordinator, "p2-remote")
+        refused = until(
+            lambda: (
+                r
+                if (r := produce(at_leader, "p2-remote", pid, epoch, partition, seq=0)).error_code
+                != ErrorCode.NOT_ENOUGH_REPLICAS  # the leader may not know the coordinator yet
+                else None
+            ),
+            "the remote coordinator's answer",
+        )
+        assert refused.error_code == ErrorCode.INVALID_TXN_STATE, refused
+        assert add_partition(at_coordinator, "p2-remote", pid, epoch, partition) == ErrorCode.NONE
+        accepted = produce(at_leader, "p2-remote", pid, epoch, partition, seq=0)
+        assert (accepted.error_code, accepted.base_offset) == (ErrorCode.NONE, 0), accepted
+    finally:
+        at_coordinator.close()
+        at_leader.close()
