@@ -78,7 +78,12 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
     authorizer = BrokerAuthorizer.from_config(cfg.broker_defaults, lambda: parts.image)
     security = SecurityAdminHandlers(authorizer, lambda: parts.image)
     handlers = [
-        ProduceHandler(replicas, parts.metrics).spec(),
+        ProduceHandler(
+            replicas,
+            parts.metrics,
+            # transaction.partition.verification.enable=false: appended unverified, unawaited
+            verifier=parts.transactions if parts.transactions.config.verification_enabled else None,
+        ).spec(),
         FetchHandler(replicas, parts.metrics, parts.broker_epoch_of).spec(),
         ListOffsetsHandler(replicas).spec(),
         OffsetForLeaderEpochHandler(replicas).spec(),
