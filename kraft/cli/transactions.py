@@ -350,7 +350,7 @@ def add_parser(
     abort = actions.add_parser(
         "abort",
         parents=[common],
-        help="abort a hanging transaction (requires ClusterAction on the cluster)",
+        help="abort a hanging transaction (requires Alter or ClusterAction on the cluster)",
         description="Abort one producer's transaction on one partition, named by its start"
         " offset there (as find-hanging shows), or by producer id, epoch and coordinator epoch.",
     )

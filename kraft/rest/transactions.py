@@ -6,8 +6,9 @@ Served by every node: :class:`kraft.transactions.admin.TransactionAdmin` speaks 
 protocol to the brokers of the node's metadata image, each call bounded by
 :data:`TRANSACTION_CALL_TIMEOUT_S`.  The node asks with its own (inter-broker) login, so these
 handlers check what Kafka's APIs would check of the caller (:mod:`kraft.rest.access`): DESCRIBE
-on a transactional id (list filters by it), READ on a topic for its producers, CLUSTER_ACTION on
-the cluster to abort (Kafka's WriteTxnMarkers).
+on a transactional id (list filters by it; a description shows the partitions of topics the
+caller may DESCRIBE), READ on a topic for its producers, ALTER (else CLUSTER_ACTION) on the
+cluster to abort (Kafka's WriteTxnMarkers since KIP-664).
 
 The abort body (``POST /v1/transactions/abort``)::
 
@@ -29,7 +30,7 @@ from kafka_protocol.clock import wall_ms
 from kafka_protocol.errors import ErrorCode
 from kraft.groups.client import GroupError
 from kraft.node.security_config import broker_route
-from kraft.rest.access import require, visible
+from kraft.rest.access import abort_transaction_allowed, require, visible
 from kraft.rest.common import (
     AdminNode,
     ApiError,
@@ -239,7 +240,11 @@ async def describe_transaction(request: web.Request) -> web.Response:
     description = await _call(
         f"describing {transactional_id!r}", admin.describe_transaction(transactional_id)
     )
-    return web.json_response(description_json(description, wall_ms()))
+    # Kafka's DescribeTransactions leaves out the partitions of topics the caller may not see
+    shown = visible(request, AclOperation.DESCRIBE, ResourceType.TOPIC)
+    partitions = tuple(tp for tp in description.partitions if shown(tp.topic))
+    described = dataclasses.replace(description, partitions=partitions)
+    return web.json_response(description_json(described, wall_ms()))
 
 
 async def describe_producers(request: web.Request) -> web.Response:
@@ -255,8 +260,9 @@ async def describe_producers(request: web.Request) -> web.Response:
 
 
 async def abort_transaction(request: web.Request) -> web.Response:
-    """CLUSTER_ACTION on the cluster (the access table); by start offset also READ on the
-    topic, for DescribeProducers."""
+    """ALTER (else CLUSTER_ACTION) on the cluster, as WriteTxnMarkers; by start offset also
+    READ on the topic, for DescribeProducers."""
+    abort_transaction_allowed(request)
     admin = _admin(request)
     parsed = parse_abort(await json_object(request))
     _known_partition(request, parsed.partition)

@@ -299,11 +299,17 @@ def test_each_route_needs_what_kafka_checks() -> None:
         (_O.DESCRIBE, _R.TRANSACTIONAL_ID, "secret"),
         (_O.READ, _R.TOPIC, "u"),
         (_O.CLUSTER_ACTION, _R.CLUSTER, "kafka-cluster"),
+        (_O.ALTER, _R.CLUSTER, "kafka-cluster"),
+        (_O.DESCRIBE, _R.TOPIC, "t"),
     )
 
     async def scenario(api: Api) -> None:
         _, listed = await api.call("GET", "/v1/transactions", "/v1/transactions")
         assert [t["transactional_id"] for t in listed] == ["app-1"]  # filtered, as Kafka's
+        _, described = await api.call(
+            "GET", "/v1/transactions/app-1", "/v1/transactions/{transactional_id}"
+        )
+        assert described["partitions"] == []  # t-0 left out: no DESCRIBE on topic t
         status, denied = await api.call(
             "GET", "/v1/transactions/secret", "/v1/transactions/{transactional_id}"
         )
@@ -332,3 +338,21 @@ def test_a_transactional_id_the_caller_may_not_describe_looks_unknown_to_find_ha
         assert [h["producer_id"] for h in found["hanging"]] == [300]
 
     serve(open_transactions(), scenario, authorizer)
+
+
+@pytest.mark.parametrize(
+    ("denied", "status"),
+    [
+        ((), 200),
+        (((_O.ALTER, _R.CLUSTER, "kafka-cluster"),), 200),  # CLUSTER_ACTION is enough
+        (((_O.CLUSTER_ACTION, _R.CLUSTER, "kafka-cluster"),), 200),  # so is ALTER (KIP-664)
+    ],
+)
+def test_abort_needs_alter_or_cluster_action_on_the_cluster(
+    denied: tuple[tuple[AclOperation, ResourceType, str], ...], status: int
+) -> None:
+    async def scenario(api: Api) -> None:
+        body = {"topic": "t", "partition": 0, "start_offset": 5}
+        assert (await api.call("POST", ABORT, ABORT, body))[0] == status
+
+    serve(open_transactions(), scenario, Authorizer(*denied))
