@@ -47,6 +47,8 @@ def test_every_command_has_a_function_and_common_options(argv: list[str], func: 
         ["transactions", "abort", "--topic", "t", "--partition", "0", "--producer-epoch", "40000"],
         ["transactions", "find-hanging", "--max-transaction-timeout", "-1"],
         ["transactions", "list", "--duration-filter", "soon"],
+        ["transactions", "list", "--state", "Running"],  # not one of Kafka's states
+        ["transactions", "list", "--bootstrap-server", "no-port"],
     ],
 )
 def test_bad_arguments_are_usage_errors(
