@@ -29,7 +29,9 @@ same pending list as produces (acks=all); producer state (broker/producer_state.
 transaction at a producer's first transactional batch and closes it at the marker, and gives
 the partition its last stable offset; an ABORT marker's entry goes to the aborted-transaction
 index of the segment it lands in, on the leader and on followers alike.  At open, the replay
-of the log that rebuilds producer state also refills the indexes recovery emptied.
+of the log that rebuilds producer state also refills the indexes recovery emptied.  A batch the
+coordinator verified (KIP-890) comes with the verification guard taken before the question
+(:meth:`verification_guard`); a marker of its producer written since refuses it.
 
 The high watermark is checkpointed per log directory (``replication-offset-checkpoint``,
 Kafka's file and format) so a restarted broker does not expose records it cannot know are
@@ -69,7 +71,7 @@ from broker.partition import (
 from broker.partition import AppendOutcome as AppendOutcome
 from broker.partition import Partition as Partition
 from broker.partition import Registration as Registration
-from broker.producer_state import BatchMetadata
+from broker.producer_state import BatchMetadata, VerificationGuard
 from broker.replication.high_watermark_checkpoint import (
     read_high_watermarks,
     write_high_watermarks,
@@ -224,20 +226,22 @@ class ReplicaManager:
         plog, producers = part.log, part.producers
         restore = plog.rebuilding_txn_indexes
         offset = part.log_start_offset
-        while offset < part.log_end_offset:
-            chunk = plog.read(offset, 1 << 20, min_one_batch=True)
-            if chunk.size_bytes == 0:
-                break
-            data = plog.read_bytes(chunk)
-            for batch in iter_batches(data, allow_truncated_tail=True):
-                offset = batch.next_offset
-                try:
-                    done = learn_producer(producers, batch, seen_ms=batch.max_timestamp)
-                except CorruptRecordError as exc:  # a marker we cannot read: not one
-                    log.warning("unreadable control batch partition=%s error=%s", part.name, exc)
-                    continue
-                if restore and (entry := aborted_entry(producers, done)) is not None:
-                    plog.restore_aborted_txn(entry)
+        with producers.replaying():
+            while offset < part.log_end_offset:
+                chunk = plog.read(offset, 1 << 20, min_one_batch=True)
+                if chunk.size_bytes == 0:
+                    break
+                for batch in iter_batches(plog.read_bytes(chunk), allow_truncated_tail=True):
+                    offset = batch.next_offset
+                    try:
+                        done = learn_producer(producers, batch, seen_ms=batch.max_timestamp)
+                    except CorruptRecordError as exc:  # a marker we cannot read: not one
+                        log.warning(
+                            "unreadable control batch partition=%s error=%s", part.name, exc
+                        )
+                        continue
+                    if restore and (entry := aborted_entry(producers, done)) is not None:
+                        plog.restore_aborted_txn(entry)
         plog.end_txn_index_rebuild()
 
     def expire_producers(self) -> None:
@@ -525,10 +529,17 @@ class ReplicaManager:
     # --- produce ------------------------------------------------------------------------------
 
     def append_nowait(
-        self, part: Partition, batch: RecordBatch, acks: int = 1
+        self,
+        part: Partition,
+        batch: RecordBatch,
+        acks: int = 1,
+        verification_guard: VerificationGuard | None = None,
     ) -> AppendOutcome | Deferred[AppendOutcome]:
         """Check one validated batch and queue it; the Deferred resolves once it is written
-        (acks 0 and 1) or once every ISR member has it (acks=all)."""
+        (acks 0 and 1) or once every ISR member has it (acks=all).  ``verification_guard``:
+        the one taken before the coordinator verified this transactional batch (KIP-890);
+        refused INVALID_TXN_STATE if a marker of its producer was written since and no
+        transaction of it is open."""
         refused = self._refuse_append(part)
         if refused is not None:
             return refused
@@ -550,6 +561,17 @@ class ReplicaManager:
                 return AppendOutcome(check.error, message=check.message)
             if (dup := check.duplicate_of) is not None:
                 return self._answer_duplicate(part, dup, acks)
+            if (
+                verification_guard is not None
+                and transactional
+                and not part.producers.has_ongoing(pid, batch.producer_epoch)
+                and not part.producers.verified(pid, verification_guard)
+            ):
+                return AppendOutcome(
+                    ErrorCode.INVALID_TXN_STATE,
+                    message=f"producer {pid}'s transaction ended while the partition was being"
+                    " verified: the batch is not part of an ongoing transaction",
+                )
         base = part.next_offset
         part.next_offset = base + batch.last_offset_delta + 1
         if tracked:
@@ -630,6 +652,11 @@ class ReplicaManager:
         )
         pending = PendingAppend(batch, base, Deferred(), aborted_entry(part.producers, done))
         return self._enqueue(part, pending, ACKS_ALL)
+
+    def verification_guard(self, part: Partition, producer_id: int) -> VerificationGuard:
+        """Taken before asking the coordinator to verify a transactional batch of
+        ``producer_id`` for ``part``, and passed to :meth:`append_nowait` (KIP-890)."""
+        return part.producers.verification_guard(producer_id, self.clock_ms())
 
     def has_ongoing_transaction(
         self, part: Partition, producer_id: int, producer_epoch: int
