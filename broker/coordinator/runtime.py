@@ -15,13 +15,13 @@ once committed (``_append``), so what the coordinator answers is what the replic
 holds, and a new coordinator after a failover loads exactly that.  An append that fails answers
 Kafka's mapped errors (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, ...) and changes nothing.
 
-The topic is created on first use (FindCoordinator) with ``offsets.topic.num.partitions``
-partitions, replication factor ``min(offsets.topic.replication.factor, live brokers)`` and
-``cleanup.policy=compact``.  Every ``offsets.retention.check.interval.ms`` expired offsets are
-removed (Kafka's ``cleanupGroupMetadata``; the rules are ``offsets.py``'s and
-``offset_expiry_condition``'s), and so is every empty group left without offsets; offsets of
-deleted topics are removed too.  All of it by tombstones, so a new coordinator after a
-failover loads the same absence.
+The topic is created on first use (FindCoordinator; broker/internal_topics.py) with
+``offsets.topic.num.partitions`` partitions, replication factor
+``min(offsets.topic.replication.factor, live brokers)`` and ``cleanup.policy=compact``.
+Every ``offsets.retention.check.interval.ms`` expired offsets are removed (Kafka's
+``cleanupGroupMetadata``; the rules are ``offsets.py``'s and ``offset_expiry_condition``'s),
+and so is every empty group left without offsets; offsets of deleted topics are removed too.
+All of it by tombstones, so a new coordinator after a failover loads the same absence.
 
 Transactional offsets (TxnOffsetCommit, KIP-98/KIP-447) are appended as a transactional batch
 of the producer (its id and epoch, no sequence, acks=all) and held pending per producer id
@@ -39,7 +39,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from broker.controller_channel import ControllerChannel, NewTopic, created_topics, topic_creation
+from broker.controller_channel import ControllerChannel, NewTopic
 from broker.coordinator.classic_groups import ClassicGroups
 from broker.coordinator.commits import OffsetCommit, Producer, coordinator_error
 from broker.coordinator.offsets import (
@@ -57,6 +57,7 @@ from broker.coordinator.records import (
 )
 from broker.deferred import Deferred
 from broker.group.classic_member import GroupConfig
+from broker.internal_topics import InternalTopicCreation
 from broker.log.errors import LogError
 from broker.partition import AppendOutcome, Partition
 from broker.replica_manager import ReplicaManager
@@ -109,7 +110,9 @@ class GroupCoordinator:
         self.config = config
         self.clock_ms = clock_ms
         self.owned: dict[int, OwnedPartition] = {}
-        self._creating: asyncio.Task[None] | None = None
+        self._offsets_topic = InternalTopicCreation(
+            controller, image, config.replication_factor, self._define_offsets_topic
+        )
         self._expiry: asyncio.Task[None] | None = None
         self.classic = ClassicGroups(self, config.groups)
         # KIP-890: asked before a TxnOffsetCommit's append whether the partition is in the
@@ -129,7 +132,7 @@ class GroupCoordinator:
         first use."""
         topic = self.image().topics.get(OFFSETS_TOPIC)
         if topic is None or not topic.partitions:
-            self._create_topic()
+            self._offsets_topic.create_soon()
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         leader = topic.partitions[partition_for(group_id, len(topic.partitions))].leader
         return leader if leader >= 0 else ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -150,47 +153,17 @@ class GroupCoordinator:
         """Groups with committed offsets in the loaded partitions."""
         return {g for owned in self.owned.values() if owned.loaded for g in owned.offsets.groups()}
 
-    def _create_topic(self) -> None:
-        if self._creating is not None and not self._creating.done():
-            return
-        self._creating = asyncio.get_running_loop().create_task(self._create())
-
-    async def _create(self) -> None:
-        live = sum(1 for b in self.image().brokers.values() if b.is_active)
-        rf = max(1, min(self.config.replication_factor, live))
-        offsets_topic = NewTopic(
+    def _define_offsets_topic(self, replication_factor: int) -> NewTopic:
+        return NewTopic(
             OFFSETS_TOPIC,
             self.config.num_partitions,
-            rf,
+            replication_factor,
             {
                 "cleanup.policy": "compact",
                 "segment.bytes": str(self.config.segment_bytes),
                 "compression.type": "producer",
             },
         )
-        request = topic_creation([offsets_topic], timeout_ms=30_000)
-        try:
-            response = await self.controller.forward(request, 7)
-        except Exception as exc:  # the client retries FindCoordinator; say why it waits
-            log.warning("cannot create %s yet: %s", OFFSETS_TOPIC, exc)
-            return
-        result = created_topics(response)[0]
-        if result.error_code == ErrorCode.TOPIC_ALREADY_EXISTS:
-            return  # another broker created it first
-        if result.error_code != ErrorCode.NONE:
-            log.warning(
-                "cannot create %s yet: %s %s",
-                OFFSETS_TOPIC,
-                ErrorCode.from_code(result.error_code).name,
-                result.error_message or "",
-            )
-        else:
-            log.info(
-                "created %s partitions=%d replication_factor=%d",
-                OFFSETS_TOPIC,
-                self.config.num_partitions,
-                rf,
-            )
 
     # --- partition ownership ------------------------------------------------------------------
 
@@ -524,7 +497,7 @@ class GroupCoordinator:
     async def stop(self) -> None:
         for index in list(self.owned):
             self.on_partition_removed(index)
-        for task in (self._expiry, self._creating):
+        for task in (self._expiry, self._offsets_topic.task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
