@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from kafka_protocol.compression import Compression
+from spark_source.read_committed import parse_isolation_level
 
 EARLIEST: Final = -2
 LATEST: Final = -1
@@ -345,6 +346,11 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
                 "offsets given for partitions that are not assigned: "
                 + ", ".join(f"{t}-{p}" for t, p in sorted(stray))
             )
+    if "isolation.level" in config:  # Spark's name: kafka.isolation.level
+        try:
+            parse_isolation_level(config["isolation.level"])
+        except ValueError as exc:
+            raise OptionError(f"option kafka.{exc}") from None
     prefix = _get(options, "groupIdPrefix") or DEFAULT_GROUP_PREFIX
     group_id = config.pop("group.id", None) or derived_group_id(prefix, subscription, starting)
     return ReadOptions(
