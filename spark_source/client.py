@@ -56,7 +56,8 @@ Local failures (remote outcomes are Kafka error codes until they are final)::
     ├── OperationTimedOut    a retriable Kafka error persisted until the deadline (``.error``;
     │                        also a TimeoutError)
     ├── BrokerError          a Kafka error retrying cannot cure (``.error``, ``.tp``)
-    │   └── ProduceError     a batch or record the producer cannot write
+    │   ├── ProduceError     a batch or record the producer cannot write
+    │   └── TransactionError a transactional step failed (fenced, timed out, bad state)
     └── DataLossError        offsets asked for are gone: retention, truncation, topic deleted
 """
 
@@ -89,6 +90,7 @@ from spark_source._client_types import (
     ProduceError,
     TopicNotFound,
     TopicPartition,
+    TransactionError,
     UnsupportedBroker,
     raise_unless_retriable,
 )
@@ -111,6 +113,7 @@ __all__ = [
     "ProduceError",
     "TopicNotFound",
     "TopicPartition",
+    "TransactionError",
     "UnsupportedBroker",
 ]
 
@@ -320,10 +323,19 @@ class KafkaClient:
         self._groups.commit(group_id, offsets, metadata)
 
     def committed_offsets(
-        self, group_id: str, tps: Iterable[TopicPartition]
+        self, group_id: str, tps: Iterable[TopicPartition], *, require_stable: bool = False
     ) -> dict[TopicPartition, tuple[int, str]]:
-        """(offset, metadata) committed by ``group_id`` for each of ``tps`` that has one."""
+        """(offset, metadata) committed by ``group_id`` for each of ``tps`` that has one.
+        ``require_stable``: wait for a transaction with a pending offset commit for them to
+        complete (OffsetFetch v7+, KIP-447), rather than answer what was committed before."""
         self._check_usable()
-        return self._groups.committed(group_id, tps)
+        return self._groups.committed(group_id, tps, require_stable=require_stable)
+
+    @property
+    def coordinators(self) -> GroupOffsets:
+        """The coordinators of groups and transactional ids (FindCoordinator, cached), for
+        the transactional producer."""
+        self._check_usable()
+        return self._groups
 
     # --- internals ------------------------------------------------------------------------------

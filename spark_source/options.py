@@ -126,6 +126,8 @@ class WriteOptions:
     client_config: Mapping[str, str]
     topic: str | None  # overrides a `topic` column
     compression: Compression
+    # kafka.transactional.id.prefix: exactly-once mode (spark_source.exactly_once)
+    transactional_id_prefix: str | None = None
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -377,4 +379,21 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         compression = Compression.from_name(config.get("compression.type", "none").strip())
     except ValueError as exc:
         raise OptionError(f"option kafka.compression.type: {exc}") from None
-    return WriteOptions(bootstrap, config, _get(options, "topic"), compression)
+    if "transactional.id" in config:
+        raise OptionError(
+            "option kafka.transactional.id is not supported: every task needs an id of its own;"
+            " set kafka.transactional.id.prefix for exactly-once writes"
+        )
+    prefix = config.pop("transactional.id.prefix", None)
+    if prefix is not None:
+        prefix = prefix.strip()
+        if not prefix:
+            raise OptionError("option kafka.transactional.id.prefix must not be empty")
+        if config.get("acks", "all").strip().lower() not in ("all", "-1") or (
+            config.get("enable.idempotence", "true").strip().lower() != "true"
+        ):
+            raise OptionError(
+                "kafka.transactional.id.prefix needs kafka.acks=all and"
+                " kafka.enable.idempotence=true (a transactional producer is idempotent)"
+            )
+    return WriteOptions(bootstrap, config, _get(options, "topic"), compression, prefix)

@@ -69,6 +69,7 @@ from kafka_protocol.types import TopicName
 from spark_source._client_config import bool_option, int_option
 from spark_source._client_conn import MAX_IN_FLIGHT, Attempts, Versions
 from spark_source._client_types import (
+    BrokerError,
     ConfigError,
     ConnectionFailed,
     KafkaClientError,
@@ -185,8 +186,9 @@ class Producer:
         self._sequences: dict[TopicPartition, int] = {}
         self._producer_id = NO_PRODUCER_ID
         self._producer_epoch = NO_PRODUCER_EPOCH
+        self._transactional = False  # set by TransactionalProducer: batches say so
         self._closed = False
-        self._failure: ProduceError | None = None
+        self._failure: BrokerError | None = None
 
     @property
     def buffered_bytes(self) -> int:
@@ -300,6 +302,7 @@ class Producer:
             producer_id=self._producer_id,
             producer_epoch=self._producer_epoch,
             base_sequence=sequence,
+            transactional=self._transactional,
         )
         self._ready.setdefault(tp, collections.deque()).append(_Batch(data, len(batch.records)))
         self._ready_bytes += len(data)
