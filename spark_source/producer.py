@@ -65,7 +65,7 @@ from kafka_protocol.record_batch import (
     SimpleRecord,
     build_batch,
 )
-from kafka_protocol.types import TopicName
+from kafka_protocol.types import TopicName, TransactionalId
 from spark_source._client_config import bool_option, int_option
 from spark_source._client_conn import MAX_IN_FLIGHT, Attempts, Versions
 from spark_source._client_types import (
@@ -186,7 +186,9 @@ class Producer:
         self._sequences: dict[TopicPartition, int] = {}
         self._producer_id = NO_PRODUCER_ID
         self._producer_epoch = NO_PRODUCER_EPOCH
-        self._transactional = False  # set by TransactionalProducer: batches say so
+        # set by TransactionalProducer: batches say so, and Produce names the id (KIP-890)
+        self._transactional = False
+        self._transactional_id: TransactionalId | None = None
         self._closed = False
         self._failure: BrokerError | None = None
 
@@ -369,6 +371,7 @@ class Producer:
                 ProduceRequest.PartitionProduceData(index=tp.partition, records=batch.data)
             )
         return ProduceRequest(
+            transactional_id=self._transactional_id,
             acks=self.config.acks,
             timeout_ms=self.client.config.request_timeout_ms,
             topic_data=[

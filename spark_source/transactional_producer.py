@@ -104,6 +104,7 @@ class TransactionalProducer(Producer):
             config, "transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS, 1, _INT32_MAX
         )
         self._transactional = True
+        self._transactional_id = TransactionalId(transactional_id)
         self._in_transaction = False
         self._added: set[TopicPartition] = set()  # partitions in the open transaction
 
