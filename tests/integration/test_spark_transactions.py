@@ -5,6 +5,7 @@ SIGKILL and restarted from its checkpoint, each output row in Kafka exactly once
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -117,8 +118,9 @@ def run_stream(spark: SparkSession, bootstrap: str, topic: str, checkpoint: Path
     return Counter(seen), progress[-1]["sources"][0]
 
 
-def offsets_sum(offsets: Any) -> int:
-    return sum(int(o) for parts in offsets.values() for o in parts.values())
+def offsets_sum(offsets: str) -> int:
+    """The sum of a progress report's offsets (JSON text, as Spark stores them)."""
+    return sum(int(o) for parts in json.loads(offsets).values() for o in parts.values())
 
 
 def test_read_committed_skips_aborted_records_and_stops_at_the_lso(
