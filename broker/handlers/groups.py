@@ -9,8 +9,9 @@ COORDINATOR_LOAD_IN_PROGRESS while its partition loads.
 
 FindCoordinator names the leader of the group's ``__consumer_offsets`` partition (creating the
 topic on first use: COORDINATOR_NOT_AVAILABLE until it has a leader).  librdkafka (and kcat)
-enable consumer groups only when FindCoordinator v0 is advertised.  Transaction coordinators
-do not exist yet: COORDINATOR_NOT_AVAILABLE.
+enable consumer groups only when FindCoordinator v0 is advertised.  Key type 1 names the
+leader of the transactional id's ``__transaction_state`` partition (the transaction
+coordinator, which creates that topic on first use); other key types get INVALID_REQUEST.
 
 OffsetCommit and OffsetFetch are answered by the coordinator (NOT_COORDINATOR elsewhere,
 COORDINATOR_LOAD_IN_PROGRESS while it loads); a commit is answered once its records are
@@ -59,6 +60,7 @@ from kafka_protocol.messages import (
 from kafka_protocol.types import BrokerId, GroupId, TopicName
 
 GROUP_KEY = 0
+TRANSACTION_KEY = 1
 _R = TypeVar("_R", JoinGroupResponse, SyncGroupResponse, HeartbeatResponse, LeaveGroupResponse)
 _Q = TypeVar("_Q", SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest)
 _M = TypeVar("_M")
@@ -72,8 +74,11 @@ class GroupHandlers:
         self,
         coordinator: GroupCoordinator,
         endpoint_of: Callable[[int, str], tuple[str, int] | None],
+        transaction_coordinator_of: Callable[[str], int | ErrorCode],
     ) -> None:
         self.coordinator = coordinator
+        # the broker coordinating a transactional id (FindCoordinator key type 1)
+        self.transaction_coordinator_of = transaction_coordinator_of
         # a coordinator's address on a listener, for FindCoordinator
         self.endpoint_of = endpoint_of
 
@@ -224,14 +229,17 @@ class GroupHandlers:
     def _coordinator(
         self, key: str, key_type: int, listener: str
     ) -> FindCoordinatorResponse.Coordinator:
-        if key_type != GROUP_KEY:
+        if key_type not in (GROUP_KEY, TRANSACTION_KEY):
             return FindCoordinatorResponse.Coordinator(
                 key=key,
                 node_id=BrokerId(-1),
-                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                error_message="transactions are not supported yet",
+                error_code=ErrorCode.INVALID_REQUEST,
+                error_message=f"unknown coordinator key type {key_type}",
             )
-        found = self.coordinator.coordinator_of(key)
+        if key_type == TRANSACTION_KEY:
+            found = self.transaction_coordinator_of(key)
+        else:
+            found = self.coordinator.coordinator_of(key)
         address = self.endpoint_of(found, listener) if isinstance(found, int) else None
         if address is None:
             error = found if isinstance(found, ErrorCode) else ErrorCode.COORDINATOR_NOT_AVAILABLE
