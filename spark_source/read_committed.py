@@ -31,7 +31,13 @@ import heapq
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-from kafka_protocol.record_batch import ControlRecordType, RecordBatch, control_record_type
+from kafka_protocol.compression import Compression
+from kafka_protocol.record_batch import (
+    HEADER_BYTES,
+    ControlRecordType,
+    RecordBatch,
+    control_record_type,
+)
 
 READ_UNCOMMITTED: Final = 0
 READ_COMMITTED: Final = 1
@@ -72,10 +78,36 @@ class AbortedBatchFilter:
         return not batch.is_control
 
 
+_CONTROL_KEY_LENGTH: Final = 8  # zigzag varint of 4: a control key is version, type (int16s)
+
+
 def _is_abort_marker(batch: RecordBatch, check_crc: bool) -> bool:
-    for record in batch.validate(crc=check_crc).iter_records():
+    """Whether the control batch's (first) record is an ABORT marker.  Markers are small and
+    never compressed: their key is read in place (length, attributes, timestamp and offset
+    deltas skipped), anything unexpected through the record decoder, which raises for what
+    is corrupt."""
+    batch.validate(crc=check_crc)
+    if batch.records_count < 1:
+        return False  # an emptied control batch (compaction) is no marker
+    buf = batch.buf
+    try:
+        if batch.compression is Compression.NONE:
+            pos = _skip_varint(buf, HEADER_BYTES) + 1  # the record's length, its attributes
+            pos = _skip_varint(buf, _skip_varint(buf, pos))  # timestamp and offset deltas
+            if buf[pos] == _CONTROL_KEY_LENGTH:
+                kind = int.from_bytes(buf[pos + 3 : pos + 5], "big", signed=True)
+                return kind == ControlRecordType.ABORT
+    except IndexError:
+        pass
+    for record in batch.iter_records():
         return control_record_type(record) is ControlRecordType.ABORT
     return False
+
+
+def _skip_varint(buf: memoryview, pos: int) -> int:
+    while buf[pos] & 0x80:
+        pos += 1
+    return pos + 1
 
 
 def parse_isolation_level(text: str) -> int:

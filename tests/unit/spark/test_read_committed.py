@@ -245,3 +245,36 @@ def test_isolation_level_names(text: str, level: int) -> None:
 def test_an_unknown_isolation_level_is_refused() -> None:
     with pytest.raises(ValueError, match="read_uncommitted or read_committed"):
         parse_isolation_level("serializable")
+
+
+@pytest.mark.parametrize("compression", [Compression.NONE, Compression.GZIP])
+def test_abort_markers_are_recognised_read_in_place_or_decoded(compression: Compression) -> None:
+    """Markers are read in place when uncompressed, through the record decoder otherwise."""
+    data = build_batch(
+        [SimpleRecord(value=b"x")],
+        base_offset=0,
+        producer_id=4,
+        producer_epoch=0,
+        base_sequence=0,
+        transactional=True,
+    )
+    for offset, kind in ((1, ControlRecordType.COMMIT), (2, ControlRecordType.ABORT)):
+        data += build_batch(
+            [control_record(kind, MARKER_VALUE)],
+            base_offset=offset,
+            compression=compression,
+            producer_id=4,
+            producer_epoch=0,
+            transactional=True,
+            control=True,
+        )
+    data += build_batch(
+        [SimpleRecord(value=b"y")],
+        base_offset=3,
+        producer_id=4,
+        producer_epoch=0,
+        base_sequence=1,
+        transactional=True,
+    )
+    keep = AbortedBatchFilter([AbortedTransaction(4, 0)])
+    assert [keep.keep(b) for b in iter_batches(data)] == [False, False, False, True]
