@@ -107,6 +107,7 @@ class TransactionalProducer(Producer):
         self._transactional_id = TransactionalId(transactional_id)
         self._in_transaction = False
         self._added: set[TopicPartition] = set()  # partitions in the open transaction
+        self._offsets_added = False  # and whether a group's offsets are in it
 
     @property
     def producer_id(self) -> int:
@@ -145,6 +146,7 @@ class TransactionalProducer(Producer):
             raise KafkaClientError("a transaction is already open")
         self._in_transaction = True
         self._added.clear()
+        self._offsets_added = False
 
     def send_offsets_to_transaction(
         self, offsets: Mapping[TopicPartition, tuple[int, str]], group_id: str
@@ -159,6 +161,7 @@ class TransactionalProducer(Producer):
             group_id=GroupId(group_id),
         )
         self._to_transaction_coordinator(add, ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn")
+        self._offsets_added = True
         self._txn_offset_commit(offsets, group_id)
 
     def commit_transaction(self) -> None:
@@ -252,6 +255,11 @@ class TransactionalProducer(Producer):
                 attempts.retry()
 
     def _end(self, *, commit: bool) -> None:
+        """EndTxn, unless nothing joined the transaction (the coordinator knows of none then:
+        Java's producer ends such a transaction locally too)."""
+        if not self._added and not self._offsets_added:
+            self._in_transaction = False
+            return
         request = EndTxnRequest(
             transactional_id=TransactionalId(self.transactional_id),
             producer_id=ProducerId(self._producer_id),
@@ -261,6 +269,7 @@ class TransactionalProducer(Producer):
         self._to_transaction_coordinator(request, END_TXN, "EndTxn")
         self._in_transaction = False
         self._added.clear()
+        self._offsets_added = False
 
     def _to_transaction_coordinator(
         self, request: Request, versions: Versions, what: str

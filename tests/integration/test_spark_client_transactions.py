@@ -93,6 +93,9 @@ def test_commits_and_aborts_as_a_read_committed_consumer_sees_them(
     create_topic(node, topic_name, PARTITIONS)
     producer = TransactionalProducer(client, f"{topic_name}-t", QUICK)
     producer.init_transactions()
+    for end in (producer.commit_transaction, producer.abort_transaction):
+        producer.begin_transaction()  # a transaction nothing joined ends without the broker
+        end()
     for tag, n, commit in (("one", 100, True), ("two", 50, False), ("three", 20, True)):
         producer.begin_transaction()
         send_all(producer, topic_name, values(tag, n))
