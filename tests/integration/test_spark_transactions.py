@@ -23,6 +23,8 @@ from integration.test_spark import QUERY_TIMEOUT_S, child_env, create_topic
 
 pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import functions as f  # noqa: E402
+from pyspark.sql.types import IntegerType  # noqa: E402
 
 from spark_source import KraftSource  # noqa: E402
 
@@ -43,7 +45,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,2]")  # a failed task is tried once more
         .appName("kraft-spark-transactions")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -157,6 +159,63 @@ def test_read_committed_skips_aborted_records_and_stops_at_the_lso(
     seen, source = run_stream(spark, node.bootstrap, topic_name, checkpoint)
     assert seen == Counter(tag("open", 50) + tag("after", 30))
     assert source["latestOffset"] == source["endOffset"]
+
+
+def test_a_batch_write_with_a_failed_task_attempt_writes_each_row_once(
+    spark: SparkSession, node: NodeProcess, topic_name: str
+) -> None:
+    """df.write with a transactional id prefix: the first attempt of one task fails after
+    writing part of its rows (its row 1500 names a partition that does not exist), and its
+    transaction is aborted; the retry writes them all once.  A second write of the same rows
+    is a new write: it writes them again."""
+    create_topic(node, topic_name, 3)
+    ids = spark.range(0, 3000, 1, 3)
+    values = f.concat(f.lit("v-"), f.col("id").cast("string")).alias("value")
+
+    def partition_of(i: int) -> int:  # local: pickled by value for Spark's workers
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if context is not None and context.attemptNumber() == 0 and i == 1500:
+            return 99  # the producer refuses it: this attempt fails mid-write
+        return i % 3
+
+    def write(df: Any) -> None:
+        (
+            df.write.format("kraft")
+            .mode("append")
+            .option("kafka.bootstrap.servers", node.bootstrap)
+            .option("topic", topic_name)
+            .option("kafka.transactional.id.prefix", f"{topic_name}-eos")
+            .option("kafka.buffer.memory", "2048")  # flush every few rows: attempt 0 writes
+            .save()
+        )
+
+    partition = f.udf(partition_of, IntegerType())(f.col("id")).alias("partition")
+    write(ids.select(values, partition))
+    once = Counter(tag("v", 3000))
+    committed = TopicReader(node.bootstrap, topic_name, 3, "read_committed")
+    uncommitted = TopicReader(node.bootstrap, topic_name, 3, "read_uncommitted")
+    try:
+        deadline = time.monotonic() + QUERY_TIMEOUT_S
+        while committed.poll() < 3000 or uncommitted.poll() <= 3000:
+            assert time.monotonic() < deadline, (len(committed.values), len(uncommitted.values))
+        time.sleep(1)
+        committed.poll()
+        uncommitted.poll()
+        assert Counter(committed.values) == once
+        aborted = Counter(uncommitted.values) - once  # what the failed attempt wrote
+        assert set(aborted) <= set(tag("v", 1500)[1000:]), aborted
+        assert sum(aborted.values()) >= 100, aborted
+        write(ids.select(values))
+        while committed.poll() < 6000:
+            assert time.monotonic() < deadline, len(committed.values)
+        time.sleep(1)
+        committed.poll()
+        assert Counter(committed.values) == once + once
+    finally:
+        committed.close()
+        uncommitted.close()
 
 
 class TopicReader:
