@@ -28,6 +28,10 @@ of the producer (its id and epoch, no sequence, acks=all) and held pending per p
 (``offsets.py``) until the transaction's COMMIT or ABORT marker reaches the partition: the
 WriteTxnMarkers handler then calls :meth:`GroupCoordinator.complete_transaction` (a
 ``TransactionMarkerListener``), and a load replays the marker's control batch the same way.
+The first one of a transaction on the partition is verified with the transaction coordinator
+(KIP-890) under the producer's verification guard, taken before the question and checked by
+the append, as in the produce path: a marker of that producer written meanwhile (the
+transaction vouched for has ended) refuses it INVALID_TXN_STATE, opening no hanging transaction.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from broker.group.classic_member import GroupConfig
 from broker.internal_topics import InternalTopicCreation
 from broker.log.errors import LogError
 from broker.partition import AppendOutcome, Partition
+from broker.producer_state import VerificationGuard
 from broker.replica_manager import ReplicaManager
 from broker.transaction.interfaces import TransactionVerifier
 from kafka_protocol.coordinator import OffsetCommitValue
@@ -259,9 +264,11 @@ class GroupCoordinator:
         owned: OwnedPartition,
         records: Sequence[tuple[bytes, bytes | None]],
         producer: Producer | None = None,
+        verification_guard: VerificationGuard | None = None,
     ) -> ErrorCode:
-        """Append ``records`` with acks=all (a transactional batch of ``producer`` if given);
-        once committed, replay them into the state."""
+        """Append ``records`` with acks=all (a transactional batch of ``producer`` if given,
+        with the guard taken before its verification, if any); once committed, replay them
+        into the state."""
         if self.owned.get(owned.part.index) is not owned:
             return ErrorCode.NOT_COORDINATOR
         simple = [SimpleRecord(value, key) for key, value in records]
@@ -285,7 +292,7 @@ class GroupCoordinator:
                 for i, (key, value) in enumerate(records):
                     owned.replay(key, value, done.base_offset + i, producer_id)
 
-        outcome = self.write(owned, RecordBatch(memoryview(batch)))
+        outcome = self.write(owned, RecordBatch(memoryview(batch)), verification_guard)
         if isinstance(outcome, Deferred):
             outcome.then(replay)
             outcome = await self._within_timeout(outcome)
@@ -297,11 +304,14 @@ class GroupCoordinator:
         return ErrorCode.NONE
 
     def write(
-        self, owned: OwnedPartition, batch: RecordBatch
+        self,
+        owned: OwnedPartition,
+        batch: RecordBatch,
+        verification_guard: VerificationGuard | None = None,
     ) -> AppendOutcome | Deferred[AppendOutcome]:
         """The batch appended with acks=all: resolves once committed (with its base offset),
-        or with why not."""
-        return self.replicas.append_nowait(owned.part, batch, -1)
+        or with why not (INVALID_TXN_STATE when ``verification_guard`` was cleared)."""
+        return self.replicas.append_nowait(owned.part, batch, -1, verification_guard)
 
     async def _within_timeout(self, pending: Deferred[AppendOutcome]) -> AppendOutcome:
         try:
@@ -346,7 +356,8 @@ class GroupCoordinator:
         pending until its transaction's marker (:meth:`complete_transaction`).  The member
         and generation are checked only when given (v3+, KIP-447); the transaction
         coordinator is asked first whether the partition is in the transaction (KIP-890,
-        Kafka's ``scheduleTransactionalWriteOperation``), its refusal answered as is."""
+        Kafka's ``scheduleTransactionalWriteOperation``), its refusal answered as is, and the
+        producer's verification guard, taken before the question, goes with the append."""
         keys = [(c.topic, c.partition) for c in commits]
         owned = self.owned_for(group_id)
         if isinstance(owned, ErrorCode):
@@ -354,7 +365,9 @@ class GroupCoordinator:
         rejected = self.classic.check_txn_commit(group_id, member_id, generation, instance_id)
         if rejected is not None:
             return dict.fromkeys(keys, rejected)
+        guard = None
         if self.verifier is not None and not self.in_transaction(owned, producer):
+            guard = self.verification_guard(owned, producer)
             offsets_partition = (OFFSETS_TOPIC, owned.part.index)
             verdict = await self.verifier.verify(
                 transactional_id,
@@ -369,7 +382,8 @@ class GroupCoordinator:
                 return dict.fromkeys(keys, coordinator_error(error, transactional=True))
             if self.owned.get(owned.part.index) is not owned:
                 return dict.fromkeys(keys, ErrorCode.NOT_COORDINATOR)
-        return await self._commit(owned, group_id, commits, -1, producer)
+        # no await from here to the append: the guard is checked as the batch is queued
+        return await self._commit(owned, group_id, commits, -1, producer, guard)
 
     def in_transaction(self, owned: OwnedPartition, producer: Producer) -> bool:
         """Whether the producer's transaction is open on the partition already (its first
@@ -378,6 +392,11 @@ class GroupCoordinator:
             owned.part, producer.producer_id, producer.producer_epoch
         )
 
+    def verification_guard(self, owned: OwnedPartition, producer: Producer) -> VerificationGuard:
+        """The producer's guard on the partition, taken before asking the transaction
+        coordinator (Kafka's ``maybeStartTransactionVerificationForPartition``)."""
+        return self.replicas.verification_guard(owned.part, producer.producer_id)
+
     async def _commit(
         self,
         owned: OwnedPartition,
@@ -385,6 +404,7 @@ class GroupCoordinator:
         commits: Sequence[OffsetCommit],
         expire_timestamp_ms: int,
         producer: Producer | None,
+        verification_guard: VerificationGuard | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
         now = self.clock_ms()
         results: dict[TopicPartition, ErrorCode] = {}
@@ -411,7 +431,7 @@ class GroupCoordinator:
             pending = [(group_id, tp) for tp, e in results.items() if e is ErrorCode.NONE]
             owned.pending_commits.update(pending)
             try:
-                error = await self.append(owned, records, producer)
+                error = await self.append(owned, records, producer, verification_guard)
             finally:
                 owned.pending_commits.subtract(pending)
                 owned.pending_commits += Counter()  # drops the zeros
