@@ -455,3 +455,62 @@ def test_a_timed_out_transaction_is_aborted_and_its_producer_fenced(raw: RawConn
     assert set(add_partitions(raw, tid, pid, epoch, [1], topic=TOPIC).values()) == {
         ErrorCode.PRODUCER_FENCED
     }
+
+
+@pytest.fixture
+def short_lived_ids(tmp_path: Path) -> Iterator[NodeProcess]:
+    """A node that removes ids idle for one second, checking every 200 ms."""
+    proc = NodeProcess(
+        tmp_path / "expiry",
+        overrides=(
+            "transactional.id.expiration.ms=1000",
+            "transaction.remove.expired.transaction.cleanup.interval.ms=200",
+        ),
+    ).start()
+    yield proc
+    if proc.alive():
+        assert proc.stop() == 0, proc.log_tail()
+
+
+def test_idle_ids_expire_and_ids_survive_a_restart(short_lived_ids: NodeProcess) -> None:
+    node = short_lived_ids
+    conn = RawConnection(node.bootstrap)
+    try:
+        expiring, kept = _txn_id(), _txn_id()
+        first = init_producer_id(conn, expiring)
+        wait_until(
+            "the idle id removed",
+            lambda: describe(conn, expiring).error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+        )
+        again = init_producer_id(conn, expiring)
+        assert again.producer_id != first.producer_id and again.producer_epoch == 0
+        # an id with a transaction open does not expire
+        r = init_producer_id(conn, kept)
+        assert set(add_partitions(conn, kept, r.producer_id, 0, [0], topic=TOPIC).values()) == {
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        }
+        topic_admin = AdminClient({"bootstrap.servers": node.bootstrap})
+        topic_admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(timeout=10)
+        assert set(add_partitions(conn, kept, r.producer_id, 0, [0], topic=TOPIC).values()) == {0}
+        time.sleep(1.5)
+        assert describe(conn, kept).transaction_state == "Ongoing"
+    finally:
+        conn.close()
+    # the states are in __transaction_state: a restarted node loads them
+    assert node.stop() == 0, node.log_tail()
+    node.start()
+    conn = RawConnection(node.bootstrap)
+    try:
+        d = wait_until(
+            "the ids loaded",
+            lambda: (x := describe(conn, kept)).error_code == ErrorCode.NONE and x,
+        )
+        assert (d.producer_id, d.producer_epoch, d.transaction_state) == (
+            r.producer_id,
+            0,
+            "Ongoing",
+        )
+        # idle again meanwhile: its tombstone is loaded too, the id stays removed
+        assert describe(conn, expiring).error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+    finally:
+        conn.close()
