@@ -24,6 +24,11 @@ from broker.handlers.offset_for_leader_epoch import OffsetForLeaderEpochHandler
 from broker.handlers.produce import ProduceHandler
 from broker.handlers.sasl import SaslHandlers
 from broker.handlers.transactions import TransactionHandlers
+from broker.handlers.txn_markers import (
+    DescribeProducersHandler,
+    NoTransactionMarkerListener,
+    WriteTxnMarkersHandler,
+)
 from broker.identity import BrokerIdentity
 from broker.metrics import BrokerMetrics
 from broker.replica_manager import ReplicaManager
@@ -78,6 +83,10 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
         FetchHandler(replicas, parts.metrics, parts.broker_epoch_of).spec(),
         ListOffsetsHandler(replicas).spec(),
         OffsetForLeaderEpochHandler(replicas).spec(),
+        # the group coordinator's complete_transaction is to be told of markers on
+        # __consumer_offsets; until it has one (helper G), nobody is
+        WriteTxnMarkersHandler(replicas, NoTransactionMarkerListener()).spec(),
+        DescribeProducersHandler(replicas).spec(),
         MetadataHandler(parts.node, lambda: parts.image, parts.controller, auto_create).spec(),
         *GroupHandlers(
             parts.coordinator,

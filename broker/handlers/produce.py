@@ -79,8 +79,6 @@ def validate_batch(
         return _refuse(ErrorCode.INVALID_RECORD, "record count disagrees with the offset delta")
     if batch.is_control:
         return _refuse(ErrorCode.INVALID_RECORD, "clients may not write control batches")
-    if batch.is_transactional:
-        return _refuse(ErrorCode.INVALID_TXN_STATE, "transactions are not supported yet")
     refusal = validate_records(
         batch,
         part.config,
