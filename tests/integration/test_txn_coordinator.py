@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.coordinator.records import OFFSETS_TOPIC, partition_for
@@ -125,7 +125,8 @@ def _read(
             "enable.auto.commit": False,
         }
     )
-    consumer.subscribe([topic])
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     got: list[str] = []
     deadline = time.monotonic() + timeout_s
     quiet_until = None
@@ -174,6 +175,32 @@ def test_confluent_kafka_commits_and_aborts_records(node: NodeProcess, raw: RawC
         lambda: (x := describe(raw, tid)).transaction_state == "CompleteAbort" and x,
     )
     assert d.producer_epoch == 0 and d.topics == []
+
+
+def test_a_zombie_with_records_in_flight_is_fenced_and_its_records_aborted(
+    node: NodeProcess, raw: RawConnection
+) -> None:
+    topic = _topic(node, 1)
+    tid = _txn_id()
+    conf = {"bootstrap.servers": node.bootstrap, "transactional.id": tid}
+    zombie = Producer(conf)
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    zombie.produce(topic, b"zombie-1")
+    zombie.flush(10)
+    successor = Producer(conf)
+    successor.init_transactions(30)  # aborts the zombie's transaction first
+    d = describe(raw, tid)
+    assert (d.transaction_state, d.producer_epoch) == ("Empty", 2)
+    zombie.produce(topic, b"zombie-2")
+    with pytest.raises(KafkaException) as fenced:
+        zombie.commit_transaction(10)
+    assert fenced.value.args[0].fatal()
+    successor.begin_transaction()
+    successor.produce(topic, b"successor")
+    successor.commit_transaction(10)
+    assert _read(node.bootstrap, topic, "read_committed", 1) == ["successor"]
+    assert "zombie-2" not in _read(node.bootstrap, topic, "read_uncommitted", 2)
 
 
 def test_kafka_python_and_aiokafka_transactional_producers_commit(node: NodeProcess) -> None:
