@@ -248,11 +248,13 @@ class TransactionCoordinator:
         except AssertionError as exc:
             fatal("txn-transition", "invalid transaction state transition", error=str(exc))
         tid = new.transactional_id
-        owned.busy.add(tid)
+        assert tid not in owned.busy, tid
+        done = owned.busy[tid] = asyncio.get_running_loop().create_future()
         try:
             error = await self._append(owned, [encode(new, tombstone=new.state is TxnState.DEAD)])
         finally:
-            owned.busy.discard(tid)
+            del owned.busy[tid]
+            done.set_result(None)
         if error is not ErrorCode.NONE:
             return error
         if not self._current(owned):
@@ -308,8 +310,8 @@ class TransactionCoordinator:
             lambda: self._current(owned) and owned.txns.get(tid) is prepared,
         )
         while written and self._current(owned) and owned.txns.get(tid) is prepared:
-            while tid in owned.busy:
-                await asyncio.sleep(0.01)
+            while (change := owned.busy.get(tid)) is not None:
+                await asyncio.shield(change)
             if owned.txns.get(tid) is not prepared:
                 return
             error = await self._persist(owned, prepared, txn.complete(prepared, self.clock_ms()))
