@@ -137,6 +137,8 @@ class TransactionHandlers:
     ) -> dict[TopicPartition, ErrorCode]:
         if not transactional_id:
             return dict.fromkeys(partitions, ErrorCode.INVALID_REQUEST)
+        if not partitions:
+            return {}  # nothing to add, nothing answered (no transaction begins)
         if verify_only:
             return self.coordinator.verify_local(
                 transactional_id, producer_id, producer_epoch, partitions

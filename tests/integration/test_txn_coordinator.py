@@ -351,6 +351,7 @@ def test_add_partitions_refuses_unknown_producers_old_epochs_and_missing_topics(
     assert set(add_partitions(raw, tid, pid, epoch + 1, [0], topic="no-such-topic").values()) == {
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     }
+    assert add_partitions(raw, tid, pid, epoch + 1, [], topic=TOPIC) == {}
     assert describe(raw, tid).transaction_state == "Empty"  # nothing was added
 
 
