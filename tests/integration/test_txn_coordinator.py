@@ -425,7 +425,13 @@ def test_describe_and_list_transactions(raw: RawConnection) -> None:
     assert describe(raw, tid).transaction_state in ("PrepareAbort", "CompleteAbort")
 
 
-def test_verify_only_says_which_partitions_are_in_the_transaction(raw: RawConnection) -> None:
+@pytest.mark.parametrize(
+    ("version", "not_in_it"),
+    [(4, ErrorCode.INVALID_TXN_STATE), (5, ErrorCode.TRANSACTION_ABORTABLE)],
+)
+def test_verify_only_says_which_partitions_are_in_the_transaction(
+    raw: RawConnection, version: int, not_in_it: ErrorCode
+) -> None:
     tid = _txn_id()
     r = init_producer_id(raw, tid)
     pid, epoch = r.producer_id, r.producer_epoch
@@ -450,7 +456,7 @@ def test_verify_only_says_which_partitions_are_in_the_transaction(raw: RawConnec
                 ),
             ]
         ),
-        4,
+        version,
     )
     results = [
         {
@@ -461,7 +467,7 @@ def test_verify_only_says_which_partitions_are_in_the_transaction(raw: RawConnec
         for r in answer.results_by_transaction
     ]
     assert results == [
-        {(TOPIC, 0): ErrorCode.NONE, (TOPIC, 1): ErrorCode.INVALID_TXN_STATE},
+        {(TOPIC, 0): ErrorCode.NONE, (TOPIC, 1): not_in_it},
         {(TOPIC, 0): ErrorCode.PRODUCER_FENCED},
     ]
     assert describe(raw, tid).topics[0].partitions == [0]  # verification added nothing
