@@ -203,7 +203,11 @@ class TransactionHandlers:
         )
 
     def _describe(self, transactional_id: str) -> DescribeTransactionsResponse.TransactionState:
-        found = self.coordinator.describe(transactional_id)
+        found = (
+            self.coordinator.describe(transactional_id)
+            if transactional_id
+            else ErrorCode.INVALID_REQUEST
+        )
         if isinstance(found, ErrorCode):
             return DescribeTransactionsResponse.TransactionState(
                 error_code=found, transactional_id=TransactionalId(transactional_id)

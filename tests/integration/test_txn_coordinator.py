@@ -397,6 +397,7 @@ def test_describe_and_list_transactions(raw: RawConnection) -> None:
     }
     unknown = describe(raw, _txn_id())
     assert unknown.error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+    assert describe(raw, "").error_code == ErrorCode.INVALID_REQUEST
 
     def listed(version: int = 0, **filters: Any) -> Any:
         return raw.request(ListTransactionsRequest(**filters), version)
