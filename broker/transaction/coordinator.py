@@ -35,8 +35,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
+
+from prometheus_client.core import Metric
 
 from broker.controller_channel import (
     ControllerChannel,
@@ -45,6 +48,7 @@ from broker.controller_channel import (
 from broker.deferred import Deferred
 from broker.fatal import fatal
 from broker.log.errors import LogError
+from broker.metrics import gauge
 from broker.partition import AppendOutcome, Partition
 from broker.replica_manager import ReplicaManager
 from broker.transaction import state as txn
@@ -455,6 +459,25 @@ class TransactionCoordinator:
         if any(not owned.loaded for owned in self.owned.values()):
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return [m for owned in self.owned.values() for m in owned.txns.values()]
+
+    def state_metrics(self) -> list[Metric]:
+        """Gauges when scraped: the transactional ids of the loaded partitions by state, and
+        the ``__transaction_state`` partitions this broker coordinates."""
+        ids = gauge(
+            "kafka_transaction_coordinator_ids",
+            "Transactional ids this broker coordinates, by transaction state",
+            ["state"],
+        )
+        counts = Counter(m.state for o in self.owned.values() for m in o.txns.values())
+        for state in TxnState:
+            if state not in (TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE):
+                ids.add_metric([state.kafka_name], counts[state])
+        partitions = gauge(
+            "kafka_transaction_coordinator_partitions",
+            "__transaction_state partitions this broker coordinates (loaded)",
+        )
+        partitions.add_metric([], sum(1 for o in self.owned.values() if o.loaded))
+        return [ids, partitions]
 
     # --- housekeeping -------------------------------------------------------------------------
 

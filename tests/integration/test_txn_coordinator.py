@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -175,6 +176,20 @@ def test_confluent_kafka_commits_and_aborts_records(node: NodeProcess, raw: RawC
         lambda: (x := describe(raw, tid)).transaction_state == "CompleteAbort" and x,
     )
     assert d.producer_epoch == 0 and d.topics == []
+    gauges = _metrics(node)
+    assert gauges['kafka_transaction_coordinator_ids{state="CompleteAbort"}'] >= 1
+    assert gauges["kafka_transaction_coordinator_partitions"] == 50
+
+
+def _metrics(node: NodeProcess) -> dict[str, float]:
+    with urllib.request.urlopen(node.admin + "/metrics", timeout=10) as response:
+        lines = response.read().decode().splitlines()
+    return {
+        name: float(value)
+        for line in lines
+        if line and not line.startswith("#")
+        for name, value in [line.rsplit(" ", 1)]
+    }
 
 
 def test_a_zombie_with_records_in_flight_is_fenced_and_its_records_aborted(
