@@ -283,7 +283,7 @@ class TransactionCoordinator:
         if isinstance(outcome, Deferred):
             outcome = await self._within_timeout(outcome)
         if outcome.error is not ErrorCode.NONE:
-            log.info("append to %s failed: %s", owned.part.name, outcome.error.name)
+            log.info("append to %s failed error=%s", owned.part.name, outcome.error.name)
             return _APPEND_ERRORS.get(outcome.error, ErrorCode.UNKNOWN_SERVER_ERROR)
         if owned.part.leader_epoch != owned.coordinator_epoch:
             return ErrorCode.NOT_COORDINATOR
@@ -531,7 +531,7 @@ class TransactionCoordinator:
                 if error is ErrorCode.NONE:
                     aborted += 1
                     log.info(
-                        "aborting timed-out transaction %r producer %d epoch %d",
+                        "aborting timed out transactional_id=%s producer_id=%d epoch=%d",
                         tid,
                         fenced.producer_id,
                         fenced.producer_epoch,
@@ -554,5 +554,5 @@ class TransactionCoordinator:
                 if await self._persist(owned, current, txn.dead(current, now)) is ErrorCode.NONE:
                     removed += 1
         if removed:
-            log.info("removed %d expired transactional ids", removed)
+            log.info("removed expired transactional ids count=%d", removed)
         return removed

@@ -139,7 +139,7 @@ class MarkerChannel:
             for tp in pending.difference(*answered):
                 if not failing and any(tp in tps for tps in by_leader.values()):
                     log.info(
-                        "marker for %s-%d not answered in %g s; retrying", *tp, ROUND_TIMEOUT_S
+                        "marker for %s-%d not answered within %g s; retrying", *tp, ROUND_TIMEOUT_S
                     )
                     failing = True
             for errors in answered:
@@ -149,11 +149,13 @@ class MarkerChannel:
                     elif error in _FENCED:
                         fenced = True
                     elif not failing:
-                        log.info("marker for %s-%d not written yet: %s; retrying", *tp, error.name)
+                        log.info(
+                            "marker for %s-%d not written yet error=%s; retrying", *tp, error.name
+                        )
                         failing = True
             if fenced:
                 log.info(
-                    "markers of producer %d epoch %d fenced: a newer coordinator owns it",
+                    "markers fenced producer_id=%d epoch=%d: a newer coordinator owns it",
                     producer_id,
                     producer_epoch,
                 )
