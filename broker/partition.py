@@ -127,7 +127,10 @@ class Partition:
         yet closed by a marker the high watermark passed (read_committed reads stop here)."""
         high_watermark = self.role.high_watermark
         first = self.producers.first_unstable_offset(high_watermark)
-        return high_watermark if first is None or first > high_watermark else first
+        if first is None or first >= high_watermark:
+            return high_watermark
+        # a transaction whose start retention or DeleteRecords removed: from the log start
+        return max(first, self.log.log_start_offset)
 
     @property
     def leader_epoch(self) -> int:
@@ -220,6 +223,7 @@ class Partition:
 
     def high_watermark_moved(self) -> None:
         """Answer the acks=all produces the high watermark reached; wake consumers."""
+        self.producers.on_high_watermark(self.high_watermark)
         heap = self.delayed
         while heap and heap[0][0] <= self.high_watermark:
             _, _, entry = heapq.heappop(heap)

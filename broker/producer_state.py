@@ -123,7 +123,8 @@ def next_sequence(seq: int) -> int:
 class ProducerStateManager:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
-        # open transactions: first offset -> pid
+        # open transactions: first offset -> pid, in offset order (new ones start above the
+        # others; a truncation that reopens one sorts again), so the first is the earliest
         self._ongoing: dict[int, int] = {}
         # markers the high watermark has not passed yet (incl. those closing no transaction)
         self._unreplicated: list[CompletedTxn] = []
@@ -217,8 +218,10 @@ class ProducerStateManager:
             entry.batches.append(batch)
         entry.last_timestamp = batch.timestamp
         if entry.current_txn_first_offset == NO_TXN:
+            ongoing = self._ongoing
+            assert not ongoing or next(reversed(ongoing)) < batch.first_offset, batch
             entry.current_txn_first_offset = batch.first_offset
-            self._ongoing[batch.first_offset] = pid
+            ongoing[batch.first_offset] = pid
 
     def complete(
         self,
@@ -251,19 +254,23 @@ class ProducerStateManager:
         ``high_watermark``; None if there is none (then the LSO is the high watermark)."""
         if not self._unreplicated and not self._ongoing:
             return None
+        self.on_high_watermark(high_watermark)
+        firsts = [t.first_offset for t in self._unreplicated if t.first_offset != NO_TXN]
+        if self._ongoing:
+            firsts.append(next(iter(self._ongoing)))
+        return min(firsts) if firsts else None
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """Forget the closed transactions whose marker the high watermark passed."""
         if self._unreplicated and self._unreplicated[0].last_offset < high_watermark:
             kept = [t for t in self._unreplicated if t.last_offset >= high_watermark]
             self._unreplicated = kept
             self._forgotten_below = max(self._forgotten_below, high_watermark)
-        firsts = [t.first_offset for t in self._unreplicated if t.first_offset != NO_TXN]
-        if self._ongoing:
-            firsts.append(min(self._ongoing))
-        return min(firsts) if firsts else None
 
     def last_stable_offset_after(self, completed: CompletedTxn) -> int:
         """The LSO an aborted-transaction index entry records: the first offset of the
         earliest transaction still open once ``completed`` closed, else its marker + 1."""
-        return min(self._ongoing) if self._ongoing else completed.last_offset + 1
+        return next(iter(self._ongoing)) if self._ongoing else completed.last_offset + 1
 
     def has_ongoing(self, pid: int, epoch: int) -> bool:
         entry = self.producers.get(pid)
@@ -271,9 +278,7 @@ class ProducerStateManager:
 
     def ongoing_transactions(self) -> list[tuple[int, int, int]]:
         """``(pid, epoch, first offset)`` of each open transaction, by first offset."""
-        return [
-            (pid, self.producers[pid].epoch, first) for first, pid in sorted(self._ongoing.items())
-        ]
+        return [(pid, self.producers[pid].epoch, first) for first, pid in self._ongoing.items()]
 
     def producer_summaries(self) -> list[ProducerSummary]:
         return [
@@ -322,6 +327,7 @@ class ProducerStateManager:
                 cut.current_txn_first_offset = done.first_offset
                 self._ongoing[done.first_offset] = done.producer_id
         self._unreplicated = [t for t in self._unreplicated if t.last_offset < offset]
+        self._ongoing = dict(sorted(self._ongoing.items()))
         for pid in list(self.producers):
             entry = self.producers[pid]
             kept = [b for b in entry.batches if b.last_offset < offset]

@@ -21,8 +21,15 @@ the request's timeout (REQUEST_TIMED_OUT); a lost leadership answers NOT_LEADER_
 
 Follower.  The replica fetcher (broker/replication/fetcher.py) appends what the leader sent
 verbatim (:meth:`append_as_follower`), truncates divergent tails (:meth:`truncate`), and keeps
-idempotent-producer state from batch headers, so a follower elected leader deduplicates
-retries of batches its predecessor wrote.
+producer state from batch headers (and markers), so a follower elected leader deduplicates
+retries of batches its predecessor wrote and knows which transactions are open.
+
+Transactions.  :meth:`append_marker` writes a coordinator's COMMIT or ABORT marker through the
+same pending list as produces (acks=all); producer state (broker/producer_state.py) opens a
+transaction at a producer's first transactional batch and closes it at the marker, and gives
+the partition its last stable offset; an ABORT marker's entry goes to the aborted-transaction
+index of the segment it lands in, on the leader and on followers alike.  At open, the replay
+of the log that rebuilds producer state also refills the indexes recovery emptied.
 
 The high watermark is checkpointed per log directory (``replication-offset-checkpoint``,
 Kafka's file and format) so a restarted broker does not expose records it cannot know are
@@ -378,8 +385,10 @@ class ReplicaManager:
             log.warning("stale registration ignored partition=%s reg=%s", part.name, reg)
 
     def _report_recovered(self, part: Partition) -> None:
-        """A leader elected uncleanly has nothing to recover without transactions: it tells
-        the controller at once (AlterPartition with LeaderRecoveryState RECOVERED)."""
+        """A leader elected uncleanly tells the controller at once that it has recovered
+        (AlterPartition with LeaderRecoveryState RECOVERED), as Kafka does: KIP-704 leaves
+        any recovery of transaction state to later work, and the producer state a follower
+        built from what it replicated is its state as leader."""
         role = part.role
         if self.alter_partition is None or not isinstance(role, PartitionState):
             return
@@ -486,7 +495,7 @@ class ReplicaManager:
             part.log.append_as_follower(records, now_ms=now, on_batches=learn)
             role.on_append(part.log.log_end_offset)
             part.next_offset = part.log.log_end_offset
-        role.on_fetch_response(leader_high_watermark)
+        part.producers.on_high_watermark(role.on_fetch_response(leader_high_watermark))
 
     def truncate(self, part: Partition, truncation: Truncation) -> None:
         """Cut a follower's divergent tail (KIP-101/279) and everything derived from it."""

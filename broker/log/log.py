@@ -3,6 +3,7 @@
 Directory ``<log.dir>/<topic>-<partition>/``::
 
     00000000000000000000.log  .index  .timeindex     segment with base offset 0
+                              .txnindex              (only if it holds ABORT markers)
     00000000000000172806.log  .index  .timeindex     ... the last segment is the active one
     log-start-offset                                 checkpoint (checkpoint.py)
     recovery-point                                   checkpoint
@@ -43,6 +44,10 @@ Theory of operation.
   cleaned copies as ``.cleaned`` files, ``complete_clean`` (here) swaps them in
   (segment_swap.py) and checkpoints where the next pass starts (``cleaner-offset-checkpoint``).
   Retention by time and size applies only with ``cleanup.policy`` including ``delete``.
+* Aborted transactions (txn_index.py): each ABORT marker's entry goes to the ``.txnindex`` of
+  the segment it lands in, given by the caller (its producer state knows where the transaction
+  began); ``aborted_transactions`` answers read_committed fetches from them; truncation and
+  retention cut them with their segments, a cleaner swap merges them into the new segment.
 * Any ``OSError`` takes the log offline (``KafkaStorageError`` from then on); reopening it runs
   recovery (loader.py), which is also what ``open`` does after a crash.
 

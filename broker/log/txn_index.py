@@ -24,11 +24,15 @@ manager's replay of the log refills it (``LogSegment.recover``, ``PartitionLog``
 
 from __future__ import annotations
 
+import itertools
+import operator
 import struct
+from bisect import bisect_left
 from typing import NamedTuple
 
 from broker.log.errors import CorruptIndexError
 from broker.storage import Storage, StorageHandle
+from kafka_protocol.exceptions import CorruptRecordError
 from kafka_protocol.record_batch import ControlRecordType, RecordBatch, control_record_type
 
 TXN_INDEX_VERSION = 0
@@ -45,11 +49,15 @@ def marker_value(coordinator_epoch: int) -> bytes:
 
 def read_marker(batch: RecordBatch) -> tuple[ControlRecordType, int] | None:
     """The type and coordinator epoch (-1 if absent) of a control batch's first record; None
-    for an empty one (the cleaner keeps an empty batch where it removed a marker)."""
+    for an empty one (the cleaner keeps an empty batch where it removed a marker) or one of a
+    type unknown here."""
     record = next(batch.iter_records(), None)
     if record is None:
         return None
-    kind = control_record_type(record)
+    try:
+        kind = control_record_type(record)
+    except CorruptRecordError:  # a control type this broker does not know: not a marker
+        return None
     value = record.value or b""
     epoch = MARKER_VALUE.unpack_from(value)[1] if len(value) >= MARKER_VALUE.size else -1
     return kind, epoch
@@ -70,6 +78,9 @@ class AbortedTxn(NamedTuple):
         if version != TXN_INDEX_VERSION:
             raise CorruptIndexError(f"aborted transaction entry of version {version}")
         return cls(*fields)
+
+
+_LAST_OFFSET = operator.itemgetter(2)
 
 
 class TransactionIndex:
@@ -95,6 +106,9 @@ class TransactionIndex:
             whole = 0
         if whole != size:  # a torn entry at the end (a crash mid-write)
             handle.truncate(whole)
+            handle.flush()
+        handle.close()  # reopened by the next write: most segments never change again
+        self._handle = None
 
     def _open(self) -> StorageHandle:
         if self._handle is None:
@@ -140,8 +154,11 @@ class TransactionIndex:
         search is complete (an entry's LSO reached the upper bound: later segments hold no
         transaction that overlaps)."""
         found = []
-        for txn in self.entries:
-            if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
+        # entries with an earlier marker neither overlap nor end the search (their LSO is at
+        # most their marker + 1, at most ``fetch_offset``): skip them by bisection
+        start = bisect_left(self.entries, fetch_offset, key=_LAST_OFFSET)
+        for txn in itertools.islice(self.entries, start, None):
+            if txn.first_offset < upper_bound_offset:
                 found.append(txn)
             if txn.last_stable_offset >= upper_bound_offset:
                 return found, True

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import Producer, TopicPartition
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 
@@ -324,3 +324,98 @@ def test_transaction_state_survives_restarts(node: NodeProcess, how: str) -> Non
     assert [(a.producer_id, a.first_offset) for a in committed.aborted_transactions] == [
         (pid_aborted, end + 1)
     ]
+
+
+def _consume_all(node: NodeProcess, topic: str, isolation: str, want: int) -> list[bytes]:
+    consumer = confluent_consumer(node, isolation_level=isolation)
+    out: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 15
+        while len(out) < want and time.monotonic() < deadline:
+            out += [m.value() for m in consumer.consume(100, timeout=0.3) if m.error() is None]
+        out += [m.value() for m in consumer.consume(100, timeout=0.5) if m.error() is None]
+    finally:
+        consumer.close()
+    return out
+
+
+def test_confluent_transactional_producer_and_read_committed(node: NodeProcess) -> None:
+    topic = "txn-confluent"
+    create_topic(node, topic, 1)
+    producer = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": "p1-tx"})
+    producer.init_transactions(20)
+    producer.begin_transaction()
+    producer.produce(topic, b"c1")
+    producer.commit_transaction(20)
+    producer.begin_transaction()
+    producer.produce(topic, b"a1")
+    producer.flush(20)
+    producer.abort_transaction(20)
+    producer.begin_transaction()
+    producer.produce(topic, b"open")
+    producer.flush(20)  # written, not committed: the LSO stays at it
+    conn = RawConnection(node.bootstrap)
+    low, high = watermark_pair(conn, topic)
+    assert low < high
+    assert _consume_all(node, topic, "read_committed", 1) == [b"c1"]
+    assert _consume_all(node, topic, "read_uncommitted", 3) == [b"c1", b"a1", b"open"]
+    producer.commit_transaction(20)
+    assert _consume_all(node, topic, "read_committed", 2) == [b"c1", b"open"]
+    low, high = watermark_pair(conn, topic)
+    assert low == high
+
+
+def watermark_pair(conn: RawConnection, topic: str) -> tuple[int, int]:
+    """(latest read_committed, latest read_uncommitted) by ListOffsets."""
+    answers = []
+    for isolation in (READ_COMMITTED, READ_UNCOMMITTED):
+        request = ListOffsetsRequest(
+            replica_id=-1,
+            isolation_level=isolation,
+            topics=[
+                ListOffsetsRequest.ListOffsetsTopic(
+                    name=TopicName(topic),
+                    partitions=[
+                        ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1)
+                    ],
+                )
+            ],
+        )
+        response = conn.request(request, 5)
+        answers.append(int(response.topics[0].partitions[0].offset))
+    return answers[0], answers[1]
+
+
+def test_a_parked_read_committed_fetch_wakes_when_the_marker_moves_the_lso(
+    node: NodeProcess,
+) -> None:
+    waiting, writer = RawConnection(node.bootstrap, timeout_s=10), RawConnection(node.bootstrap)
+    start = latest(writer, READ_UNCOMMITTED)
+    assert produce(writer, [b"w1"], pid=7000, epoch=0, seq=0, transactional=True).error_code == 0
+    request = FetchRequest(
+        replica_id=-1,
+        max_wait_ms=8000,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=READ_COMMITTED,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic=TopicName(TOPIC),
+                partitions=[
+                    FetchRequest.FetchPartition(
+                        partition=0, fetch_offset=start, partition_max_bytes=1 << 20
+                    )
+                ],
+            )
+        ],
+    )
+    sent_at = time.monotonic()
+    waiting.send(request, 11)
+    time.sleep(0.5)  # parked: the LSO is at w1
+    assert marker(writer, 7000, 0, commit=True) == [ErrorCode.NONE]
+    _, response = waiting.recv(request.API_KEY, 11)
+    waited = time.monotonic() - sent_at
+    data = response.responses[0].partitions[0]
+    assert values_in(data) == [b"w1"]
+    assert waited < 5, f"answered after {waited:.1f} s: the marker did not wake the fetch"

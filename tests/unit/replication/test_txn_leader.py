@@ -230,3 +230,20 @@ def test_an_emptied_control_batch_keeps_sequences_and_closes_nothing() -> None:
     assert learn_producer(producers, emptied, seen_ms=T) is None
     assert producers.ongoing_transactions() == [(PID, 0, 0)]
     assert producers.producers[PID].last_seq == 3
+
+
+def test_the_lso_is_never_below_the_log_start() -> None:
+    """A transaction whose first batches DeleteRecords removed bounds the LSO at the log start
+    (Kafka's UnifiedLog clamps its first unstable offset so)."""
+
+    async def main() -> None:
+        rm = _manager(1, Clock())
+        part = _open(rm, Registration.sole_leader(1))
+        rm.append_nowait(part, _txn_batch(2, seq=0), acks=1)
+        rm.append_nowait(part, _txn_batch(2, seq=2), acks=1)
+        await _one_pass()
+        assert (part.high_watermark, part.last_stable_offset) == (4, 0)
+        part.log.delete_records_before(3)
+        assert part.last_stable_offset == 3
+
+    asyncio.run(main())

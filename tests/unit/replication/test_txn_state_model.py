@@ -1,12 +1,16 @@
-"""Transactions on a follower's partition against a model: random interleavings of
-transactional batches (with and without sequences), plain batches, COMMIT/ABORT markers,
-high watermark moves, truncations (above and below the high watermark) and reopenings (clean,
-and unclean: recovery rebuilds the aborted-transaction index from the log).  After every step
-the producer state's open transactions, the last stable offset and the aborted-transaction
-index answer what the model, a replay of the batches in the log, says."""
+"""Transactions on a partition against a model (a replay of the batches in the log).
+
+``TxnPartitionModel``, a follower: random interleavings of transactional batches (with and
+without sequences), plain batches, COMMIT/ABORT markers, high watermark moves, truncations
+(above and below the high watermark) and reopenings (clean, and unclean: recovery rebuilds the
+aborted-transaction index from the log).  ``LeaderAndFollowerModel``: the same writes through
+the leader's append path, replicated at random moments.  After every step the producer
+state's open transactions, the last stable offset and the aborted-transaction index answer
+what the model says."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,13 +19,16 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from broker.deferred import Deferred
 from broker.log.config import LogConfig
 from broker.log.txn_index import AbortedTxn, marker_value
-from broker.replica_manager import Partition, Registration, ReplicaManager
+from broker.replica_manager import AppendOutcome, Partition, Registration, ReplicaManager
 from broker.replication.partition_state import Truncation
 from broker.storage import MemoryStorage
+from kafka_protocol.errors import ErrorCode
 from kafka_protocol.record_batch import (
     ControlRecordType,
+    RecordBatch,
     SimpleRecord,
     build_batch,
     control_record,
@@ -206,3 +213,141 @@ TxnPartitionModel.TestCase.settings = settings(
     max_examples=150, stateful_step_count=50, deadline=None
 )
 test_txn_partition_model = TxnPartitionModel.TestCase
+
+
+class LeaderAndFollowerModel(RuleBasedStateMachine):
+    """The leader's side: produces (transactional with and without sequences, idempotent,
+    plain) and markers through ``append_nowait`` / ``append_marker``, a follower replicating
+    at random moments.  The leader answers as the model says (INVALID_TXN_STATE for an
+    idempotent write inside a transaction, nothing else refused), and leader and follower hold
+    the producer state, LSO and aborted-transaction index the model gives for their logs."""
+
+    @initialize()
+    def start(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.clock = Clock()
+        self.batches: list[Batch] = []
+        self.sequences = dict.fromkeys(PIDS, 0)
+        reg = Registration(1, LEADER_EPOCH, 0, (1, 2), (1, 2))
+        self.leader, self.follower = self._manager(1), self._manager(2)
+        self.lp, self.fp = self._open(self.leader, reg), self._open(self.follower, reg)
+
+    def teardown(self) -> None:
+        if hasattr(self, "loop"):
+            self.loop.close()
+
+    def _manager(self, broker_id: int) -> ReplicaManager:
+        return ReplicaManager(
+            MemoryStorage(),
+            Path(f"/data-{broker_id}"),
+            broker_id=broker_id,
+            clock_ms=self.clock,
+            monotonic_clock_ms=self.clock,
+        )
+
+    @staticmethod
+    def _open(rm: ReplicaManager, reg: Registration) -> Partition:
+        part = rm.open_partition(
+            "t",
+            0,
+            TOPIC_ID,
+            LogConfig(segment_bytes=400),
+            max_message_bytes=1 << 20,
+            registration=reg,
+        )
+        assert part is not None
+        return part
+
+    def _run(self, outcome: AppendOutcome | Deferred[AppendOutcome]) -> ErrorCode:
+        async def settle() -> None:
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+
+        self.loop.run_until_complete(settle())
+        if isinstance(outcome, Deferred):
+            assert outcome.done or not self.lp.pending, "written but not answered"
+            return outcome.result().error if outcome.done else ErrorCode.NONE  # acks=all waits
+        return outcome.error
+
+    def _produce(self, data: bytes, acks: int = 1) -> ErrorCode:
+        async def append() -> AppendOutcome | Deferred[AppendOutcome]:
+            return self.leader.append_nowait(self.lp, RecordBatch(memoryview(data)), acks)
+
+        return self._run(self.loop.run_until_complete(append()))
+
+    @rule(pid=st.sampled_from(PIDS), count=st.integers(1, 3), with_sequence=st.booleans())
+    def transactional_batch(self, pid: int, count: int, with_sequence: bool) -> None:
+        seq = self.sequences[pid] if with_sequence else -1
+        data = build_batch(
+            [SimpleRecord(b"t") for _ in range(count)],
+            producer_id=pid,
+            producer_epoch=0,
+            base_sequence=seq,
+            transactional=True,
+        )
+        base = self.lp.next_offset
+        assert self._produce(data) is ErrorCode.NONE
+        if with_sequence:
+            self.sequences[pid] += count
+        self.batches.append(Batch(base, base + count - 1, pid, "data"))
+
+    @rule(pid=st.sampled_from(PIDS))
+    def idempotent_batch(self, pid: int) -> None:
+        data = build_batch(
+            [SimpleRecord(b"i")],
+            producer_id=pid,
+            producer_epoch=0,
+            base_sequence=self.sequences[pid],
+        )
+        base = self.lp.next_offset
+        open_txns, _, _ = replay(self.batches)
+        error = self._produce(data)
+        if pid in open_txns:
+            assert error is ErrorCode.INVALID_TXN_STATE
+            return
+        assert error is ErrorCode.NONE
+        self.sequences[pid] += 1
+        self.batches.append(Batch(base, base, -1, "data"))  # no transaction of its own
+
+    @rule()
+    def plain_batch(self) -> None:
+        base = self.lp.next_offset
+        assert self._produce(build_batch([SimpleRecord(b"p")])) is ErrorCode.NONE
+        self.batches.append(Batch(base, base, -1, "data"))
+
+    @rule(pid=st.sampled_from(PIDS), commit=st.booleans())
+    def marker(self, pid: int, commit: bool) -> None:
+        async def append() -> AppendOutcome | Deferred[AppendOutcome]:
+            return self.leader.append_marker(self.lp, pid, 0, 1, commit)
+
+        base = self.lp.next_offset
+        assert self._run(self.loop.run_until_complete(append())) is ErrorCode.NONE
+        self.batches.append(Batch(base, base, pid, "commit" if commit else "abort"))
+
+    @rule()
+    def replicate(self) -> None:
+        decision = self.leader.on_follower_fetch(
+            self.lp, 2, self.fp.log_end_offset, LEADER_EPOCH, 1
+        )
+        assert decision.error is None
+        chunk = self.lp.log.read(self.fp.log_end_offset, 1 << 20, max_offset=self.lp.log_end_offset)
+        data = self.lp.log.read_bytes(chunk) if chunk.size_bytes else b""
+        self.follower.append_as_follower(self.fp, memoryview(data), self.lp.high_watermark)
+
+    @invariant()
+    def both_match_the_model(self) -> None:
+        if not hasattr(self, "lp"):
+            return
+        for part in (self.lp, self.fp):
+            held = [b for b in self.batches if b.last < part.log_end_offset]
+            open_txns, aborted, _ = replay(held)
+            ongoing = {pid: first for pid, _, first in part.producers.ongoing_transactions()}
+            assert ongoing == open_txns, part
+            assert part.last_stable_offset == model_lso(held, part.high_watermark)
+            assert part.log.aborted_transactions(0, part.log_end_offset + 1) == aborted
+
+
+LeaderAndFollowerModel.TestCase.settings = settings(
+    max_examples=100, stateful_step_count=40, deadline=None
+)
+test_leader_and_follower_model = LeaderAndFollowerModel.TestCase
