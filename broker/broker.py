@@ -128,6 +128,7 @@ class Broker:
             ),
             config.node_id,
         )
+        self.coordinator.verifier = self.transactions  # TxnOffsetCommit verifies (KIP-890)
         self._started = False
         self._tasks: set[asyncio.Task[object]] = set()
         self._became_leader: list[str] = []

@@ -26,7 +26,6 @@ from broker.handlers.sasl import SaslHandlers
 from broker.handlers.transactions import TransactionHandlers
 from broker.handlers.txn_markers import (
     DescribeProducersHandler,
-    NoTransactionMarkerListener,
     WriteTxnMarkersHandler,
 )
 from broker.identity import BrokerIdentity
@@ -79,13 +78,17 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
     authorizer = BrokerAuthorizer.from_config(cfg.broker_defaults, lambda: parts.image)
     security = SecurityAdminHandlers(authorizer, lambda: parts.image)
     handlers = [
-        ProduceHandler(replicas, parts.metrics).spec(),
+        ProduceHandler(
+            replicas,
+            parts.metrics,
+            # transaction.partition.verification.enable=false: appended unverified, unawaited
+            verifier=parts.transactions if parts.transactions.config.verification_enabled else None,
+        ).spec(),
         FetchHandler(replicas, parts.metrics, parts.broker_epoch_of).spec(),
         ListOffsetsHandler(replicas).spec(),
         OffsetForLeaderEpochHandler(replicas).spec(),
-        # the group coordinator's complete_transaction is to be told of markers on
-        # __consumer_offsets; until it has one (helper G), nobody is
-        WriteTxnMarkersHandler(replicas, NoTransactionMarkerListener()).spec(),
+        # markers on __consumer_offsets complete the group coordinator's pending offsets
+        WriteTxnMarkersHandler(replicas, parts.coordinator).spec(),
         DescribeProducersHandler(replicas).spec(),
         MetadataHandler(parts.node, lambda: parts.image, parts.controller, auto_create).spec(),
         *GroupHandlers(

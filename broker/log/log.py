@@ -40,7 +40,7 @@ Theory of operation.
   files are unlinked at once but stay open for ``file.delete.delay.ms``, so a ``sendfile``
   already given its descriptor still reads valid bytes.
 * Compaction (cleaner.py, ``cleanup.policy=compact``): ``prepare_clean`` (here) picks the
-  inactive segments below the high watermark, ``LogCleaning.build`` (any thread) writes their
+  inactive segments below the last stable offset, ``LogCleaning.build`` (any thread) writes their
   cleaned copies as ``.cleaned`` files, ``complete_clean`` (here) swaps them in
   (segment_swap.py) and checkpoints where the next pass starts (``cleaner-offset-checkpoint``).
   Retention by time and size applies only with ``cleanup.policy`` including ``delete``.
@@ -761,7 +761,7 @@ class PartitionLog:
     def prepare_clean(
         self,
         now_ms: int,
-        high_watermark: int,
+        last_stable_offset: int,
         *,
         force: bool = False,
         max_map_entries: int = DEFAULT_MAX_MAP_ENTRIES,
@@ -773,7 +773,7 @@ class PartitionLog:
         segments and writes only its own files).  Step 3: ``complete_clean`` here.  Before
         ``close`` or ``delete``, wait for a running ``build`` (``cancel()`` hurries it)."""
         end = self.log_end_offset
-        assert high_watermark <= end, f"high watermark {high_watermark} above the log end {end}"
+        assert last_stable_offset <= end, f"LSO {last_stable_offset} above the log end {end}"
         if self._cleaning is not None or self._uncleanable is not None:
             return None
         with self._io("plan cleaning"):
@@ -782,7 +782,7 @@ class PartitionLog:
                 self._config,
                 log_start_offset=self._log_start_offset,
                 first_dirty_offset=self._first_dirty_offset,
-                high_watermark=high_watermark,
+                last_stable_offset=last_stable_offset,
                 now_ms=now_ms,
                 delete_horizon_ms=self._delete_horizon_ms,
                 force=force,
@@ -797,6 +797,7 @@ class PartitionLog:
             plan,
             now_ms,
             max_map_entries,
+            aborted_transactions=self.aborted_transactions(self._bases[0], plan.end_offset),
         )
         return self._cleaning
 
@@ -823,7 +824,7 @@ class PartitionLog:
         with self._io("log cleaning swap"):
             for group in cleaning.groups:
                 replaced = cleaning.old_segments[group.first : group.last]
-                _merge_txn_indexes(replaced, getattr(group, "aborted_txns", None))
+                _merge_txn_indexes(replaced, group.aborted_txns)
                 self._replace_segments(replaced, cleaning.swap_in(group))
             self._aborted_txns = self._count_aborted_txns()
             if cleaning.next_dirty_offset != self._first_dirty_offset:
@@ -834,7 +835,8 @@ class PartitionLog:
         result = cleaning.result(segments_after=len(cleaning.groups))
         logger.info(
             "cleaned log dir=%s offsets=%d..%d segments=%d->%d bytes=%d->%d records=%d->%d"
-            " tombstones_removed=%d next_dirty_offset=%d reason=%s",
+            " tombstones_removed=%d aborted_records_removed=%d markers_removed=%d"
+            " next_dirty_offset=%d reason=%s",
             self.directory,
             result.first_offset,
             result.end_offset - 1,
@@ -845,15 +847,19 @@ class PartitionLog:
             result.records_before,
             result.records_after,
             result.tombstones_removed,
+            result.aborted_records_removed,
+            result.markers_removed,
             result.next_dirty_offset,
             cleaning.plan.reason,
         )
         return result
 
-    def clean(self, now_ms: int, high_watermark: int, *, force: bool = False) -> CleanResult | None:
+    def clean(
+        self, now_ms: int, last_stable_offset: int, *, force: bool = False
+    ) -> CleanResult | None:
         """The three steps in a row, blocking (tests, tools; a broker runs ``build`` off the
         event loop)."""
-        cleaning = self.prepare_clean(now_ms, high_watermark, force=force)
+        cleaning = self.prepare_clean(now_ms, last_stable_offset, force=force)
         if cleaning is None:
             return None
         cleaning.build()
@@ -931,14 +937,15 @@ class PartitionLog:
             raise KafkaStorageError(f"{self.directory}: cannot delete: {error}") from error
 
 
-def _merge_txn_indexes(replaced: list[LogSegment], kept: list[AbortedTxn] | None) -> None:
+def _merge_txn_indexes(replaced: list[LogSegment], kept: list[AbortedTxn]) -> None:
     """Before a cleaner swap: the first replaced segment's ``.txnindex`` (whose name the new
-    segment takes, and which the swap leaves in place) gets the entries of all the replaced
-    ones, fsynced, so the new segment indexes every aborted transaction of its range even
-    after a crash (segment_swap.py).  ``kept``: the cleaner's own list, if it dropped entries
-    (a transaction whose data and marker it removed)."""
-    entries = kept if kept is not None else [t for s in replaced for t in s.txn_index.entries]
+    segment takes, and which the swap leaves in place) gets the cleaner's entries for the
+    whole group (``CleanedGroup.aborted_txns``: the ABORT markers it keeps with data),
+    fsynced, so the new segment indexes every aborted transaction it still holds data of, even
+    after a crash (segment_swap.py).  Written before the swap commits, which is safe: the
+    entries it leaves out are those of transactions with no data left in the old segments
+    either, which no reader needs to skip."""
     first = replaced[0].txn_index
-    if entries != first.entries:
-        first.rewrite(entries)
+    if kept != first.entries:
+        first.rewrite(kept)
         first.flush()

@@ -36,6 +36,9 @@ CONFIG = {
     "broker.session.timeout.ms": "4000",
     "replica.lag.time.max.ms": "1000",
     "auto.leader.rebalance.enable": "false",
+    # No coordinator knows these producers: leaders must not ask one (KIP-890 verification
+    # is tested in test_produce_verification.py).
+    "transaction.partition.verification.enable": "false",
 }
 OPEN_PID, ABORTED_PID = 9100, 9200
 WAIT_S = 30.0

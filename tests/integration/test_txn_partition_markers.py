@@ -45,7 +45,12 @@ RETRIABLE = (ErrorCode.OFFSET_NOT_AVAILABLE, ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
-    proc = NodeProcess(Path(tmp_path_factory.mktemp("txn-markers"))).start()
+    # No coordinator knows these producers: the leader must not ask one (KIP-890 verification
+    # is tested in test_produce_verification.py).
+    proc = NodeProcess(
+        Path(tmp_path_factory.mktemp("txn-markers")),
+        overrides=("transaction.partition.verification.enable=false",),
+    ).start()
     yield proc
     if proc.alive():
         assert proc.stop() == 0, proc.log_tail()
