@@ -5,7 +5,7 @@
     kraft dev --secure                                        TLS + SCRAM, generated CA/password
     kraft server [--config FILE] [--override key=value ...]   one node, exactly as a container runs
     kraft storage format --config FILE [--add-scram ...]      format a node (kafka-storage format)
-    kraft topics|groups|produce|consume|cluster|users|acls    admin commands over the REST API
+    kraft topics|groups|transactions|produce|consume|...      admin commands over the REST API
     kraft --help                                              every command (one module each)
 
 Errors in configuration exit with status 2 and one line that names the key and its source.
@@ -31,6 +31,7 @@ from kraft.cli import (
     records,
     storage,
     topics,
+    transactions,
     users,
 )
 from kraft.node.config import ConfigError, NodeConfig, StartupError, load_config, parse_overrides
@@ -209,6 +210,7 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     common = arguments.common_options()
     topics.add_parser(sub, common)
     groups.add_parser(sub, common)
+    transactions.add_parser(sub, common)
     records.add_parser(sub, common)
     cluster.add_parser(sub, common)
     users.add_parser(sub, common)

@@ -93,6 +93,7 @@ OFFSET_COMMIT_MAX: Final = 8
 LIST_OFFSETS_MAX, LIST_OFFSETS_MIN = 7, 1
 FETCH_MAX, FETCH_MIN = 12, 4  # v13+ name topics by id; v4+ carry record batches v2
 GROUP_KEY_TYPE: Final = 0
+TRANSACTION_KEY_TYPE: Final = 1  # FindCoordinator of a transactional id
 CONSUMER_REPLICA_ID: Final = BrokerId(-1)
 NO_OFFSET: Final = -1  # OffsetFetch: no committed offset
 
@@ -221,7 +222,7 @@ class GroupClient:
         self.security = security  # how to log in to the brokers' listener (None: PLAINTEXT)
         self._connections: dict[Address, KafkaConnection] = {}
         self._connecting: dict[Address, asyncio.Lock] = {}
-        self._coordinators: dict[str, Coordinator] = {}
+        self._coordinators: dict[tuple[int, str], Coordinator] = {}
 
     async def close(self) -> None:
         """Close every connection (requests in flight fail)."""
@@ -299,38 +300,44 @@ class GroupClient:
         what: str,
         call: Callable[[Coordinator, str], Awaitable[T]],
         attempts: int = MAX_ATTEMPTS,
+        *,
+        key_type: int = GROUP_KEY_TYPE,
     ) -> T:
         """``call(coordinator, group_id)``, finding the coordinator again after a retriable
-        failure (it may have moved, or be loading its partition)."""
+        failure (it may have moved, or be loading its partition); ``key_type``
+        :data:`TRANSACTION_KEY_TYPE` for a transactional id's."""
 
         async def attempt(n: int) -> T:
             if n:
-                self.forget_coordinator(group_id)
-            return await call(await self.coordinator(group_id, n), group_id)
+                self.forget_coordinator(group_id, key_type=key_type)
+            return await call(await self.coordinator(group_id, n, key_type=key_type), group_id)
 
         return await self.retrying(what, attempt, attempts)
 
-    async def coordinator(self, group_id: str, attempt: int = 0) -> Coordinator:
-        """The group's coordinator: the one found last, or FindCoordinator (one try, to the
-        ``attempt``-th live broker, so that retries go round the brokers)."""
-        known = self._coordinators.get(group_id)
+    async def coordinator(
+        self, key: str, attempt: int = 0, *, key_type: int = GROUP_KEY_TYPE
+    ) -> Coordinator:
+        """The coordinator of a group (or of a transactional id, by ``key_type``): the one
+        found last, or FindCoordinator (one try, to the ``attempt``-th live broker, so that
+        retries go round the brokers)."""
+        known = self._coordinators.get((key_type, key))
         if known is not None:
             return known
         brokers = self.view.live_brokers()
         broker_id, address = brokers[attempt % len(brokers)]
-        request = FindCoordinatorRequest(key=group_id, key_type=GROUP_KEY_TYPE)
+        request = FindCoordinatorRequest(key=key, key_type=key_type)
         response = await self.send(address, request, FIND_COORDINATOR_MAX)
         assert isinstance(response, FindCoordinatorResponse)
-        check(response.error_code, f"FindCoordinator for {group_id!r} on broker {broker_id}")
+        check(response.error_code, f"FindCoordinator for {key!r} on broker {broker_id}")
         found = Coordinator(int(response.node_id), response.host, response.port)
         if len(self._coordinators) >= MAX_KNOWN_COORDINATORS:
             self._coordinators.clear()  # a node's REST API may be asked about any number
-        self._coordinators[group_id] = found
+        self._coordinators[(key_type, key)] = found
         return found
 
-    def forget_coordinator(self, group_id: str) -> None:
+    def forget_coordinator(self, key: str, *, key_type: int = GROUP_KEY_TYPE) -> None:
         """The coordinator failed us: find it again next time."""
-        self._coordinators.pop(group_id, None)
+        self._coordinators.pop((key_type, key), None)
 
     # --- committed offsets --------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ The package: :mod:`~kraft.rest.common` (errors and their middleware, request par
 lookups), who is calling in :mod:`~kraft.rest.authentication` (settings from the node's config:
 :mod:`~kraft.rest.admin_security`), the ACL each route needs in :mod:`~kraft.rest.access`, the
 routes in :mod:`~kraft.rest.cluster`, :mod:`~kraft.rest.topics`, :mod:`~kraft.rest.records`,
-:mod:`~kraft.rest.groups`, :mod:`~kraft.rest.users` and :mod:`~kraft.rest.acls`, the document in
+:mod:`~kraft.rest.groups`, :mod:`~kraft.rest.transactions`, :mod:`~kraft.rest.users` and
+:mod:`~kraft.rest.acls`, the document in
 :mod:`~kraft.rest.openapi`, and here the application that puts them together.  Middlewares, outer
 first: errors as JSON, authentication (401), access rules (403), JSON-only writes (415).
 """
@@ -59,6 +60,14 @@ from kraft.rest.topics import (
     get_topic,
     list_topics,
 )
+from kraft.rest.transactions import (
+    abort_transaction,
+    describe_producers,
+    describe_transaction,
+    find_hanging,
+    list_transactions,
+    setup_transactions,
+)
 from kraft.rest.users import delete_user, list_users, upsert_user
 
 __all__ = ["ACCESS", "MAX_BODY_BYTES", "ROUTES", "build_app", "start_admin_api"]
@@ -80,10 +89,15 @@ ROUTES: Final = (
     ("POST", "/v1/topics/{name}/partitions", add_partitions),
     ("POST", "/v1/topics/{name}/records", produce_records),
     ("GET", "/v1/topics/{name}/partitions/{partition}/records", read_records),
+    ("GET", "/v1/topics/{name}/partitions/{partition}/producers", describe_producers),
     ("GET", "/v1/groups", list_groups),
     ("GET", "/v1/groups/{group}", describe_group),
     ("DELETE", "/v1/groups/{group}", delete_group),
     ("POST", "/v1/groups/{group}/offsets", reset_group_offsets),
+    ("GET", "/v1/transactions", list_transactions),
+    ("GET", "/v1/transactions/hanging", find_hanging),  # before the id: "hanging" is no id here
+    ("POST", "/v1/transactions/abort", abort_transaction),
+    ("GET", "/v1/transactions/{transactional_id}", describe_transaction),
     ("GET", "/v1/users", list_users),
     ("POST", "/v1/users", upsert_user),
     ("DELETE", "/v1/users/{name}", delete_user),
@@ -114,6 +128,7 @@ def build_app(
         app[AUTHORIZER] = authorizer
     setup_records(app, lambda: node.image, broker_route(node.config))
     setup_groups(app, node)
+    setup_transactions(app, node)
     for method, path, handler in ROUTES:
         if method == "GET":
             app.router.add_get(path, handler)  # and HEAD, for load balancers' checks

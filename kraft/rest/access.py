@@ -64,6 +64,19 @@ ACCESS: Final[dict[tuple[str, str], Access | None]] = {
     ("GET", "/v1/groups/{group}"): Access(_O.DESCRIBE, _R.GROUP, "group"),
     ("DELETE", "/v1/groups/{group}"): Access(_O.DELETE, _R.GROUP, "group"),
     ("POST", "/v1/groups/{group}/offsets"): Access(_O.READ, _R.GROUP, "group"),
+    # Transactions as Kafka's APIs: ListTransactions shows the ids the caller may DESCRIBE,
+    # DescribeTransactions (and FindCoordinator) DESCRIBE on the id (its partitions: of the
+    # topics it may DESCRIBE), DescribeProducers READ on the topic, WriteTxnMarkers ALTER on
+    # the cluster, else CLUSTER_ACTION (KIP-664) (find-hanging: READ per topic).
+    ("GET", "/v1/transactions"): Access(_O.DESCRIBE, _R.TRANSACTIONAL_ID, IN_HANDLER),
+    ("GET", "/v1/transactions/hanging"): Access(_O.READ, _R.TOPIC, IN_HANDLER),
+    ("POST", "/v1/transactions/abort"): Access(_O.ALTER, _R.CLUSTER, IN_HANDLER),
+    ("GET", "/v1/transactions/{transactional_id}"): Access(
+        _O.DESCRIBE, _R.TRANSACTIONAL_ID, "transactional_id"
+    ),
+    ("GET", "/v1/topics/{name}/partitions/{partition}/producers"): Access(
+        _O.READ, _R.TOPIC, "name"
+    ),
     ("GET", "/v1/users"): Access(_O.DESCRIBE, _R.CLUSTER, CLUSTER),
     ("POST", "/v1/users"): Access(_O.ALTER, _R.CLUSTER, CLUSTER),
     ("DELETE", "/v1/users/{name}"): Access(_O.ALTER, _R.CLUSTER, CLUSTER),
@@ -76,6 +89,7 @@ _ERROR_OF: Final = {
     _R.TOPIC: "TOPIC_AUTHORIZATION_FAILED",
     _R.GROUP: "GROUP_AUTHORIZATION_FAILED",
     _R.CLUSTER: "CLUSTER_AUTHORIZATION_FAILED",
+    _R.TRANSACTIONAL_ID: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
 }
 
 
@@ -162,6 +176,12 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
 
 def describe_configs_allowed(request: web.Request, topic: str) -> bool:
     return allowed(request, _O.DESCRIBE_CONFIGS, _R.TOPIC, topic)
+
+
+def abort_transaction_allowed(request: web.Request) -> None:
+    """As Kafka's WriteTxnMarkers (KIP-664): ALTER on the cluster, else CLUSTER_ACTION."""
+    if not allowed(request, _O.ALTER, _R.CLUSTER, CLUSTER_NAME):
+        require(request, _O.CLUSTER_ACTION, _R.CLUSTER, CLUSTER_NAME)
 
 
 def create_topic_allowed(request: web.Request, topic: str) -> None:

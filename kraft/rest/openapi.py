@@ -19,6 +19,7 @@ from kraft.rest.openapi_security import (
     security_paths,
     with_security,
 )
+from kraft.rest.openapi_transactions import TRANSACTION_SCHEMAS, transaction_paths
 
 Schema = dict[str, Any]
 
@@ -690,12 +691,13 @@ def openapi_document(version: str) -> dict[str, Any]:
                     **_topic_paths(),
                     **_record_paths(),
                     **_group_paths(),
+                    **transaction_paths(),
                     **security_paths(),
                 }
             )
         ),
         "components": {
-            "schemas": {**SCHEMAS, **SECURITY_SCHEMAS},
+            "schemas": {**SCHEMAS, **SECURITY_SCHEMAS, **TRANSACTION_SCHEMAS},
             "securitySchemes": SECURITY_SCHEMES,
         },
         "security": [{"basicAuth": []}],
