@@ -356,6 +356,11 @@ def healed(cluster: LocalCluster) -> bool:
     return True
 
 
+def leader_of(cluster: LocalCluster, partition: int) -> int | None:
+    leader = partitions_of(cluster, TOPIC)[partition][0]
+    return leader if leader in cluster.brokers else None
+
+
 def coordinator_of(cluster: LocalCluster, txn_id: str) -> int:
     conn = RawConnection(cluster.any_broker().address)
     try:
@@ -398,9 +403,7 @@ def inject(
         else:
             partition = (r // 2) % PARTITIONS
             role = f"leader of {TOPIC}-{partition}"
-            victim = wait_for(
-                "a leader", lambda p=partition: partitions_of(cluster, TOPIC)[p][0], 20, why
-            )
+            victim = wait_for("a leader", lambda p=partition: leader_of(cluster, p), 20, why)
         fault = Fault(r, role, victim, time.monotonic() - started)
         print(fault, flush=True)
         cluster.brokers[victim].kill()
