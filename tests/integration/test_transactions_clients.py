@@ -379,7 +379,11 @@ def test_committed_records_are_read_and_aborted_ones_only_read_uncommitted(
             written[txn] = [f"{txn}{i}" for i in range(6)]
             for i, value in enumerate(written[txn]):
                 producer.send(topic_name, i % 2, value)
-            producer.commit() if end == "commit" else producer.abort()
+            if end == "commit":
+                producer.commit()
+            else:
+                producer.flush()  # written, then aborted (unsent records are just dropped)
+                producer.abort()
     finally:
         producer.close()
     # per partition: 3 records of a, its COMMIT marker, 3 of b, ABORT, 3 of c, COMMIT
