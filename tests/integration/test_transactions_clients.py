@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import queue
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -436,24 +439,50 @@ def test_a_zombie_producer_is_fenced_by_its_successor(
 # --- a producer dies inside its transaction -------------------------------------------------
 
 
-def start_child(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "integration.transactions_proc", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).parent.parent,
-    )
+class Child:
+    """A child process whose stdout lines are read by a thread, so that waiting for one can
+    time out; its stderr goes to a file shown when it fails."""
 
+    def __init__(self, *args: str) -> None:
+        self.stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed by kill()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "integration.transactions_proc", *args],
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+            cwd=Path(__file__).parent.parent,
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
 
-def wait_for_line(child: subprocess.Popen[str], prefix: str) -> str:
-    assert child.stdout is not None
-    while line := child.stdout.readline():
-        if line.startswith(prefix):
-            return line
-    child.wait(5)
-    assert child.stderr is not None
-    raise AssertionError(f"the child exited {child.returncode}:\n{child.stderr.read()[-3000:]}")
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def wait_for_line(self, prefix: str, timeout_s: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self.lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                self.proc.wait(5)
+                raise AssertionError(f"the child exited {self.proc.returncode}:{self.errors()}")
+            if line.startswith(prefix):
+                return line
+        raise AssertionError(f"no {prefix!r} line from the child in {timeout_s} s:{self.errors()}")
+
+    def errors(self) -> str:
+        self.stderr.seek(0)
+        return "\n" + self.stderr.read()[-3000:]
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.stderr.close()
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -462,15 +491,14 @@ def test_a_dead_producers_transaction_is_aborted_after_its_timeout(
 ) -> None:
     create_topic(node, topic_name, 1)
     producer = PRODUCERS[client](node, f"alive-{topic_name}")
-    child = start_child(
+    child = Child(
         "hang", client, node.bootstrap, topic_name, f"dead-{topic_name}", str(TXN_TIMEOUT_MS), "5"
     )
     try:
-        wait_for_line(child, "SENT")
+        child.wait_for_line("SENT")
         sent = time.monotonic()  # the transaction began a little earlier
     finally:
         child.kill()
-        child.wait()
     try:
         producer.begin()
         for i in range(3):
@@ -537,18 +565,17 @@ def test_a_consume_transform_produce_app_killed_mid_stream_writes_each_output_on
     args = ("transform", node.bootstrap, source, sink, group, txn_id, str(CTP_BATCH))
     kills = 0
     for kill_after in (CTP_INPUTS // 4, CTP_INPUTS // 3):  # committed by that incarnation
-        app = start_child(*args)
+        app = Child(*args)
         try:
             while True:
-                line = wait_for_line(app, "COMMITTED")
+                line = app.wait_for_line("COMMITTED")
                 if int(line.split()[1]) >= kill_after:
                     break
             time.sleep(0.03)  # into the next transaction
         finally:
             app.kill()
-            app.wait()
         kills += 1
-    app = start_child(*args)
+    app = Child(*args)
     try:
         wait_until(
             "the restarted application to commit every input offset",
@@ -556,9 +583,10 @@ def test_a_consume_transform_produce_app_killed_mid_stream_writes_each_output_on
             60,
             node,
         )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nthe application's stderr:{app.errors()}") from None
     finally:
         app.kill()
-        app.wait()
     assert kills == 2
     out = read_all("confluent", node, sink, 2, READ_COMMITTED)
     got = values(out)
