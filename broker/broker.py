@@ -36,6 +36,10 @@ from broker.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker.replication.partition_state import PartitionState
 from broker.server import KafkaListener
 from broker.storage import Storage
+from broker.transaction.coordinator import TransactionCoordinator
+from broker.transaction.producer_ids import ProducerIdAllocator
+from broker.transaction.records import TRANSACTION_STATE_TOPIC
+from broker.transaction.remote import BrokerConnections
 from kafka_protocol.messages import ApiVersionsResponse
 from metadata_log.configs import effective_topic_config
 from metadata_log.delta import MetadataDelta
@@ -107,6 +111,24 @@ class Broker:
             config.coordinator,
             self.replicas.clock_ms,
         )
+        # one allocator for idempotent and transactional producers
+        self.producer_ids = ProducerIdAllocator(controller, config.node_id)
+        # the transaction coordinator; ``verify`` is the produce path's TransactionVerifier
+        self.transactions = TransactionCoordinator(
+            self.replicas,
+            controller,
+            lambda: self.image,
+            config.transactions,
+            self.replicas.clock_ms,
+            self.producer_ids.allocate,
+            BrokerConnections(
+                self.endpoint_of,
+                config.inter_broker_security,
+                f"transaction-coordinator-{config.node_id}",
+            ),
+            config.node_id,
+        )
+        self.coordinator.verifier = self.transactions  # TxnOffsetCommit verifies (KIP-890)
         self._started = False
         self._tasks: set[asyncio.Task[object]] = set()
         self._became_leader: list[str] = []
@@ -232,6 +254,8 @@ class Broker:
     def _remove(self, topic: str, index: int) -> None:
         if topic == OFFSETS_TOPIC:
             self.coordinator.on_partition_removed(index)
+        elif topic == TRANSACTION_STATE_TOPIC:
+            self.transactions.on_partition_removed(index)
         self.fetchers.remove((topic, index))
         self.replicas.remove_partition(topic, index)
 
@@ -286,6 +310,8 @@ class Broker:
             self.fetchers.remove((part.topic, part.index))
             if part.topic == OFFSETS_TOPIC and self._started:
                 self.coordinator.on_partition_removed(part.index)
+            elif part.topic == TRANSACTION_STATE_TOPIC and self._started:
+                self.transactions.on_partition_removed(part.index)
         for listener in self.log_dir_listeners:
             listener()
 
@@ -323,6 +349,8 @@ class Broker:
             self.fetchers.update(part)
             if topic.name == OFFSETS_TOPIC:
                 self.coordinator.on_partition_role(part)
+            elif topic.name == TRANSACTION_STATE_TOPIC:
+                self.transactions.on_partition_role(part)
         return part
 
     # --- metrics ------------------------------------------------------------------------------
@@ -368,12 +396,15 @@ class Broker:
         self.listener = self.listeners[self.config.primary_listener.name]
         self._started = True
         self.coordinator.start()
+        self.transactions.start()
         for part in self.replicas.partitions.values():
             if part.offline:
                 continue
             self.fetchers.update(part)
             if part.topic == OFFSETS_TOPIC:
                 self.coordinator.on_partition_role(part)
+            elif part.topic == TRANSACTION_STATE_TOPIC:
+                self.transactions.on_partition_role(part)
         cfg = self.config
         self._maintenance = [
             self._every(cfg.retention_check_interval_ms, self.replicas.apply_retention),
@@ -418,6 +449,7 @@ class Broker:
                 await task
         await self.fetchers.close()
         await self.coordinator.stop()
+        await self.transactions.stop()
         await self.dispatcher.close()
         self.replicas.close()
 

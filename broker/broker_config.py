@@ -9,6 +9,7 @@ from broker.coordinator.runtime import CoordinatorConfig
 from broker.security.client_security import ClientSecurity
 from broker.security.session import ListenerSecurity, SecurityProtocol
 from broker.server import ListenerLimits
+from broker.transaction.partitions import TransactionConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,7 @@ class BrokerConfig:
     high_watermark_checkpoint_interval_ms: int = 5_000
     log_cleaner_backoff_ms: int = 15_000
     coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
+    transactions: TransactionConfig = field(default_factory=TransactionConfig)  # transaction.*
     broker_defaults: dict[str, str] = field(default_factory=dict)  # log.* keys as configured
     # Every listener served; empty: one PLAINTEXT listener on host:port (tests build it so).
     listeners: tuple[BrokerListener, ...] = ()

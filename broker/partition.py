@@ -19,10 +19,15 @@ from broker.deferred import Deferred
 from broker.log.config import LogConfig
 from broker.log.fetched_batches import AppendedBatch
 from broker.log.log import PartitionLog
-from broker.producer_state import BatchMetadata, ProducerStateManager
+from broker.log.txn_index import AbortedTxn, read_marker
+from broker.producer_state import BatchMetadata, CompletedTxn, ProducerStateManager
 from broker.replication.partition_state import FollowerState, PartitionState
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.record_batch import NO_PRODUCER_ID, RecordBatch
+from kafka_protocol.record_batch import (
+    NO_PRODUCER_ID,
+    ControlRecordType,
+    RecordBatch,
+)
 
 Role = PartitionState | FollowerState
 NO_LEADER = -1
@@ -66,6 +71,7 @@ class PendingAppend:
     batch: RecordBatch
     base_offset: int
     done: Deferred[AppendOutcome]
+    aborted: AbortedTxn | None = None  # an ABORT marker's entry for the txn index
 
 
 @dataclass(slots=True)
@@ -114,6 +120,17 @@ class Partition:
     @property
     def high_watermark(self) -> int:
         return self.role.high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The high watermark, or below it the first offset of the earliest transaction not
+        yet closed by a marker the high watermark passed (read_committed reads stop here)."""
+        high_watermark = self.role.high_watermark
+        first = self.producers.first_unstable_offset(high_watermark)
+        if first is None or first >= high_watermark:
+            return high_watermark
+        # a transaction whose start retention or DeleteRecords removed: from the log start
+        return max(first, self.log.log_start_offset)
 
     @property
     def leader_epoch(self) -> int:
@@ -206,6 +223,7 @@ class Partition:
 
     def high_watermark_moved(self) -> None:
         """Answer the acks=all produces the high watermark reached; wake consumers."""
+        self.producers.on_high_watermark(self.high_watermark)
         heap = self.delayed
         while heap and heap[0][0] <= self.high_watermark:
             _, _, entry = heapq.heappop(heap)
@@ -229,15 +247,57 @@ AlterPartitionSink = Callable[[Partition, PartitionState, frozenset[int]], None]
 
 def learn_producer(
     producers: ProducerStateManager, batch: RecordBatch | AppendedBatch, seen_ms: int
-) -> None:
-    """Record an idempotent producer's batch already in the log (replayed at open, or
-    replicated from the leader); batches without a producer sequence are not tracked."""
-    if batch.producer_id != NO_PRODUCER_ID and batch.base_sequence >= 0:
-        meta = BatchMetadata(
-            batch.base_sequence,
-            batch.last_sequence,
+) -> CompletedTxn | None:
+    """Record a producer's batch already in the log (replayed at open, or replicated from the
+    leader); batches without a producer id, and non-transactional ones without a sequence,
+    are not tracked.  A COMMIT or ABORT marker closes the producer's transaction: returned."""
+    pid = batch.producer_id
+    if pid == NO_PRODUCER_ID:
+        return None
+    if isinstance(batch, RecordBatch):
+        control, transactional = batch.is_control, batch.is_transactional
+        marker = read_marker(batch) if control else None
+    else:
+        control, transactional, marker = batch.control, batch.transactional, batch.marker
+    # an empty control batch (the cleaner's, where it removed every record) is no marker and
+    # opens no transaction; its sequences still count
+    transactional = transactional and not control
+    if marker is not None:
+        if marker[0] not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+            return None
+        kind, coordinator_epoch = marker
+        return producers.complete(
+            pid,
+            batch.producer_epoch,
+            coordinator_epoch,
             batch.base_offset,
-            batch.last_offset,
+            kind is ControlRecordType.ABORT,
             batch.max_timestamp,
+            seen_ms,
         )
-        producers.record(batch.producer_id, batch.producer_epoch, meta, seen_ms)
+    if batch.base_sequence < 0 and not transactional:
+        return None
+    meta = BatchMetadata(
+        batch.base_sequence,
+        batch.last_sequence,
+        batch.base_offset,
+        batch.last_offset,
+        batch.max_timestamp,
+    )
+    if transactional:
+        producers.record_transactional(pid, batch.producer_epoch, meta, seen_ms)
+    else:
+        producers.record(pid, batch.producer_epoch, meta, seen_ms)
+    return None
+
+
+def aborted_entry(producers: ProducerStateManager, done: CompletedTxn | None) -> AbortedTxn | None:
+    """The txn index entry of an ABORT marker that closed a transaction (else None)."""
+    if done is None or not done.aborted or done.first_offset < 0:
+        return None
+    return AbortedTxn(
+        done.producer_id,
+        done.first_offset,
+        done.last_offset,
+        producers.last_stable_offset_after(done),
+    )

@@ -21,8 +21,15 @@ the request's timeout (REQUEST_TIMED_OUT); a lost leadership answers NOT_LEADER_
 
 Follower.  The replica fetcher (broker/replication/fetcher.py) appends what the leader sent
 verbatim (:meth:`append_as_follower`), truncates divergent tails (:meth:`truncate`), and keeps
-idempotent-producer state from batch headers, so a follower elected leader deduplicates
-retries of batches its predecessor wrote.
+producer state from batch headers (and markers), so a follower elected leader deduplicates
+retries of batches its predecessor wrote and knows which transactions are open.
+
+Transactions.  :meth:`append_marker` writes a coordinator's COMMIT or ABORT marker through the
+same pending list as produces (acks=all); producer state (broker/producer_state.py) opens a
+transaction at a producer's first transactional batch and closes it at the marker, and gives
+the partition its last stable offset; an ABORT marker's entry goes to the aborted-transaction
+index of the segment it lands in, on the leader and on followers alike.  At open, the replay
+of the log that rebuilds producer state also refills the indexes recovery emptied.
 
 The high watermark is checkpointed per log directory (``replication-offset-checkpoint``,
 Kafka's file and format) so a restarted broker does not expose records it cannot know are
@@ -48,9 +55,17 @@ from broker.fatal import fatal
 from broker.log.cleaner import LogCleaning
 from broker.log.config import LogConfig
 from broker.log.errors import KafkaStorageError, LogError
+from broker.log.fetched_batches import AppendedBatch
 from broker.log.log import AppendResult, PartitionLog
+from broker.log.txn_index import AbortedTxn, marker_value
 from broker.log_dir import LogDirectory, claim_partition_directory
-from broker.partition import AlterPartitionSink, PendingAppend, Role, learn_producer
+from broker.partition import (
+    AlterPartitionSink,
+    PendingAppend,
+    Role,
+    aborted_entry,
+    learn_producer,
+)
 from broker.partition import AppendOutcome as AppendOutcome
 from broker.partition import Partition as Partition
 from broker.partition import Registration as Registration
@@ -68,7 +83,16 @@ from broker.replication.partition_state import (
 from broker.storage import Storage
 from kafka_protocol.clock import monotonic_ms, wall_ms
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.record_batch import NO_PRODUCER_ID, RecordBatch, iter_batches
+from kafka_protocol.exceptions import CorruptRecordError
+from kafka_protocol.record_batch import (
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    ControlRecordType,
+    RecordBatch,
+    build_batch,
+    control_record,
+    iter_batches,
+)
 
 log = logging.getLogger("broker.replica_manager")
 ACKS_ALL = -1
@@ -194,16 +218,27 @@ class ReplicaManager:
         return part
 
     def _rebuild_producer_state(self, part: Partition) -> None:
-        """Replay batch headers of the retained log (headers only, no records)."""
+        """Replay batch headers of the retained log (and the one record of each control
+        batch); refill the aborted-transaction indexes recovery emptied."""
+        part.producers.clear()
+        plog, producers = part.log, part.producers
+        restore = plog.rebuilding_txn_indexes
         offset = part.log_start_offset
         while offset < part.log_end_offset:
-            chunk = part.log.read(offset, 1 << 20, min_one_batch=True)
+            chunk = plog.read(offset, 1 << 20, min_one_batch=True)
             if chunk.size_bytes == 0:
                 break
-            data = part.log.read_bytes(chunk)
+            data = plog.read_bytes(chunk)
             for batch in iter_batches(data, allow_truncated_tail=True):
-                learn_producer(part.producers, batch, seen_ms=batch.max_timestamp)
                 offset = batch.next_offset
+                try:
+                    done = learn_producer(producers, batch, seen_ms=batch.max_timestamp)
+                except CorruptRecordError as exc:  # a marker we cannot read: not one
+                    log.warning("unreadable control batch partition=%s error=%s", part.name, exc)
+                    continue
+                if restore and (entry := aborted_entry(producers, done)) is not None:
+                    plog.restore_aborted_txn(entry)
+        plog.end_txn_index_rebuild()
 
     def expire_producers(self) -> None:
         """Kafka's producer-id expiration task: forget idle idempotent producers."""
@@ -350,8 +385,10 @@ class ReplicaManager:
             log.warning("stale registration ignored partition=%s reg=%s", part.name, reg)
 
     def _report_recovered(self, part: Partition) -> None:
-        """A leader elected uncleanly has nothing to recover without transactions: it tells
-        the controller at once (AlterPartition with LeaderRecoveryState RECOVERED)."""
+        """A leader elected uncleanly tells the controller at once that it has recovered
+        (AlterPartition with LeaderRecoveryState RECOVERED), as Kafka does: KIP-704 leaves
+        any recovery of transaction state to later work, and the producer state a follower
+        built from what it replicated is its state as leader."""
         role = part.role
         if self.alter_partition is None or not isinstance(role, PartitionState):
             return
@@ -446,12 +483,19 @@ class ReplicaManager:
         assert isinstance(role, FollowerState), f"{part.name}: follower append on a leader"
         if records:
             now = self.clock_ms()
-            appended = part.log.append_as_follower(records, now_ms=now)
-            for b in appended.batches:
-                learn_producer(part.producers, b, seen_ms=now)
+
+            def learn(batches: list[AppendedBatch]) -> list[AbortedTxn]:
+                aborted = []
+                for b in batches:
+                    done = learn_producer(part.producers, b, seen_ms=now)
+                    if done is not None and (entry := aborted_entry(part.producers, done)):
+                        aborted.append(entry)
+                return aborted
+
+            part.log.append_as_follower(records, now_ms=now, on_batches=learn)
             role.on_append(part.log.log_end_offset)
             part.next_offset = part.log.log_end_offset
-        role.on_fetch_response(leader_high_watermark)
+        part.producers.on_high_watermark(role.on_fetch_response(leader_high_watermark))
 
     def truncate(self, part: Partition, truncation: Truncation) -> None:
         """Cut a follower's divergent tail (KIP-101/279) and everything derived from it."""
@@ -460,7 +504,8 @@ class ReplicaManager:
         if truncation.offset < part.log.log_end_offset:
             part.log.truncate_to(truncation.offset)
         end = part.log.log_end_offset
-        part.producers.truncate_after(end)
+        if not part.producers.truncate_after(end):
+            self._rebuild_producer_state(part)
         part.next_offset = end
         if end < role.log_end_offset:
             role.on_truncate(end)
@@ -471,7 +516,7 @@ class ReplicaManager:
         role = part.role
         assert isinstance(role, FollowerState)
         part.log.truncate_fully_and_start_at(start_offset)
-        part.producers.truncate_after(0)
+        part.producers.clear()
         part.next_offset = start_offset
         role.log_end_offset = start_offset
         role.high_watermark = start_offset
@@ -484,12 +529,52 @@ class ReplicaManager:
     ) -> AppendOutcome | Deferred[AppendOutcome]:
         """Check one validated batch and queue it; the Deferred resolves once it is written
         (acks 0 and 1) or once every ISR member has it (acks=all)."""
+        refused = self._refuse_append(part)
+        if refused is not None:
+            return refused
         role = part.role
+        assert isinstance(role, PartitionState)
+        if acks == ACKS_ALL and (error := role.check_produce(acks, part.min_insync_replicas)):
+            return AppendOutcome(
+                error,
+                message=f"{len(role.isr)} in-sync replicas of {part.name}, "
+                f"min.insync.replicas={part.min_insync_replicas}",
+            )
+        pid, transactional = batch.producer_id, batch.is_transactional
+        tracked = pid != NO_PRODUCER_ID and (batch.base_sequence >= 0 or transactional)
+        if tracked:
+            check = part.producers.check(
+                pid, batch.producer_epoch, batch.base_sequence, batch.last_sequence, transactional
+            )
+            if check.error is not ErrorCode.NONE:
+                return AppendOutcome(check.error, message=check.message)
+            if (dup := check.duplicate_of) is not None:
+                return self._answer_duplicate(part, dup, acks)
+        base = part.next_offset
+        part.next_offset = base + batch.last_offset_delta + 1
+        if tracked:
+            meta = BatchMetadata(
+                batch.base_sequence,
+                batch.last_sequence,
+                base,
+                part.next_offset - 1,
+                batch.max_timestamp,
+            )
+            if transactional:
+                part.producers.record_transactional(
+                    pid, batch.producer_epoch, meta, self.clock_ms()
+                )
+            else:
+                part.producers.record(pid, batch.producer_epoch, meta, self.clock_ms())
+        return self._enqueue(part, PendingAppend(batch, base, Deferred()), acks)
+
+    def _refuse_append(self, part: Partition) -> AppendOutcome | None:
+        """Why this broker cannot append to ``part`` now (None: it can)."""
         if part.offline:
             return AppendOutcome(
                 ErrorCode.KAFKA_STORAGE_ERROR, message=f"{part.name}: its log directory is offline"
             )
-        if not isinstance(role, PartitionState):
+        if not isinstance(part.role, PartitionState):
             return AppendOutcome(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
                 message=f"broker {self.broker_id} does not lead {part.name}",
@@ -500,41 +585,73 @@ class ReplicaManager:
                 message=f"broker {self.broker_id}'s session with the controller has lapsed:"
                 f" {part.name} may have another leader",
             )
-        if acks == ACKS_ALL and (error := role.check_produce(acks, part.min_insync_replicas)):
+        return None
+
+    def append_marker(
+        self,
+        part: Partition,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+    ) -> AppendOutcome | Deferred[AppendOutcome]:
+        """Write the coordinator's COMMIT or ABORT marker for ``producer_id`` (a control batch
+        of one control record); resolves once every ISR member has it (acks=all)."""
+        refused = self._refuse_append(part)
+        if refused is not None:
+            return refused
+        role = part.role
+        assert isinstance(role, PartitionState)
+        if error := role.check_produce(ACKS_ALL, part.min_insync_replicas):
             return AppendOutcome(
                 error,
                 message=f"{len(role.isr)} in-sync replicas of {part.name}, "
                 f"min.insync.replicas={part.min_insync_replicas}",
             )
-        pid = batch.producer_id
-        if pid != NO_PRODUCER_ID and batch.base_sequence >= 0:
-            check = part.producers.check(
-                pid, batch.producer_epoch, batch.base_sequence, batch.last_sequence
-            )
-            if check.error is not ErrorCode.NONE:
-                return AppendOutcome(check.error, message=check.message)
-            if (dup := check.duplicate_of) is not None:
-                return self._answer_duplicate(part, dup, acks)
+        check = part.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        if check.error is not ErrorCode.NONE:
+            return AppendOutcome(check.error, message=check.message)
+        now = self.clock_ms()
+        kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        data = build_batch(
+            [control_record(kind, marker_value(coordinator_epoch))],
+            now_ms=now,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=NO_SEQUENCE,
+            transactional=True,
+            control=True,
+        )
+        batch = RecordBatch(memoryview(data))
         base = part.next_offset
-        part.next_offset = base + batch.last_offset_delta + 1
-        if pid != NO_PRODUCER_ID and batch.base_sequence >= 0:
-            meta = BatchMetadata(
-                batch.base_sequence,
-                batch.last_sequence,
-                base,
-                part.next_offset - 1,
-                batch.max_timestamp,
-            )
-            part.producers.record(pid, batch.producer_epoch, meta, self.clock_ms())
-        written: Deferred[AppendOutcome] = Deferred()
-        part.pending.append(PendingAppend(batch, base, written))
+        part.next_offset = base + 1
+        done = part.producers.complete(
+            producer_id, producer_epoch, coordinator_epoch, base, not commit, now, now
+        )
+        pending = PendingAppend(batch, base, Deferred(), aborted_entry(part.producers, done))
+        return self._enqueue(part, pending, ACKS_ALL)
+
+    def has_ongoing_transaction(
+        self, part: Partition, producer_id: int, producer_epoch: int
+    ) -> bool:
+        """Whether ``producer_id`` at ``producer_epoch`` has a transaction open on ``part``
+        (KIP-890: its batches need no verification with the coordinator then)."""
+        return part.producers.has_ongoing(producer_id, producer_epoch)
+
+    def _enqueue(
+        self, part: Partition, pending: PendingAppend, acks: int
+    ) -> AppendOutcome | Deferred[AppendOutcome]:
+        written = pending.done
+        part.pending.append(pending)
         self._dirty[part] = None
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush_all)
         if acks != ACKS_ALL:
             return written
-        return part.when_committed(written, part.next_offset)
+        return part.when_committed(
+            written, pending.base_offset + pending.batch.last_offset_delta + 1
+        )
 
     def _answer_duplicate(
         self, part: Partition, dup: BatchMetadata, acks: int
@@ -577,7 +694,8 @@ class ReplicaManager:
     def _fail(self, part: Partition, pending: list[PendingAppend], outcome: AppendOutcome) -> None:
         """Nothing of ``pending`` (or queued after it) is in the log: rewind and answer."""
         part.next_offset = part.log.log_end_offset
-        part.producers.truncate_after(part.next_offset)
+        if not part.producers.truncate_after(part.next_offset):
+            self._rebuild_producer_state(part)
         for p in pending:
             p.done.resolve(outcome)
 
@@ -592,6 +710,7 @@ class ReplicaManager:
                 leader_epoch=role.leader_epoch,
                 now_ms=now,
                 log_append_time=part.log_append_time,
+                aborted_txns=[p.aborted for p in pending if p.aborted is not None],
             )
         except LogError as exc:
             log.error("append failed partition=%s error=%s", part.name, exc)
@@ -653,7 +772,8 @@ class ReplicaManager:
             ):
                 continue
             try:
-                cleaning = part.log.prepare_clean(self.clock_ms(), part.high_watermark)
+                # never above the LSO: an open transaction's outcome is not known yet
+                cleaning = part.log.prepare_clean(self.clock_ms(), part.last_stable_offset)
             except LogError as exc:
                 log.error("log cleaning failed partition=%s error=%s", part.name, exc)
                 continue

@@ -464,6 +464,26 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     # Idempotent producers' state (Kafka's TransactionLogConfigs, KIP-854).
     ConfigDef("producer.id.expiration.ms", _T.INT, "86400000", at_least(1)),
     ConfigDef("producer.id.expiration.check.interval.ms", _T.INT, "600000", at_least(1)),
+    # The transaction coordinator (Kafka's TransactionLogConfigs / TransactionStateManagerConfigs).
+    ConfigDef("transaction.state.log.num.partitions", _T.INT, "50", at_least(1)),
+    ConfigDef("transaction.state.log.replication.factor", _T.SHORT, "3", at_least(1)),
+    ConfigDef("transaction.state.log.min.isr", _T.INT, "2", at_least(1)),
+    ConfigDef("transaction.state.log.segment.bytes", _T.INT, "104857600", at_least(1024)),
+    ConfigDef("transaction.max.timeout.ms", _T.INT, "900000", at_least(1)),
+    ConfigDef("transactional.id.expiration.ms", _T.INT, "604800000", at_least(1)),
+    ConfigDef(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        _T.INT,
+        "10000",
+        at_least(1),
+    ),
+    ConfigDef(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        _T.INT,
+        "3600000",
+        at_least(1),
+    ),
+    ConfigDef("transaction.partition.verification.enable", _T.BOOLEAN, "true"),
     # Authorization (broker/security/authorization.py): Kafka's StandardAuthorizer or none.
     ConfigDef("authorizer.class.name", _T.STRING, "", one_of("", STANDARD_AUTHORIZER)),
     ConfigDef("super.users", _T.STRING, ""),  # "User:admin;User:broker"

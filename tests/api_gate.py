@@ -23,6 +23,7 @@ from kafka_protocol._codec import Response
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import RequestHeader
 from kafka_protocol.metadata import PartitionRecord, TopicRecord
+from kafka_protocol.record_batch import SimpleRecord, build_batch
 from kafka_protocol.types import BrokerId
 from metadata_log.acls import (
     AclEntry,
@@ -156,14 +157,29 @@ def _produce_echo() -> Echo:
     )
 
 
-def _produce(*topics: str, txn: str | None = None, acks: int = -1) -> m.ProduceRequest:
+def _produce(
+    *topics: str, txn: str | None = None, acks: int = -1, transactional: bool | None = None
+) -> m.ProduceRequest:
+    """A Produce of one partition per topic; its records a transactional batch when
+    ``transactional`` (by default: when there is a transactional id), else none."""
+    records = None
+    if transactional if transactional is not None else txn is not None:
+        batch = build_batch(
+            [SimpleRecord(b"v")],
+            producer_id=1,
+            producer_epoch=0,
+            base_sequence=0,
+            transactional=True,
+        )
+        records = memoryview(batch)
     return m.ProduceRequest(
         transactional_id=txn,
         acks=acks,
         timeout_ms=1000,
         topic_data=[
             m.ProduceRequest.TopicProduceData(
-                name=t, partition_data=[m.ProduceRequest.PartitionProduceData(index=0)]
+                name=t,
+                partition_data=[m.ProduceRequest.PartitionProduceData(index=0, records=records)],
             )
             for t in topics
         ],

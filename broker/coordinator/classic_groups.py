@@ -224,6 +224,16 @@ class ClassicGroups:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return None
 
+    def check_txn_commit(
+        self, group_id: str, member_id: str, generation: int, instance_id: str | None
+    ) -> ErrorCode | None:
+        """Kafka's ``validateTransactionalOffsetCommit``: a group that does not exist takes
+        commits only without a generation (a producer that is no group member)."""
+        driven = self.groups.get(group_id)
+        if driven is None:
+            return None if generation < 0 else ErrorCode.ILLEGAL_GENERATION
+        return driven.group.validate_txn_offset_commit(member_id, instance_id, generation)
+
     def loaded_groups(self) -> list[tuple[str, ClassicGroup]]:
         return [
             (g, d.group) for g, d in self.groups.items() if d.group.state is not GroupState.DEAD

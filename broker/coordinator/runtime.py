@@ -22,6 +22,12 @@ removed (Kafka's ``cleanupGroupMetadata``; the rules are ``offsets.py``'s and
 ``offset_expiry_condition``'s), and so is every empty group left without offsets; offsets of
 deleted topics are removed too.  All of it by tombstones, so a new coordinator after a
 failover loads the same absence.
+
+Transactional offsets (TxnOffsetCommit, KIP-98/KIP-447) are appended as a transactional batch
+of the producer (its id and epoch, no sequence, acks=all) and held pending per producer id
+(``offsets.py``) until the transaction's COMMIT or ABORT marker reaches the partition: the
+WriteTxnMarkers handler then calls :meth:`GroupCoordinator.complete_transaction` (a
+``TransactionMarkerListener``), and a load replays the marker's control batch the same way.
 """
 
 from __future__ import annotations
@@ -35,13 +41,16 @@ from dataclasses import dataclass, field
 
 from broker.controller_channel import ControllerChannel, NewTopic, created_topics, topic_creation
 from broker.coordinator.classic_groups import ClassicGroups
-from broker.coordinator.offsets import CommittedOffset, OffsetStore, TopicPartition
+from broker.coordinator.commits import OffsetCommit, Producer, coordinator_error
+from broker.coordinator.offsets import (
+    NO_PRODUCER_ID,
+    CommittedOffset,
+    OffsetStore,
+    TopicPartition,
+)
 from broker.coordinator.owned import OwnedPartition
 from broker.coordinator.records import (
     OFFSETS_TOPIC,
-    GroupRecord,
-    OffsetRecord,
-    decode,
     encode_group,
     encode_offset,
     partition_for,
@@ -51,10 +60,17 @@ from broker.group.classic_member import GroupConfig
 from broker.log.errors import LogError
 from broker.partition import AppendOutcome, Partition
 from broker.replica_manager import ReplicaManager
+from broker.transaction.interfaces import TransactionVerifier
 from kafka_protocol.coordinator import OffsetCommitValue
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import ProtocolError
-from kafka_protocol.record_batch import RecordBatch, SimpleRecord, build_batch, iter_batches
+from kafka_protocol.record_batch import (
+    NO_SEQUENCE,
+    RecordBatch,
+    SimpleRecord,
+    build_batch,
+    iter_batches,
+)
 from metadata_log.image import ClusterImage
 
 log = logging.getLogger("broker.coordinator")
@@ -72,28 +88,6 @@ class CoordinatorConfig:
     commit_timeout_ms: int = 5_000  # offsets.commit.timeout.ms
     metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
     groups: GroupConfig = field(default_factory=GroupConfig)  # group.* settings
-
-
-# Kafka's mapping of append errors to what group requests answer (GroupMetadataManager).
-_APPEND_ERRORS = {
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
-    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
-    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
-    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetCommit:
-    topic: str
-    partition: int
-    offset: int
-    leader_epoch: int
-    metadata: str | None
 
 
 class GroupCoordinator:
@@ -118,6 +112,9 @@ class GroupCoordinator:
         self._creating: asyncio.Task[None] | None = None
         self._expiry: asyncio.Task[None] | None = None
         self.classic = ClassicGroups(self, config.groups)
+        # KIP-890: asked before a TxnOffsetCommit's append whether the partition is in the
+        # producer's transaction (the broker sets its transaction coordinator here)
+        self.verifier: TransactionVerifier | None = None
 
     # --- where groups live --------------------------------------------------------------------
 
@@ -232,9 +229,7 @@ class GroupCoordinator:
                 if chunk.size_bytes == 0:
                     break
                 for batch in iter_batches(part.log.read_bytes(chunk), allow_truncated_tail=True):
-                    if not batch.is_control:
-                        for record in batch.iter_records():
-                            records += self._replay(owned, record.key, record.value)
+                    records += owned.replay_batch(batch)
                     offset = batch.next_offset
                 await asyncio.sleep(0)
                 if self.owned.get(part.index) is not owned:
@@ -243,9 +238,12 @@ class GroupCoordinator:
             log.error("cannot load %s: %s; retrying", part.name, exc)
             await asyncio.sleep(1.0)
             if self.owned.get(part.index) is owned:
-                owned.offsets, owned.groups = OffsetStore(), {}
+                owned.offsets, owned.groups = OffsetStore(), {}  # markers_while_loading stay
                 owned.load_task = asyncio.get_running_loop().create_task(self._load(owned))
             return
+        for producer_id, commit in owned.markers_while_loading:
+            owned.offsets.complete(producer_id, commit)  # markers written after ``end``
+        owned.markers_while_loading.clear()
         owned.loaded = True
         self.classic.on_loaded(owned)
         log.log(
@@ -257,44 +255,80 @@ class GroupCoordinator:
             self.clock_ms() - started,
         )
 
-    def _replay(self, owned: OwnedPartition, key: bytes | None, value: bytes | None) -> int:
-        if key is None:
-            return 0
-        try:
-            record = decode(key, value)
-        except (ValueError, ProtocolError) as exc:
-            log.warning("skipping an undecodable record of %s: %s", owned.part.name, exc)
-            return 0
-        if isinstance(record, OffsetRecord):
-            owned.offsets.apply(record)
-        elif isinstance(record, GroupRecord):
-            if record.value is None:
-                owned.groups.pop(record.group, None)
-            else:
-                owned.groups[record.group] = record.value
-        return 1
+    def complete_transaction(
+        self, offsets_partition: int, producer_id: int, producer_epoch: int, commit: bool
+    ) -> None:
+        """``TransactionMarkerListener``: the COMMIT or ABORT marker of ``producer_id`` is
+        committed in ``offsets_partition``; its pending offsets there become visible or go.
+        Nothing happens for a partition this broker does not lead (its next leader loads the
+        marker); one still loading applies it once loaded (the marker lies beyond what the
+        load reads, or the load applied it already and this finds nothing pending)."""
+        owned = self.owned.get(offsets_partition)
+        if owned is None:
+            return
+        if not owned.loaded:
+            owned.markers_while_loading.append((producer_id, commit))
+            return
+        moved = owned.offsets.complete(producer_id, commit)
+        log.debug(
+            "%s transaction of producer %d (epoch %d) in %s: %d offsets",
+            "committed" if commit else "aborted",
+            producer_id,
+            producer_epoch,
+            owned.part.name,
+            moved,
+        )
 
     # --- appends ------------------------------------------------------------------------------
 
     async def append(
-        self, owned: OwnedPartition, records: Sequence[tuple[bytes, bytes | None]]
+        self,
+        owned: OwnedPartition,
+        records: Sequence[tuple[bytes, bytes | None]],
+        producer: Producer | None = None,
     ) -> ErrorCode:
-        """Append ``records`` with acks=all; once committed, replay them into the state."""
+        """Append ``records`` with acks=all (a transactional batch of ``producer`` if given);
+        once committed, replay them into the state."""
         if self.owned.get(owned.part.index) is not owned:
             return ErrorCode.NOT_COORDINATOR
-        batch = build_batch(
-            [SimpleRecord(value, key) for key, value in records], now_ms=self.clock_ms()
-        )
-        outcome = self.replicas.append_nowait(owned.part, RecordBatch(memoryview(batch)), -1)
+        simple = [SimpleRecord(value, key) for key, value in records]
+        if producer is None:
+            batch = build_batch(simple, now_ms=self.clock_ms())
+        else:
+            batch = build_batch(
+                simple,
+                now_ms=self.clock_ms(),
+                producer_id=producer.producer_id,
+                producer_epoch=producer.producer_epoch,
+                base_sequence=NO_SEQUENCE,
+                transactional=True,
+            )
+        producer_id = NO_PRODUCER_ID if producer is None else producer.producer_id
+
+        def replay(done: AppendOutcome) -> None:
+            # at once when committed, before any later append (a marker) is answered; even
+            # after the wait below timed out: the state follows the log
+            if done.error is ErrorCode.NONE and self.owned.get(owned.part.index) is owned:
+                for i, (key, value) in enumerate(records):
+                    owned.replay(key, value, done.base_offset + i, producer_id)
+
+        outcome = self.write(owned, RecordBatch(memoryview(batch)))
         if isinstance(outcome, Deferred):
+            outcome.then(replay)
             outcome = await self._within_timeout(outcome)
+        else:
+            replay(outcome)
         if outcome.error is not ErrorCode.NONE:
             log.info("append to %s failed: %s", owned.part.name, outcome.error.name)
-            return _APPEND_ERRORS.get(outcome.error, ErrorCode.UNKNOWN_SERVER_ERROR)
-        if self.owned.get(owned.part.index) is owned:
-            for key, value in records:
-                self._replay(owned, key, value)
+            return coordinator_error(outcome.error, transactional=producer is not None)
         return ErrorCode.NONE
+
+    def write(
+        self, owned: OwnedPartition, batch: RecordBatch
+    ) -> AppendOutcome | Deferred[AppendOutcome]:
+        """The batch appended with acks=all: resolves once committed (with its base offset),
+        or with why not."""
+        return self.replicas.append_nowait(owned.part, batch, -1)
 
     async def _within_timeout(self, pending: Deferred[AppendOutcome]) -> AppendOutcome:
         try:
@@ -323,6 +357,62 @@ class GroupCoordinator:
         rejected = self.classic.check_commit(group_id, member_id, generation, instance_id)
         if rejected is not None:
             return dict.fromkeys(keys, rejected)
+        return await self._commit(owned, group_id, commits, expire_timestamp_ms, None)
+
+    async def commit_transactional_offsets(
+        self,
+        transactional_id: str,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        instance_id: str | None,
+        producer: Producer,
+        commits: Sequence[OffsetCommit],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: the offsets appended as a transactional batch of ``producer``,
+        pending until its transaction's marker (:meth:`complete_transaction`).  The member
+        and generation are checked only when given (v3+, KIP-447); the transaction
+        coordinator is asked first whether the partition is in the transaction (KIP-890,
+        Kafka's ``scheduleTransactionalWriteOperation``), its refusal answered as is."""
+        keys = [(c.topic, c.partition) for c in commits]
+        owned = self.owned_for(group_id)
+        if isinstance(owned, ErrorCode):
+            return dict.fromkeys(keys, owned)
+        rejected = self.classic.check_txn_commit(group_id, member_id, generation, instance_id)
+        if rejected is not None:
+            return dict.fromkeys(keys, rejected)
+        if self.verifier is not None and not self.in_transaction(owned, producer):
+            offsets_partition = (OFFSETS_TOPIC, owned.part.index)
+            verdict = await self.verifier.verify(
+                transactional_id,
+                producer.producer_id,
+                producer.producer_epoch,
+                [offsets_partition],
+            )
+            error = verdict.get(offsets_partition, ErrorCode.NONE)
+            if error is ErrorCode.PRODUCER_FENCED:  # as Kafka's AddPartitionsToTxnManager
+                error = ErrorCode.INVALID_PRODUCER_EPOCH
+            if error is not ErrorCode.NONE:
+                return dict.fromkeys(keys, coordinator_error(error, transactional=True))
+            if self.owned.get(owned.part.index) is not owned:
+                return dict.fromkeys(keys, ErrorCode.NOT_COORDINATOR)
+        return await self._commit(owned, group_id, commits, -1, producer)
+
+    def in_transaction(self, owned: OwnedPartition, producer: Producer) -> bool:
+        """Whether the producer's transaction is open on the partition already (its first
+        batch there was verified: Kafka verifies no more)."""
+        return self.replicas.has_ongoing_transaction(
+            owned.part, producer.producer_id, producer.producer_epoch
+        )
+
+    async def _commit(
+        self,
+        owned: OwnedPartition,
+        group_id: str,
+        commits: Sequence[OffsetCommit],
+        expire_timestamp_ms: int,
+        producer: Producer | None,
+    ) -> dict[TopicPartition, ErrorCode]:
         now = self.clock_ms()
         results: dict[TopicPartition, ErrorCode] = {}
         records = []
@@ -348,7 +438,7 @@ class GroupCoordinator:
             pending = [(group_id, tp) for tp, e in results.items() if e is ErrorCode.NONE]
             owned.pending_commits.update(pending)
             try:
-                error = await self.append(owned, records)
+                error = await self.append(owned, records, producer)
             finally:
                 owned.pending_commits.subtract(pending)
                 owned.pending_commits += Counter()  # drops the zeros
@@ -359,23 +449,39 @@ class GroupCoordinator:
         return results
 
     def fetch_offsets(
-        self, group_id: str, partitions: Sequence[TopicPartition] | None
-    ) -> dict[TopicPartition, CommittedOffset | None] | ErrorCode:
+        self,
+        group_id: str,
+        partitions: Sequence[TopicPartition] | None,
+        require_stable: bool = False,
+    ) -> dict[TopicPartition, CommittedOffset | ErrorCode | None] | ErrorCode:
         """OffsetFetch: the committed offset of each partition (None: none committed); all of
-        the group's when ``partitions`` is None."""
+        the group's when ``partitions`` is None.  With ``require_stable`` (v7+, KIP-447) a
+        partition with a pending transactional offset is answered UNSTABLE_OFFSET_COMMIT (the
+        client retries until the transaction completes)."""
         owned = self.owned_for(group_id)
         if isinstance(owned, ErrorCode):
             return owned
+        store = owned.offsets
+        found: dict[TopicPartition, CommittedOffset | ErrorCode | None]
         if partitions is None:
-            return dict(owned.offsets.offsets(group_id))
-        return {tp: owned.offsets.get(group_id, tp) for tp in partitions}
+            found = dict(store.offsets(group_id))
+        else:
+            found = {tp: store.get(group_id, tp) for tp in partitions}
+        if require_stable:
+            for tp in found:
+                if store.has_pending(group_id, tp):
+                    found[tp] = ErrorCode.UNSTABLE_OFFSET_COMMIT
+        return found
 
     async def delete_group(self, group_id: str) -> ErrorCode:
-        """DeleteGroups: an empty group's record and offsets are tombstoned."""
+        """DeleteGroups: an empty group's record and offsets are tombstoned, and so are the
+        offsets its open transactions hold pending (Kafka's ``deleteAllOffsets``)."""
         error, owned = self.classic.delete(group_id)
         if error is not ErrorCode.NONE or owned is None:
             return error
-        records = [encode_offset(group_id, t, p, None) for t, p in owned.offsets.offsets(group_id)]
+        committed = owned.offsets.offsets(group_id)
+        doomed = set(committed) | owned.offsets.pending_partitions(group_id)
+        records = [encode_offset(group_id, t, p, None) for t, p in sorted(doomed)]
         records.append(encode_group(group_id, None))
         return await self.append(owned, records)
 
@@ -398,7 +504,9 @@ class GroupCoordinator:
                 errors[tp] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
             else:
                 errors[tp] = ErrorCode.NONE
-                if owned.offsets.get(group_id, tp) is not None:
+                if owned.offsets.get(group_id, tp) is not None or owned.offsets.has_pending(
+                    group_id, tp
+                ):
                     doomed.append(encode_offset(group_id, tp[0], tp[1], None))
         if doomed:
             error = await self.append(owned, doomed)
@@ -466,7 +574,11 @@ class GroupCoordinator:
             if len(offsets) + len(groups) >= MAX_RECORDS_PER_BATCH:
                 break
             left = len(owned.offsets.offsets(group_id)) - gone[group_id]
-            if left == 0 and not any(g == group_id for g, _ in pending):
+            if (
+                left == 0
+                and not any(g == group_id for g, _ in pending)
+                and not owned.offsets.has_open_transaction(group_id)  # Kafka keeps it then
+            ):
                 error, _ = self.classic.delete(group_id)
                 if error is ErrorCode.NONE:
                     groups.append(group_id)

@@ -250,6 +250,24 @@ class ClassicGroupState:
             self._pending_sync.add(new_member_id)
         return member
 
+    def validate_txn_offset_commit(
+        self, member_id: str, instance_id: str | None, generation: int
+    ) -> ErrorCode | None:
+        """Kafka's ``ClassicGroup.validateOffsetCommit`` for a TxnOffsetCommit (KIP-447): the
+        member and generation are checked only when given (v3+), and neither an unknown member
+        of a non-empty group without them nor a rebalance refuses the commit."""
+        if self.state is GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation < 0 and self.state is GroupState.EMPTY:
+            return None
+        if generation >= 0 or member_id or instance_id is not None:
+            error = self._validate_member(member_id, instance_id)
+            if error is not None:
+                return error
+            if generation != self._generation_id:
+                return ErrorCode.ILLEGAL_GENERATION
+        return None
+
     def _validate_member(self, member_id: str, instance_id: str | None) -> ErrorCode | None:
         """``validateMember``: a static member's instance id must map to this member id."""
         if instance_id is not None:

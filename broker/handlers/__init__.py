@@ -23,12 +23,19 @@ from broker.handlers.metadata import AutoCreate, MetadataHandler
 from broker.handlers.offset_for_leader_epoch import OffsetForLeaderEpochHandler
 from broker.handlers.produce import ProduceHandler
 from broker.handlers.sasl import SaslHandlers
+from broker.handlers.transactions import TransactionHandlers
+from broker.handlers.txn_markers import (
+    DescribeProducersHandler,
+    WriteTxnMarkersHandler,
+)
 from broker.identity import BrokerIdentity
 from broker.metrics import BrokerMetrics
 from broker.replica_manager import ReplicaManager
 from broker.security.admin_rules import BROKER_RULES
 from broker.security.api_authorization import guard
 from broker.security.authorization import BrokerAuthorizer
+from broker.transaction.coordinator import TransactionCoordinator
+from broker.transaction.producer_ids import ProducerIdAllocator
 from kafka_protocol.messages import ApiVersionsResponse
 from metadata_log.image import ClusterImage
 
@@ -46,6 +53,10 @@ class BrokerParts(Protocol):
     def replicas(self) -> ReplicaManager: ...
     @property
     def coordinator(self) -> GroupCoordinator: ...
+    @property
+    def transactions(self) -> TransactionCoordinator: ...
+    @property
+    def producer_ids(self) -> ProducerIdAllocator: ...
     @property
     def controller(self) -> ControllerChannel: ...
     @property
@@ -67,18 +78,30 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
     authorizer = BrokerAuthorizer.from_config(cfg.broker_defaults, lambda: parts.image)
     security = SecurityAdminHandlers(authorizer, lambda: parts.image)
     handlers = [
-        ProduceHandler(replicas, parts.metrics).spec(),
+        ProduceHandler(
+            replicas,
+            parts.metrics,
+            # transaction.partition.verification.enable=false: appended unverified, unawaited
+            verifier=parts.transactions if parts.transactions.config.verification_enabled else None,
+        ).spec(),
         FetchHandler(replicas, parts.metrics, parts.broker_epoch_of).spec(),
         ListOffsetsHandler(replicas).spec(),
         OffsetForLeaderEpochHandler(replicas).spec(),
+        # markers on __consumer_offsets complete the group coordinator's pending offsets
+        WriteTxnMarkersHandler(replicas, parts.coordinator).spec(),
+        DescribeProducersHandler(replicas).spec(),
         MetadataHandler(parts.node, lambda: parts.image, parts.controller, auto_create).spec(),
         *GroupHandlers(
             parts.coordinator,
             lambda broker, listener: parts.endpoint_of(broker, parts.node.listener_for(listener)),
+            parts.transactions.coordinator_of,
         ).specs(),
         ApiVersionsHandler(parts.api_versions).spec(),
         *SaslHandlers().specs(),
-        InitProducerIdHandler(parts.controller, parts.node.node_id).spec(),
+        InitProducerIdHandler(parts.producer_ids, parts.transactions).spec(),
+        *TransactionHandlers(
+            parts.transactions, lambda: parts.image, cfg.coordinator.num_partitions
+        ).specs(),
         *security.guard(
             AdminHandlers(
                 parts.controller, parts.node, lambda: parts.image, cfg.broker_defaults

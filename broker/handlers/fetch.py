@@ -13,6 +13,12 @@ closes) only for the response actually sent.  If fewer than ``min_bytes`` are av
 request long-polls: it waits on every requested partition's append wake-up, or
 ``max_wait_ms``, then plans again.
 
+Transactions (KIP-98): a consumer fetching with ``isolation_level`` 1 (read_committed) reads
+up to the last stable offset instead of the high watermark, and gets the aborted transactions
+overlapping what it fetched (``PartitionLog.aborted_transactions_for``: the aborted-transaction
+indexes, looked at only when the log has any), so it can drop their records itself.  Every
+response reports the last stable offset (the high watermark when no transaction is open).
+
 Limits (KIP-74): ``partition_max_bytes`` per partition and ``max_bytes`` per response, except
 that the first batch of the first non-empty partition is returned whole even if larger, so a
 consumer can always make progress.  A fetch from inside a batch returns that whole batch; the
@@ -31,13 +37,16 @@ from dataclasses import dataclass
 from broker.dispatcher import ApiHandler, RequestContext
 from broker.log.errors import LogError, OffsetOutOfRangeError
 from broker.log.reader import FetchSlice
+from broker.log.txn_index import AbortedTxn
 from broker.metrics import BrokerMetrics
 from broker.partition import Partition
 from broker.replica_manager import ReplicaManager
 from kafka_protocol._codec import Chunk, FileRegion
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import FetchRequest, FetchResponse
-from kafka_protocol.types import TopicName
+from kafka_protocol.types import ProducerId, TopicName
+
+READ_COMMITTED = 1  # isolation_level
 
 
 @dataclass(slots=True)
@@ -47,6 +56,7 @@ class _Planned:
     error: ErrorCode
     part: Partition | None = None
     slice: FetchSlice | None = None
+    aborted: list[AbortedTxn] | None = None  # read_committed: overlapping aborted transactions
 
 
 def _settle(wake: asyncio.Future[None]) -> None:
@@ -138,7 +148,9 @@ class FetchHandler:
         for topic in req.topics:
             for fp in topic.partitions:
                 limit = max(0, min(fp.partition_max_bytes, budget))
-                p = self._plan_one(topic.topic, fp, limit, total == 0, req.replica_id)
+                p = self._plan_one(
+                    topic.topic, fp, limit, total == 0, req.replica_id, req.isolation_level
+                )
                 if p.slice is not None:
                     total += p.slice.size_bytes
                     budget = max(0, budget - p.slice.size_bytes)
@@ -152,6 +164,7 @@ class FetchHandler:
         max_bytes: int,
         first: bool,
         replica_id: int,
+        isolation_level: int,
     ) -> _Planned:
         part = self.replicas.get(topic, fp.partition)
         if part is None:
@@ -161,7 +174,8 @@ class FetchHandler:
             return _Planned(topic, fp.partition, error, part)
         if fp.fetch_offset > part.log_end_offset or fp.fetch_offset < part.log_start_offset:
             return _Planned(topic, fp.partition, ErrorCode.OFFSET_OUT_OF_RANGE, part)
-        limit = part.high_watermark
+        read_committed = isolation_level == READ_COMMITTED and replica_id < 0
+        limit = part.last_stable_offset if read_committed else part.high_watermark
         if replica_id >= 0:  # a follower: it reads to the log end, and says what it holds
             decision = self.replicas.on_follower_fetch(
                 part,
@@ -181,7 +195,13 @@ class FetchHandler:
             return _Planned(topic, fp.partition, ErrorCode.OFFSET_OUT_OF_RANGE, part)
         except LogError as exc:
             return _Planned(topic, fp.partition, exc.error_code, part)
-        return _Planned(topic, fp.partition, ErrorCode.NONE, part, chunk)
+        aborted = None
+        if read_committed and chunk.size_bytes:
+            try:
+                aborted = part.log.aborted_transactions_for(fp.fetch_offset, chunk)
+            except LogError as exc:
+                return _Planned(topic, fp.partition, exc.error_code, part)
+        return _Planned(topic, fp.partition, ErrorCode.NONE, part, chunk, aborted)
 
     def _records(self, p: _Planned) -> Chunk:
         if p.slice is None or p.slice.size_bytes == 0 or p.part is None:
@@ -202,9 +222,16 @@ class FetchHandler:
                 partition_index=p.index,
                 error_code=p.error,
                 high_watermark=part.high_watermark if part else -1,
-                last_stable_offset=part.high_watermark if part else -1,
+                last_stable_offset=part.last_stable_offset if part else -1,
                 log_start_offset=part.log_start_offset if part else -1,
-                aborted_transactions=[],
+                aborted_transactions=[
+                    FetchResponse.AbortedTransaction(
+                        producer_id=ProducerId(a[0]), first_offset=a[1]
+                    )
+                    for a in p.aborted
+                ]
+                if p.aborted
+                else [],
                 records=self._records(p),
             )
             if p.slice is not None and p.slice.size_bytes:

@@ -9,13 +9,19 @@ COORDINATOR_LOAD_IN_PROGRESS while its partition loads.
 
 FindCoordinator names the leader of the group's ``__consumer_offsets`` partition (creating the
 topic on first use: COORDINATOR_NOT_AVAILABLE until it has a leader).  librdkafka (and kcat)
-enable consumer groups only when FindCoordinator v0 is advertised.  Transaction coordinators
-do not exist yet: COORDINATOR_NOT_AVAILABLE.
+enable consumer groups only when FindCoordinator v0 is advertised.  Key type 1 names the
+leader of the transactional id's ``__transaction_state`` partition (the transaction
+coordinator, which creates that topic on first use); other key types get INVALID_REQUEST.
 
 OffsetCommit and OffsetFetch are answered by the coordinator (NOT_COORDINATOR elsewhere,
 COORDINATOR_LOAD_IN_PROGRESS while it loads); a commit is answered once its records are
-committed in ``__consumer_offsets``.  OffsetFetch v8 asks for several groups at once;
-``require_stable`` needs no wait without transactions.
+committed in ``__consumer_offsets``.  OffsetFetch v8 asks for several groups at once.
+
+TxnOffsetCommit 0-4 (a transactional producer's ``send_offsets_to_transaction``) appends the
+offsets as a transactional batch of the producer; they stay pending, invisible to OffsetFetch,
+until the transaction's marker reaches the partition.  OffsetFetch v7+ with ``require_stable``
+answers UNSTABLE_OFFSET_COMMIT for a partition with pending transactional offsets (the consumer
+retries), as Kafka does.
 """
 
 from __future__ import annotations
@@ -25,8 +31,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from broker.coordinator.classic_groups import GroupCall
+from broker.coordinator.commits import OffsetCommit, Producer
 from broker.coordinator.offsets import CommittedOffset, explicit_expiry
-from broker.coordinator.runtime import GroupCoordinator, OffsetCommit
+from broker.coordinator.runtime import GroupCoordinator
 from broker.dispatcher import ApiHandler, RequestContext
 from broker.group.classic import ClassicGroup
 from broker.group.classic_member import Token
@@ -55,15 +62,20 @@ from kafka_protocol.messages import (
     OffsetFetchResponse,
     SyncGroupRequest,
     SyncGroupResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 from kafka_protocol.types import BrokerId, GroupId, TopicName
 
 GROUP_KEY = 0
+TRANSACTION_KEY = 1
 _R = TypeVar("_R", JoinGroupResponse, SyncGroupResponse, HeartbeatResponse, LeaveGroupResponse)
 _Q = TypeVar("_Q", SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest)
 _M = TypeVar("_M")
 _T = TypeVar("_T")
 MULTI_GROUP_FETCH_VERSION = 8
+REQUIRE_STABLE_VERSION = 7
+TXN_LOAD_ERROR_VERSION = 2  # TxnOffsetCommit v0-1 clients cannot take LOAD_IN_PROGRESS
 PER_PARTITION_ERROR_VERSION = 2  # OffsetFetch v2+ has a top-level error code too
 
 
@@ -72,8 +84,11 @@ class GroupHandlers:
         self,
         coordinator: GroupCoordinator,
         endpoint_of: Callable[[int, str], tuple[str, int] | None],
+        transaction_coordinator_of: Callable[[str], int | ErrorCode],
     ) -> None:
         self.coordinator = coordinator
+        # the broker coordinating a transactional id (FindCoordinator key type 1)
+        self.transaction_coordinator_of = transaction_coordinator_of
         # a coordinator's address on a listener, for FindCoordinator
         self.endpoint_of = endpoint_of
 
@@ -87,6 +102,7 @@ class GroupHandlers:
             ApiHandler(8, 2, 8, self.offset_commit, "OffsetCommit"),
             ApiHandler(9, 1, 8, self.offset_fetch, "OffsetFetch"),
             ApiHandler(47, 0, 0, self.offset_delete, "OffsetDelete"),
+            ApiHandler(28, 0, 4, self.txn_offset_commit, "TxnOffsetCommit"),
             ApiHandler(16, 0, 5, self.list_groups, "ListGroups"),
             ApiHandler(15, 0, 5, self.describe_groups, "DescribeGroups"),
             ApiHandler(42, 0, 2, self.delete_groups, "DeleteGroups"),
@@ -224,14 +240,17 @@ class GroupHandlers:
     def _coordinator(
         self, key: str, key_type: int, listener: str
     ) -> FindCoordinatorResponse.Coordinator:
-        if key_type != GROUP_KEY:
+        if key_type not in (GROUP_KEY, TRANSACTION_KEY):
             return FindCoordinatorResponse.Coordinator(
                 key=key,
                 node_id=BrokerId(-1),
-                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                error_message="transactions are not supported yet",
+                error_code=ErrorCode.INVALID_REQUEST,
+                error_message=f"unknown coordinator key type {key_type}",
             )
-        found = self.coordinator.coordinator_of(key)
+        if key_type == TRANSACTION_KEY:
+            found = self.transaction_coordinator_of(key)
+        else:
+            found = self.coordinator.coordinator_of(key)
         address = self.endpoint_of(found, listener) if isinstance(found, int) else None
         if address is None:
             error = found if isinstance(found, ErrorCode) else ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -299,14 +318,59 @@ class GroupHandlers:
         )
         return OffsetCommitResponse(topics=topics)
 
+    # --- TxnOffsetCommit ----------------------------------------------------------------------
+
+    async def txn_offset_commit(
+        self, ctx: RequestContext, req: TxnOffsetCommitRequest
+    ) -> TxnOffsetCommitResponse:
+        commits = [
+            OffsetCommit(
+                t.name,
+                p.partition_index,
+                p.committed_offset,
+                p.committed_leader_epoch,
+                p.committed_metadata,
+            )
+            for t in req.topics
+            for p in t.partitions
+        ]
+        # v0-2 have no member id, generation (-1) or instance id: the group is not checked
+        results = await self.coordinator.commit_transactional_offsets(
+            req.transactional_id,
+            req.group_id,
+            req.member_id,
+            req.generation_id,
+            req.group_instance_id,
+            Producer(req.producer_id, req.producer_epoch),
+            commits,
+        )
+
+        def error_of(topic: str, partition: int) -> ErrorCode:
+            error = results[(topic, partition)]
+            if (
+                error is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+                and ctx.api_version < TXN_LOAD_ERROR_VERSION
+            ):
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE  # as Kafka (KAFKA-7296)
+            return error
+
+        topics = _each_partition_answered(
+            req.topics,
+            TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic,
+            TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition,
+            error_of,
+        )
+        return TxnOffsetCommitResponse(topics=topics)
+
     # --- OffsetFetch --------------------------------------------------------------------------
 
     def offset_fetch(self, ctx: RequestContext, req: OffsetFetchRequest) -> OffsetFetchResponse:
+        stable = ctx.api_version >= REQUIRE_STABLE_VERSION and req.require_stable
         if ctx.api_version >= MULTI_GROUP_FETCH_VERSION:
             return OffsetFetchResponse(
-                groups=[self._fetch_group(g.group_id, _asked(g.topics)) for g in req.groups]
+                groups=[self._fetch_group(g.group_id, _asked(g.topics), stable) for g in req.groups]
             )
-        group = self._fetch_group(req.group_id, _asked(req.topics))
+        group = self._fetch_group(req.group_id, _asked(req.topics), stable)
         error = group.error_code
         if error != ErrorCode.NONE and ctx.api_version < PER_PARTITION_ERROR_VERSION:
             # v0-1 have no top-level error: every partition carries it
@@ -324,17 +388,23 @@ class GroupHandlers:
         return OffsetFetchResponse(error_code=error, topics=topics)
 
     def _fetch_group(
-        self, group_id: str, asked: list[tuple[str, list[int]]] | None
+        self, group_id: str, asked: list[tuple[str, list[int]]] | None, require_stable: bool
     ) -> OffsetFetchResponse.OffsetFetchResponseGroup:
         wanted = None if asked is None else [(t, p) for t, ps in asked for p in ps]
-        found = self.coordinator.fetch_offsets(group_id, wanted)
+        found = self.coordinator.fetch_offsets(group_id, wanted, require_stable)
         by_topic: dict[str, list[OffsetFetchResponse.OffsetFetchResponsePartitions]] = {}
         if isinstance(found, ErrorCode):
             for t, p in wanted or []:
                 by_topic.setdefault(t, []).append(_no_offset(p))
             return _group(group_id, by_topic, found)
         for (t, p), committed in sorted(found.items()):
-            answer = _no_offset(p) if committed is None else _committed(p, committed)
+            if isinstance(committed, ErrorCode):
+                answer = _no_offset(p)
+                answer.error_code = committed
+            elif committed is None:
+                answer = _no_offset(p)
+            else:
+                answer = _committed(p, committed)
             by_topic.setdefault(t, []).append(answer)
         return _group(group_id, by_topic, ErrorCode.NONE)
 

@@ -20,6 +20,7 @@ from kafka_protocol.messages import ListOffsetsRequest, ListOffsetsResponse
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
+READ_COMMITTED = 1  # isolation_level (v2+)
 LEADER_EPOCH_VERSION = 4  # ListOffsets v4 added the leader epoch (KIP-320)
 
 Answer = ListOffsetsResponse.ListOffsetsPartitionResponse
@@ -48,14 +49,21 @@ class ListOffsetsHandler:
                 ListOffsetsResponse.ListOffsetsTopicResponse(
                     name=topic.name,
                     partitions=[
-                        self._one(topic.name, p, ctx.api_version) for p in topic.partitions
+                        self._one(topic.name, p, ctx.api_version, req.isolation_level)
+                        for p in topic.partitions
                     ],
                 )
                 for topic in req.topics
             ]
         )
 
-    def _one(self, topic: str, p: ListOffsetsRequest.ListOffsetsPartition, version: int) -> Answer:
+    def _one(
+        self,
+        topic: str,
+        p: ListOffsetsRequest.ListOffsetsPartition,
+        version: int,
+        isolation_level: int,
+    ) -> Answer:
         part = self.replicas.get(topic, p.partition_index)
         if part is None:
             error = self.replicas.missing_error(topic, p.partition_index)
@@ -64,6 +72,10 @@ class ListOffsetsHandler:
         if error is not ErrorCode.NONE:
             return Answer(partition_index=p.partition_index, error_code=error)
         epoch = part.leader_epoch if version >= LEADER_EPOCH_VERSION else -1
+        # Kafka's lastFetchableOffset: what a consumer of this isolation level may read.
+        fetchable = (
+            part.last_stable_offset if isolation_level == READ_COMMITTED else part.high_watermark
+        )
         # KIP-207: a new leader's high watermark may lag what its predecessor exposed until
         # the followers fetch; "latest" must not go backwards, so answer the retriable
         # OFFSET_NOT_AVAILABLE until the high watermark reaches this leadership's start.
@@ -75,7 +87,7 @@ class ListOffsetsHandler:
                 return Answer(
                     partition_index=p.partition_index, error_code=ErrorCode.OFFSET_NOT_AVAILABLE
                 )
-            offset, ts = part.high_watermark, -1
+            offset, ts = fetchable, -1
         elif p.timestamp == EARLIEST:
             offset, ts = part.log_start_offset, -1
         elif p.timestamp == MAX_TIMESTAMP:
@@ -93,7 +105,7 @@ class ListOffsetsHandler:
                 return Answer(
                     partition_index=p.partition_index, error_code=ErrorCode.OFFSET_NOT_AVAILABLE
                 )
-            if found is None or found[0] >= part.high_watermark:
+            if found is None or found[0] >= fetchable:
                 offset, ts = -1, -1
             else:
                 offset, ts = found

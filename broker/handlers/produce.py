@@ -15,6 +15,17 @@ deduplicated by its sequence).  ``min.insync.replicas`` refuses acks=all with
 NOT_ENOUGH_REPLICAS before the append, and answers NOT_ENOUGH_REPLICAS_AFTER_APPEND when the
 ISR shrank below it while waiting.
 
+Transactions (KIP-890 part 1).  A transactional batch of a producer with no transaction open
+on the partition is held until the transaction coordinator (``TransactionVerifier``) says the
+partition is in the producer's transaction; one question per request covers all its held
+partitions, and a later request of the same producer for the same partition waits for it, so
+that the producer's batches still arrive in order.  Only the partitions answered NONE are
+appended; the others are refused with the coordinator's answer as Kafka maps it
+(``_verification_refusal``).  The plain path pays one attribute test per batch.  Known gap:
+Kafka's verification guard (cleared by a marker written between the coordinator's answer and
+the append) is not kept; a coordinator on this broker answers without yielding to the loop,
+so the window is there only for a remote coordinator's answer.
+
 Versions 0-2 (message format v0/v1) are advertised because librdkafka enables compression
 only when Produce v0 is inside the range (as Kafka 4 does, KAFKA-18659), and refused per
 partition with a clear message.
@@ -25,6 +36,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
+from typing import NamedTuple
 
 from broker.deferred import Deferred
 from broker.dispatcher import ApiHandler, RequestContext
@@ -33,11 +46,12 @@ from broker.metrics import BrokerMetrics
 from broker.partition import AppendOutcome, Partition
 from broker.replica_manager import ReplicaManager
 from broker.server import CloseConnection
+from broker.transaction.interfaces import TransactionVerifier
 from kafka_protocol.clock import wall_ms
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import CorruptRecordError
 from kafka_protocol.messages import ProduceRequest, ProduceResponse
-from kafka_protocol.record_batch import HEADER_BYTES, MAGIC, RecordBatch
+from kafka_protocol.record_batch import ATTR_TRANSACTIONAL, HEADER_BYTES, MAGIC, RecordBatch
 from kafka_protocol.types import TopicName
 
 log = logging.getLogger("broker.produce")
@@ -46,6 +60,19 @@ MIN_RECORD_BATCH_VERSION = 3
 ACKS_ALL = -1
 VALID_ACKS = (-1, 0, 1)
 Outcome = AppendOutcome | Deferred[AppendOutcome]
+# A verification's bound when the request's own timeout_ms is smaller (acks=0 may send 0).
+MIN_VERIFY_TIMEOUT_MS = 1_000
+# What the coordinator answers while it cannot decide yet: the producer should retry.
+RETRIABLE_VERIFICATION_ERRORS = frozenset(
+    {
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.REQUEST_TIMED_OUT,
+    }
+)
 
 
 def _refuse(error: ErrorCode, message: str) -> AppendOutcome:
@@ -79,8 +106,6 @@ def validate_batch(
         return _refuse(ErrorCode.INVALID_RECORD, "record count disagrees with the offset delta")
     if batch.is_control:
         return _refuse(ErrorCode.INVALID_RECORD, "clients may not write control batches")
-    if batch.is_transactional:
-        return _refuse(ErrorCode.INVALID_TXN_STATE, "transactions are not supported yet")
     refusal = validate_records(
         batch,
         part.config,
@@ -93,18 +118,67 @@ def validate_batch(
     return batch
 
 
+class _Verification(NamedTuple):
+    """A transactional batch held back until the coordinator says its partition is in the
+    producer's transaction; ``outcome`` resolves with the append's outcome or the refusal."""
+
+    part: Partition
+    batch: RecordBatch
+    acks: int
+    outcome: Deferred[AppendOutcome]
+
+
+def _verification_refusal(error: ErrorCode) -> AppendOutcome:
+    """The coordinator's answer for a partition, as the produce response gives it (Kafka's
+    ``ReplicaManager``: retriable coordinator errors become NOT_ENOUGH_REPLICAS, which every
+    producer retries without a metadata refresh; PRODUCER_FENCED, unknown to older Produce
+    versions, becomes INVALID_PRODUCER_EPOCH)."""
+    if error in RETRIABLE_VERIFICATION_ERRORS:
+        return _refuse(
+            ErrorCode.NOT_ENOUGH_REPLICAS,
+            "unable to verify the partition has been added to the transaction:"
+            f" the coordinator answered {error.name}",
+        )
+    if error is ErrorCode.PRODUCER_FENCED:
+        return _refuse(
+            ErrorCode.INVALID_PRODUCER_EPOCH, "the producer was fenced by a newer producer epoch"
+        )
+    if error is ErrorCode.INVALID_TXN_STATE:
+        return _refuse(error, "the partition was not added to the transaction")
+    return _refuse(error, f"the transaction coordinator refused the partition: {error.name}")
+
+
 class ProduceHandler:
-    def __init__(self, replicas: ReplicaManager, metrics: BrokerMetrics) -> None:
+    """``verifier``: the transaction coordinator's KIP-890 check, None when
+    ``transaction.partition.verification.enable=false`` (transactional batches are then
+    appended unverified, as Kafka does)."""
+
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        metrics: BrokerMetrics,
+        verifier: TransactionVerifier | None,
+    ) -> None:
         self.replicas = replicas
         self.metrics = metrics
+        self.verifier = verifier
+        # (topic, partition, producer id) -> the verification under way for it: a later one
+        # waits, so that batches of one producer reach a partition in the order they came.
+        self._verifying: dict[tuple[str, int, int], asyncio.Future[None]] = {}
 
     def spec(self) -> ApiHandler:
         return ApiHandler(0, 0, 9, self.handle, "Produce")
 
     def handle(
         self, ctx: RequestContext, req: ProduceRequest
-    ) -> ProduceResponse | Deferred[ProduceResponse | None] | None:
+    ) -> (
+        ProduceResponse
+        | Deferred[ProduceResponse | None]
+        | Coroutine[None, None, ProduceResponse | None]
+        | None
+    ):
         slots: list[tuple[str, int, Outcome]] = []
+        held: list[_Verification] = []
         for topic in req.topic_data:
             for pd in topic.partition_data:
                 if req.acks not in VALID_ACKS:
@@ -112,8 +186,15 @@ class ProduceHandler:
                         ErrorCode.INVALID_REQUIRED_ACKS, f"acks={req.acks}: use -1, 0 or 1"
                     )
                 else:
-                    outcome = self._append(ctx, topic.name, pd, req.acks)
+                    outcome = self._append(ctx, topic.name, pd, req.acks, held)
                 slots.append((topic.name, pd.index, outcome))
+        if held:
+            return self._verify_then_answer(ctx, req, slots, held)
+        return self._answer(ctx, req, slots)
+
+    def _answer(
+        self, ctx: RequestContext, req: ProduceRequest, slots: list[tuple[str, int, Outcome]]
+    ) -> ProduceResponse | Deferred[ProduceResponse | None] | None:
         if req.acks not in VALID_ACKS:
             return self._respond(ctx, slots)
         if req.acks == 0:
@@ -122,7 +203,8 @@ class ProduceHandler:
             ]
             if refused:
                 # No answer can carry the error: close, so the producer refreshes its metadata
-                # (Kafka's handleProduceRequest does the same).
+                # (Kafka's handleProduceRequest does the same).  A batch refused after its
+                # verification is not among these (a transactional producer uses acks=all).
                 log.info("closing an acks=0 connection peer=%s refused=%s", ctx.peer, refused[:3])
                 raise CloseConnection
             return None
@@ -157,7 +239,12 @@ class ProduceHandler:
         return reply
 
     def _append(
-        self, ctx: RequestContext, topic: str, pd: ProduceRequest.PartitionProduceData, acks: int
+        self,
+        ctx: RequestContext,
+        topic: str,
+        pd: ProduceRequest.PartitionProduceData,
+        acks: int,
+        held: list[_Verification],
     ) -> Outcome:
         if ctx.api_version < MIN_RECORD_BATCH_VERSION:
             return _refuse(
@@ -173,7 +260,120 @@ class ProduceHandler:
         batch = validate_batch(part, pd.records, self.replicas.clock_ms())
         if isinstance(batch, AppendOutcome):
             return batch
+        if (
+            batch.attributes & ATTR_TRANSACTIONAL
+            and self.verifier is not None
+            and not self.replicas.has_ongoing_transaction(
+                part, batch.producer_id, batch.producer_epoch
+            )
+        ):
+            outcome: Deferred[AppendOutcome] = Deferred()
+            held.append(_Verification(part, batch, acks, outcome))
+            return outcome
         return self.replicas.append_nowait(part, batch, acks)
+
+    # --- KIP-890 part 1 -----------------------------------------------------------------------
+
+    async def _verify_then_answer(
+        self,
+        ctx: RequestContext,
+        req: ProduceRequest,
+        slots: list[tuple[str, int, Outcome]],
+        held: list[_Verification],
+    ) -> ProduceResponse | None:
+        """Ask the coordinator once for every held partition, append those in the transaction,
+        refuse the others, then answer as ``handle`` does."""
+        # Cancelled (shutdown): nothing is appended, the connection closes unanswered.
+        await self._verify_and_append(req, held)
+        reply = self._answer(ctx, req, slots)
+        return await reply if isinstance(reply, Deferred) else reply
+
+    async def _verify_and_append(self, req: ProduceRequest, held: list[_Verification]) -> None:
+        producers = {(h.batch.producer_id, h.batch.producer_epoch) for h in held}
+        if req.transactional_id is None:
+            refusal = _refuse(
+                ErrorCode.INVALID_TXN_STATE,
+                "transactional records without the Produce request's transactional_id",
+            )
+            for h in held:
+                h.outcome.resolve(refusal)
+            return
+        if len(producers) > 1:
+            refusal = _refuse(
+                ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                "transactional records of more than one producer id or epoch in one request",
+            )
+            for h in held:
+                h.outcome.resolve(refusal)
+            return
+        ((producer_id, producer_epoch),) = producers
+        keys = [(h.part.topic, h.part.index, producer_id) for h in held]
+        earlier = {f for k in keys if (f := self._verifying.get(k)) is not None}
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for key in keys:
+            self._verifying[key] = mine
+        verdicts: list[AppendOutcome | None] = [None] * len(held)  # None: append it
+        try:
+            async with asyncio.timeout(max(req.timeout_ms, MIN_VERIFY_TIMEOUT_MS) / 1000):
+                if earlier:
+                    await asyncio.wait(earlier)
+                await self._verify(
+                    req.transactional_id, producer_id, producer_epoch, held, verdicts
+                )
+        except TimeoutError:
+            log.info(
+                "transaction verification timed out transactional_id=%s producer_id=%d",
+                req.transactional_id,
+                producer_id,
+            )
+            verdicts = [_verification_refusal(ErrorCode.REQUEST_TIMED_OUT)] * len(held)
+        finally:
+            mine.set_result(None)
+            for key in keys:
+                if self._verifying.get(key) is mine:
+                    del self._verifying[key]
+        # Synchronously, in the order the batches came: no other request of the producer
+        # slips in between.
+        for h, verdict in zip(held, verdicts, strict=True):
+            if verdict is not None:
+                h.outcome.resolve(verdict)
+                continue
+            appended = self.replicas.append_nowait(h.part, h.batch, h.acks)
+            if isinstance(appended, Deferred):
+                appended.then(h.outcome.resolve)
+            else:
+                h.outcome.resolve(appended)
+
+    async def _verify(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        held: list[_Verification],
+        verdicts: list[AppendOutcome | None],
+    ) -> None:
+        """Fills ``verdicts`` with the refusals of the coordinator's answer."""
+        assert self.verifier is not None
+        # An earlier request of this producer may have opened the transaction meanwhile.
+        ask = [
+            i
+            for i, h in enumerate(held)
+            if not self.replicas.has_ongoing_transaction(h.part, producer_id, producer_epoch)
+        ]
+        if not ask:
+            return
+        partitions = [(held[i].part.topic, held[i].part.index) for i in ask]
+        answers = await self.verifier.verify(
+            transactional_id, producer_id, producer_epoch, partitions
+        )
+        for i, tp in zip(ask, partitions, strict=True):
+            error = answers.get(tp)
+            if error is None:
+                verdicts[i] = _refuse(
+                    ErrorCode.UNKNOWN_SERVER_ERROR, "the coordinator did not answer for it"
+                )
+            elif error is not ErrorCode.NONE:
+                verdicts[i] = _verification_refusal(error)
 
     def _respond(
         self, ctx: RequestContext, slots: list[tuple[str, int, Outcome]]

@@ -10,24 +10,32 @@ A pass (``build``, off the event loop if the caller likes; then ``PartitionLog.c
 on it):
 
 1. walk the batch headers of every segment from the first through ``E``: which batch opens a
-   leader epoch, which is each producer's last, where each group ends (step 3);
-2. the offset map, key -> highest offset, over the dirty batches, up to ``max_map_entries``
-   keys (it stops at a batch boundary: the next pass goes on from there);
+   leader epoch, which is each producer's last, where each group ends (step 3); with the
+   aborted-transaction index entries of the range, which batches hold data of an aborted
+   transaction and which markers may go (cleaned_transactions.py: it reads the one record of
+   each control batch);
+2. the offset map, key -> highest offset, over the dirty batches but those of aborted
+   transactions, up to ``max_map_entries`` keys (it stops at a batch boundary: the next pass
+   goes on from there);
 3. rewrite the segments from the first, in groups of consecutive segments (together at most
    ``segment.bytes``, their batches within the index limits), each into one new segment named
    after the group's first, written as ``.cleaned`` files and fsynced.  A record below the map's
    end is dropped if the map holds a higher offset for its key, or if it is a tombstone in a
    batch whose delete horizon has passed; every other record is kept (null keys too, and
-   everything at or above the map's end: not judged yet).  Control batches are copied as they
-   are.  A batch keeping every record and needing no new delete horizon is copied byte for
-   byte; otherwise record_filter.py rewrites it.  A batch keeping no record goes, except
-   that its header stays as an empty batch when it
+   everything at or above the map's end: not judged yet).  A batch of an aborted transaction
+   keeps no record, wherever it is.  A marker (control batch) is copied as it is while its
+   transaction may have data left; once it has none, it gets a delete horizon as a tombstone
+   does, and goes after it.  A batch keeping every record and needing no new delete horizon
+   is copied byte for byte; otherwise record_filter.py rewrites it (producer id, epoch,
+   sequence and the transactional bit stay).  A batch keeping no record goes, except that
+   its header stays as an empty batch when it
      - ends its group: the new segment must end where the old ones did (the loader takes a
        segment that ends before the next one starts for a crash that lost its tail);
      - opens a leader epoch (the first batch of an epoch newer than all before it): the leader
        epoch cache, derived from batch headers (leader_epoch_cache.py), then stays what a
        rescan gives, without being touched;
-     - is its producer's last batch in the range while an earlier batch of that producer
+     - is its producer's last batch with sequences in the range (a data batch, or what a
+       pass left of one; markers carry none) while an earlier batch of that producer
        stays: producer state is rebuilt from batch headers at open (replica_manager.py), and
        must not fall back to that earlier batch's sequence.  (If no batch of the producer
        stays, it is forgotten, which the producer state tolerates; Kafka instead keeps the
@@ -35,12 +43,18 @@ on it):
        range, which only an unclean leader election makes, can still uncover an earlier
        batch of a producer whose later ones are gone.)
 4. swap each new segment in for its group (segment_swap.py; crash-safe, one group at a time),
-   then checkpoint the map's end as the next first dirty offset.
+   then checkpoint the map's end as the next first dirty offset.  The new segment's
+   aborted-transaction index holds the entries of the ABORT markers kept with data
+   (``CleanedGroup.aborted_txns``); the entries of the others go: no data of theirs is left.
 
 Delete horizon (record_filter.py, KIP-534): the pass that first keeps a tombstone stamps its
 batch with now + ``delete.retention.ms``; a later pass after that time removes it.  The pass
 that stamps it is one in which the tombstone was judged the latest of its key, so every older
-record of the key is gone by then: removing the tombstone later cannot bring one back.
+record of the key is gone by then: removing the tombstone later cannot bring one back.  A
+marker is stamped by the pass that first finds no data of its transaction before it.
+
+The range ends at or below the last stable offset (the caller's, cleaning_plan.py): every
+transaction with data in it is decided, and an aborted one has its index entry.
 
 Threads.  ``prepare`` (``PartitionLog.prepare_clean``) runs on the event loop and captures
 the file handles and sizes of the segments to clean; ``build`` then reads only those files,
@@ -62,9 +76,14 @@ from __future__ import annotations
 import logging
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from broker.log.cleaned_transactions import (
+    TransactionVerdicts,
+    control_record_kind,
+    judge_transactions,
+)
 from broker.log.cleaning_plan import CleaningPlan
 from broker.log.config import INT32_MAX, LogConfig
 from broker.log.errors import CorruptIndexError
@@ -79,10 +98,12 @@ from broker.log.record_filter import (
 )
 from broker.log.segment import LogSegment
 from broker.log.segment_swap import CLEANED_SUFFIX, commit_swap, finish_swap, remove_cleaned_files
+from broker.log.txn_index import AbortedTxn
 from broker.storage import Buffer, Storage, StorageHandle
 from kafka_protocol.exceptions import CorruptRecordError, ProtocolError
 from kafka_protocol.record_batch import (
     ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
     HEADER_BYTES,
     LOG_OVERHEAD,
     MAGIC,
@@ -113,6 +134,8 @@ class CleanResult:
     records_before: int
     records_after: int
     tombstones_removed: int
+    aborted_records_removed: int = 0
+    markers_removed: int = 0
 
     @property
     def bytes_removed(self) -> int:
@@ -139,6 +162,9 @@ class _Batch(NamedTuple):
     producer_id: int
     is_control: bool
     records_count: int
+    is_transactional: bool
+    marker: int | None  # a control batch's record type (ControlRecordType); None: no record
+    sequenced: bool  # a producer's data batch (or what a pass left of one): base sequence >= 0
 
 
 @dataclass(slots=True)
@@ -152,6 +178,9 @@ class CleanedGroup:
     batches: range  # indexes into the header walk
     size_bytes: int = 0  # of the new segment
     batches_after: int = 0
+    # The new segment's aborted-transaction index: the ABORT markers it keeps with data
+    # (cleaned_transactions.py); the log writes it in place of the old segments' entries.
+    aborted_txns: list[AbortedTxn] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -159,6 +188,8 @@ class _Counts:
     records_before: int = 0
     records_after: int = 0
     tombstones_removed: int = 0
+    aborted_records_removed: int = 0
+    markers_removed: int = 0
 
 
 class LogCleaning:
@@ -174,8 +205,11 @@ class LogCleaning:
         plan: CleaningPlan,
         now_ms: int,
         max_map_entries: int = DEFAULT_MAX_MAP_ENTRIES,
+        aborted_transactions: Sequence[AbortedTxn] = (),
     ) -> None:
-        """Use ``PartitionLog.prepare_clean`` (it captures the segments on the event loop)."""
+        """Use ``PartitionLog.prepare_clean`` (it captures the segments on the event loop).
+        ``aborted_transactions``: the aborted-transaction index entries overlapping the
+        range (``PartitionLog.aborted_transactions``)."""
         assert max_map_entries >= 1
         self.storage = storage
         self.directory = directory
@@ -183,6 +217,7 @@ class LogCleaning:
         self.plan = plan
         self.now_ms = now_ms
         self.max_map_entries = max_map_entries
+        self.aborted_transactions = aborted_transactions
         cleaned = segments[: plan.segments]
         ends = [s.base_offset for s in segments[1 : plan.segments + 1]]
         self.sources = [
@@ -199,9 +234,11 @@ class LogCleaning:
         self._batches: list[_Batch] = []
         self._counts = _Counts()
         self._epoch_openers: set[int] = set()  # indexes of batches opening a leader epoch
-        self._last_of_producer: dict[int, int] = {}  # producer id -> index of its last batch
+        # producer id -> index of its last batch with sequences (markers have none)
+        self._last_of_producer: dict[int, int] = {}
         self._kept_producers: set[int] = set()  # producers with a batch kept so far
         self._latest: dict[bytes, int] = {}  # the offset map (step 2)
+        self._txn = TransactionVerdicts()
         self._live: list[int] = []  # per batch: records that stay (-1: not mapped)
         self._live_tombstones: list[int] = []  # per batch: tombstones among them
 
@@ -222,6 +259,7 @@ class LogCleaning:
         assert not self.built and self.error is None, "a pass builds once"
         try:
             self._batches = self._walk_headers()
+            self._txn = judge_transactions(self._batches, self.aborted_transactions)
             self._find_pinned()
             self.groups = self._group()
             self.next_dirty_offset = self._build_offset_map()
@@ -254,7 +292,7 @@ class LogCleaning:
                     raise CorruptRecordError(f"{source.segment}: header cut at {position}")
                 fields = BATCH_HEADER.unpack(data)
                 base, length, epoch, magic, _, attributes, delta = fields[:7]
-                producer_id, count = fields[9], fields[12]
+                producer_id, base_sequence, count = fields[9], fields[11], fields[12]
                 size = length + LOG_OVERHEAD
                 last = base + delta
                 if (
@@ -265,9 +303,12 @@ class LogCleaning:
                 ):
                     raise CorruptRecordError(f"{source.segment}: bad batch header at {position}")
                 control = bool(attributes & ATTR_CONTROL)
-                batches.append(
-                    _Batch(i, position, size, base, last, epoch, producer_id, control, count)
-                )
+                marker = None
+                if control and count > 0:
+                    marker = control_record_kind(source.handle.read(position, size))
+                transactional = bool(attributes & ATTR_TRANSACTIONAL)
+                flags = (control, count, transactional, marker, base_sequence >= 0)
+                batches.append(_Batch(i, position, size, base, last, epoch, producer_id, *flags))
                 position += size
                 next_offset = last + 1
             if not batches or batches[-1].source != i:
@@ -326,11 +367,15 @@ class LogCleaning:
         nulls: dict[int, int] = {}  # mapped batch -> records with a null key (they stay)
         end = first_dirty
         reader, reader_source = None, -1
+        aborted = self._txn.aborted_data
         for i, batch in enumerate(self._batches):
             if batch.last_offset < first_dirty:
                 continue
             if self.cancelled:
                 return end
+            if i in aborted:  # goes whole, and must not supersede a committed record
+                end = batch.last_offset + 1
+                continue
             if latest and len(latest) + batch.records_count > self.max_map_entries:
                 logger.info(
                     "log cleaner offset map full dir=%s keys=%d end=%d",
@@ -378,13 +423,14 @@ class LogCleaning:
 
     def _find_pinned(self) -> None:
         """The batches that open a leader epoch (as leader_epoch_cache.py derives them) and the
-        last batch of each producer."""
+        last batch of each producer that carries its sequences: a data batch, not a marker
+        (Kafka keeps a producer's last data batch, ``lastRecordsOfActiveProducers``)."""
         latest_epoch = -1
         for i, batch in enumerate(self._batches):
             if batch.partition_leader_epoch > latest_epoch:
                 self._epoch_openers.add(i)
                 latest_epoch = batch.partition_leader_epoch
-            if batch.producer_id != NO_PRODUCER_ID:
+            if batch.producer_id != NO_PRODUCER_ID and batch.sequenced:
                 self._last_of_producer[batch.producer_id] = i
 
     def _write_group(self, group: CleanedGroup) -> None:
@@ -406,6 +452,9 @@ class LogCleaning:
                     writer.add(data)
                     if batch.producer_id != NO_PRODUCER_ID:
                         self._kept_producers.add(batch.producer_id)
+                if (entry := self._txn.kept_entries.get(i)) is not None:
+                    assert data is not None, "a marker kept for its data is written"
+                    group.aborted_txns.append(entry)
             writer.finish()
             assert segment.next_offset == group.end_offset, (segment, group)
             group.size_bytes, group.batches_after = segment.size_bytes, writer.batches
@@ -418,7 +467,9 @@ class LogCleaning:
         return (
             i == group.batches[-1]
             or i in self._epoch_openers
-            or (producer_id in self._kept_producers and self._last_of_producer[producer_id] == i)
+            or (
+                producer_id in self._kept_producers and self._last_of_producer.get(producer_id) == i
+            )
         )
 
     def _clean_batch(self, reader: ChunkedReader, i: int, pinned: bool) -> Buffer | None:
@@ -429,8 +480,11 @@ class LogCleaning:
             raise CorruptRecordError(f"batch at offset {batch.base_offset} is cut short")
         record_batch = RecordBatch(view)
         if batch.is_control:
-            return record_batch.validate().buf  # as it is
+            return self._clean_marker(record_batch.validate(), i, pinned)
         counts.records_before += batch.records_count
+        if i in self._txn.aborted_data:
+            counts.aborted_records_removed += batch.records_count
+            return empty_batch(record_batch.validate()) if pinned else None
         judged = batch.last_offset < self.next_dirty_offset
         live = self._live[i]
         if not judged or (live == batch.records_count and not self._live_tombstones[i]):
@@ -448,14 +502,39 @@ class LogCleaning:
             horizon = None
             if not has_delete_horizon(record_batch):
                 horizon = self.now_ms + self.config.delete_retention_ms
-            pending = horizon if horizon is not None else record_batch.base_timestamp
-            if self.delete_horizon_ms is None or pending < self.delete_horizon_ms:
-                self.delete_horizon_ms = pending
+            self._note_delete_horizon(
+                horizon if horizon is not None else record_batch.base_timestamp
+            )
             if horizon is not None:
                 return rebuild_batch(record_batch, section, kept, delete_horizon_ms=horizon)
         if len(kept) == batch.records_count:
             return record_batch.buf
         return rebuild_batch(record_batch, section, kept)
+
+    def _clean_marker(self, batch: RecordBatch, i: int, pinned: bool) -> Buffer | None:
+        """What stays of control batch ``i``: as it is while its transaction may have data
+        left; once discardable, stamped with a delete horizon, and removed after it
+        (cleaned_transactions.py)."""
+        if i not in self._txn.discardable_markers:
+            return batch.buf
+        if batch.records_count == 0:  # emptied by an earlier pass
+            return batch.buf if pinned else None
+        if not has_delete_horizon(batch):
+            horizon = self.now_ms + self.config.delete_retention_ms
+            self._note_delete_horizon(horizon)
+            section = batch.records_section()
+            return rebuild_batch(
+                batch, section, scan_records(batch, section), delete_horizon_ms=horizon
+            )
+        if self.now_ms < batch.base_timestamp:
+            self._note_delete_horizon(batch.base_timestamp)
+            return batch.buf
+        self._counts.markers_removed += 1
+        return empty_batch(batch) if pinned else None
+
+    def _note_delete_horizon(self, horizon_ms: int) -> None:
+        if self.delete_horizon_ms is None or horizon_ms < self.delete_horizon_ms:
+            self.delete_horizon_ms = horizon_ms
 
     def _kept(self, batch: RecordBatch, records: list[ScannedRecord]) -> list[ScannedRecord]:
         """The records of a judged batch that stay."""
@@ -505,6 +584,8 @@ class LogCleaning:
             records_before=counts.records_before,
             records_after=counts.records_after,
             tombstones_removed=counts.tombstones_removed,
+            aborted_records_removed=counts.aborted_records_removed,
+            markers_removed=counts.markers_removed,
         )
 
 

@@ -8,10 +8,12 @@ Ranges, at the start of a pass (all offsets, ``E`` at a segment boundary)::
     rewritten ....................................... |   above: the segment holding the first
                                                           uncleanable offset, and later ones
 
-* first uncleanable offset = min(active segment's base, the high watermark the caller passes,
-  the base of the first dirty segment whose largest timestamp is newer than now -
+* first uncleanable offset = min(active segment's base, the last stable offset the caller
+  passes, the base of the first dirty segment whose largest timestamp is newer than now -
   ``min.compaction.lag.ms``).  Only whole inactive segments below it are cleaned, so nothing
-  a follower or consumer may not have is touched, and nothing an append touches.
+  a follower or consumer may not have is touched, nothing an append touches, and no
+  transaction still open (Kafka: the first unstable offset): every transaction with data in
+  the range has its marker, and an aborted one its index entry (cleaned_transactions.py).
 * first dirty offset: the ``cleaner-offset-checkpoint`` (the end of the last pass's offset
   map), at least the log start offset.  Invariant: below it, the log holds at most one record
   per (non-null) key, the latest of its key as of the pass that kept it.
@@ -54,20 +56,21 @@ def plan_cleaning(
     *,
     log_start_offset: int,
     first_dirty_offset: int,
-    high_watermark: int,
+    last_stable_offset: int,
     now_ms: int,
     delete_horizon_ms: int | None = None,
     force: bool = False,
 ) -> CleaningPlan | None:
-    """The pass due on a compacted log now, if any.  ``delete_horizon_ms``: the earliest delete
-    horizon of a tombstone the last pass kept (its passing makes a pass due, dirty or not);
+    """The pass due on a compacted log now, if any.  ``last_stable_offset``: the partition's
+    (at most its high watermark).  ``delete_horizon_ms``: the earliest delete horizon of a
+    tombstone or marker the last pass kept (its passing makes a pass due, dirty or not);
     ``force``: a pass over whatever is cleanable, due or not.  Reads one batch header at most
     (for ``max.compaction.lag.ms``)."""
     if not config.compact or len(segments) < 2:
         return None
     ends = [s.base_offset for s in segments[1:]]
     first_dirty = max(first_dirty_offset, log_start_offset)
-    uncleanable = min(segments[-1].base_offset, high_watermark)
+    uncleanable = min(segments[-1].base_offset, last_stable_offset)
     if config.min_compaction_lag_ms > 0:
         newest_allowed = now_ms - config.min_compaction_lag_ms
         for segment, end in zip(segments, ends, strict=False):

@@ -25,10 +25,16 @@ from typing import NamedTuple
 from broker.log.config import INT32_MAX
 from broker.log.errors import AppendOffsetError, CorruptBatchError, LeaderEpochOrderError
 from broker.log.file_records import BatchHeader
+from broker.log.txn_index import read_marker
 from broker.log.validator import records_problem
 from broker.storage import Buffer
 from kafka_protocol.exceptions import CorruptRecordError
-from kafka_protocol.record_batch import NO_PARTITION_LEADER_EPOCH, RecordBatch, iter_batches
+from kafka_protocol.record_batch import (
+    NO_PARTITION_LEADER_EPOCH,
+    ControlRecordType,
+    RecordBatch,
+    iter_batches,
+)
 
 
 class AppendedBatch(NamedTuple):
@@ -41,6 +47,9 @@ class AppendedBatch(NamedTuple):
     base_offset: int
     last_offset: int
     max_timestamp: int
+    transactional: bool = False
+    marker: tuple[ControlRecordType, int] | None = None  # a control batch's type and epoch
+    control: bool = False
 
 
 @dataclass(slots=True)
@@ -67,6 +76,7 @@ def check_fetched_batches(
             if batch is None:
                 return fetched
             problem = records_problem(batch.validate())
+            marker = read_marker(batch) if batch.is_control and problem is None else None
         except CorruptRecordError as error:
             raise CorruptBatchError(f"batch at byte {fetched.size_bytes}: {error}") from error
         if problem is not None:
@@ -74,7 +84,7 @@ def check_fetched_batches(
         _check_order(batch, next_offset, min_epoch, log_end_offset)
         next_offset = batch.next_offset
         min_epoch = batch.partition_leader_epoch
-        _add(fetched, batch)
+        _add(fetched, batch, marker)
 
 
 def _check_order(batch: RecordBatch, next_offset: int, min_epoch: int, log_end_offset: int) -> None:
@@ -96,7 +106,9 @@ def _check_order(batch: RecordBatch, next_offset: int, min_epoch: int, log_end_o
         )
 
 
-def _add(fetched: FetchedBatches, batch: RecordBatch) -> None:
+def _add(
+    fetched: FetchedBatches, batch: RecordBatch, marker: tuple[ControlRecordType, int] | None
+) -> None:
     size = batch.size_bytes
     last_offset = batch.last_offset
     fetched.views.append(batch.buf)
@@ -119,6 +131,9 @@ def _add(fetched: FetchedBatches, batch: RecordBatch) -> None:
             batch.base_offset,
             last_offset,
             batch.max_timestamp,
+            batch.is_transactional,
+            marker,
+            batch.is_control,
         )
     )
     fetched.size_bytes += size

@@ -3,6 +3,7 @@
 Directory ``<log.dir>/<topic>-<partition>/``::
 
     00000000000000000000.log  .index  .timeindex     segment with base offset 0
+                              .txnindex              (only if it holds ABORT markers)
     00000000000000172806.log  .index  .timeindex     ... the last segment is the active one
     log-start-offset                                 checkpoint (checkpoint.py)
     recovery-point                                   checkpoint
@@ -39,10 +40,14 @@ Theory of operation.
   files are unlinked at once but stay open for ``file.delete.delay.ms``, so a ``sendfile``
   already given its descriptor still reads valid bytes.
 * Compaction (cleaner.py, ``cleanup.policy=compact``): ``prepare_clean`` (here) picks the
-  inactive segments below the high watermark, ``LogCleaning.build`` (any thread) writes their
+  inactive segments below the last stable offset, ``LogCleaning.build`` (any thread) writes their
   cleaned copies as ``.cleaned`` files, ``complete_clean`` (here) swaps them in
   (segment_swap.py) and checkpoints where the next pass starts (``cleaner-offset-checkpoint``).
   Retention by time and size applies only with ``cleanup.policy`` including ``delete``.
+* Aborted transactions (txn_index.py): each ABORT marker's entry goes to the ``.txnindex`` of
+  the segment it lands in, given by the caller (its producer state knows where the transaction
+  began); ``aborted_transactions`` answers read_committed fetches from them; truncation and
+  retention cut them with their segments, a cleaner swap merges them into the new segment.
 * Any ``OSError`` takes the log offline (``KafkaStorageError`` from then on); reopening it runs
   recovery (loader.py), which is also what ``open`` does after a crash.
 
@@ -53,6 +58,7 @@ checkpoints, under one ``_check_invariants``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from bisect import bisect_right
@@ -101,8 +107,10 @@ from broker.log.reader import (
 )
 from broker.log.retention import segments_to_delete
 from broker.log.segment import LogSegment
+from broker.log.txn_index import AbortedTxn
 from broker.log.validator import PreparedAppend, assign_offsets
 from broker.storage import Buffer, Storage, join
+from kafka_protocol.exceptions import CorruptRecordError
 from kafka_protocol.record_batch import NO_TIMESTAMP
 
 logger = logging.getLogger("broker.log")
@@ -185,6 +193,8 @@ class PartitionLog:
         # The earliest delete horizon among the tombstones the last pass kept (unknown after a
         # restart until the next pass, as in Kafka).
         self._delete_horizon_ms: int | None = None
+        self._drop_foreign_aborted_txns()
+        self._aborted_txns = self._count_aborted_txns()
         self._check_invariants()
 
     @classmethod
@@ -306,8 +316,11 @@ class PartitionLog:
         leader_epoch: int,
         now_ms: int,
         log_append_time: bool = False,
+        aborted_txns: Sequence[AbortedTxn] = (),
     ) -> AppendResult:
-        """Append validated batches (one RecordBatch per element) with one storage write."""
+        """Append validated batches (one RecordBatch per element) with one storage write;
+        ``aborted_txns``: the entries for the ABORT markers among them (the caller's producer
+        state knows their first offsets), indexed in the segment the markers land in."""
         assert leader_epoch >= -1
         latest_epoch = self._epochs.latest_epoch
         if latest_epoch is not None and leader_epoch < latest_epoch:
@@ -324,6 +337,10 @@ class PartitionLog:
                 raise RecordBatchTooLargeError(prepared.size_bytes, self._config.segment_bytes)
             segment = self._maybe_roll(prepared, now_ms)
             self._write(segment, prepared.buffers, prepared.batches, prepared.size_bytes, now_ms)
+            for txn in aborted_txns:
+                assert prepared.base_offset <= txn.last_offset <= prepared.last_offset, txn
+                segment.txn_index.append(txn)
+            self._aborted_txns += len(aborted_txns)
             if leader_epoch != latest_epoch:
                 self._epochs.assign([(leader_epoch, prepared.base_offset)])
             self._maybe_flush(now_ms)
@@ -335,12 +352,20 @@ class PartitionLog:
             prepared.max_timestamp,
         )
 
-    def append_as_follower(self, records: Buffer, *, now_ms: int | None = None) -> FollowerAppend:
+    def append_as_follower(
+        self,
+        records: Buffer,
+        *,
+        now_ms: int | None = None,
+        on_batches: Callable[[list[AppendedBatch]], list[AbortedTxn]] | None = None,
+    ) -> FollowerAppend:
         """Write the leader's batches as fetched (offsets and epochs already assigned), with
         one storage write per segment they fill.  A trailing partial batch is ignored.  Raises
         ``InvalidFollowerAppendError`` (nothing written) if a complete batch is corrupt, below
         the log end offset or out of order, or older in leader epoch than what precedes it.
-        ``now_ms`` (default: the latest time the log was given) drives rolls and flushes."""
+        ``now_ms`` (default: the latest time the log was given) drives rolls and flushes.
+        ``on_batches`` hears of the checked batches before they are written and answers the
+        aborted-transaction entries of the ABORT markers among them (producer state)."""
         with self._io("append as follower"):
             if now_ms is not None:
                 self._now_ms = now_ms
@@ -350,12 +375,16 @@ class PartitionLog:
                 records, log_end_offset=first_offset, latest_epoch=self._epochs.latest_epoch
             )
             headers = fetched.headers
+            aborted = on_batches(fetched.batches) if on_batches and fetched.batches else []
             start = 0
             while start < len(headers):
                 segment, end = self._segment_for_run(headers, start, now_ms)
                 group = headers[start:end]
                 size = sum(h.size_bytes for h in group)
                 self._write(segment, fetched.views[start:end], group, size, now_ms)
+                while aborted and aborted[0].last_offset <= group[-1].last_offset:
+                    segment.txn_index.append(aborted.pop(0))
+                    self._aborted_txns += 1
                 self._epochs.assign((h.partition_leader_epoch, h.base_offset) for h in group)
                 start = end
             if headers:
@@ -507,6 +536,73 @@ class PartitionLog:
         assert len(data) == fetched.size_bytes, "slice beyond the end of its file"
         return data
 
+    # --- aborted transactions (txn_index.py) ---------------------------------------------------
+
+    def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Kafka's ``collectAbortedTransactions``: the aborted transactions with a marker at or
+        after ``start_offset`` and a first offset below ``upper_bound_offset``, from the
+        segment holding ``start_offset`` on (a marker is never below its data)."""
+        if not self._aborted_txns:
+            return []
+        found: list[AbortedTxn] = []
+        first = max(bisect_right(self._bases, start_offset) - 1, 0)
+        for segment in self._segments[first:]:
+            entries, complete = segment.txn_index.collect(start_offset, upper_bound_offset)
+            found += entries
+            if complete:
+                break
+        return found
+
+    def aborted_transactions_for(self, fetch_offset: int, fetched: FetchSlice) -> list[AbortedTxn]:
+        """For a read_committed fetch of ``fetched`` from ``fetch_offset``: the aborted
+        transactions up to the first offset after the slice (Kafka's
+        ``fetchUpperBoundOffset``: one header read, only if the log has any)."""
+        if not self._aborted_txns:
+            return []
+        i = bisect_right(self._bases, fetched.segment_base_offset) - 1
+        segment = self._segments[i]
+        end = fetched.position + fetched.size_bytes
+        with self._io("read"):
+            upper = self.log_end_offset
+            if end < segment.size_bytes:
+                with contextlib.suppress(CorruptRecordError):  # then up to the log end
+                    upper = segment.records.header_at(end).base_offset
+            elif i + 1 < len(self._segments):
+                upper = self._bases[i + 1]
+            return self.aborted_transactions(fetch_offset, upper)
+
+    @property
+    def rebuilding_txn_indexes(self) -> bool:
+        """Whether recovery emptied some segment's aborted-transaction index: the owner of
+        producer state replays the log and calls ``restore_aborted_txn`` for each ABORT."""
+        return any(s.txn_index_rebuilding for s in self._segments)
+
+    def restore_aborted_txn(self, txn: AbortedTxn) -> None:
+        """During the replay after recovery: index ``txn`` if its marker's segment was
+        recovered (the others kept their index)."""
+        i = bisect_right(self._bases, txn.last_offset) - 1
+        if i >= 0 and self._segments[i].txn_index_rebuilding:
+            with self._io("restore aborted transaction"):
+                self._segments[i].txn_index.append(txn)
+                self._unflushed[self._bases[i]] = self._segments[i]
+            self._aborted_txns += 1
+
+    def end_txn_index_rebuild(self) -> None:
+        for segment in self._segments:
+            segment.txn_index_rebuilding = False
+
+    def _count_aborted_txns(self) -> int:
+        return sum(len(s.txn_index.entries) for s in self._segments)
+
+    def _drop_foreign_aborted_txns(self) -> None:
+        """Entries whose marker is beyond their segment (a crash during a cleaner swap left the
+        merged index of the new segment beside the old ones) are dropped at open."""
+        for segment, next_base in zip(self._segments, self._bases[1:], strict=False):
+            entries = segment.txn_index.entries
+            if entries and entries[-1].last_offset >= next_base:
+                with self._io("open transaction index"):
+                    segment.txn_index.truncate_to(next_base)
+
     # --- timestamps ---------------------------------------------------------------------------
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
@@ -545,6 +641,7 @@ class PartitionLog:
         self._recovery_point = max(self._recovery_point, self._bases[0])
         self._advance_log_start_offset(self._bases[0])
         self._bury(doomed)
+        self._aborted_txns = self._count_aborted_txns()
         epochs = self._epochs.entries()
         drop_gone_log_start_epoch(self._segments, epochs, self._log_start_offset)
         self._epochs.reset(epochs)
@@ -618,6 +715,7 @@ class PartitionLog:
             self._checkpoint_recovery_point(self._now_ms)
             self._truncate_epochs_from_end()
             self._cap_first_dirty_offset()
+            self._aborted_txns = self._count_aborted_txns()
         logger.info(
             "truncated dir=%s offset=%d log_end_offset=%d bytes_removed_from_active=%d",
             self.directory,
@@ -650,6 +748,7 @@ class PartitionLog:
             self._checkpoint_recovery_point(self._now_ms)
             self._epochs.reset([])
             self._cap_first_dirty_offset()
+            self._aborted_txns = 0
         self._check_invariants()
 
     # --- compaction ---------------------------------------------------------------------------
@@ -662,7 +761,7 @@ class PartitionLog:
     def prepare_clean(
         self,
         now_ms: int,
-        high_watermark: int,
+        last_stable_offset: int,
         *,
         force: bool = False,
         max_map_entries: int = DEFAULT_MAX_MAP_ENTRIES,
@@ -674,7 +773,7 @@ class PartitionLog:
         segments and writes only its own files).  Step 3: ``complete_clean`` here.  Before
         ``close`` or ``delete``, wait for a running ``build`` (``cancel()`` hurries it)."""
         end = self.log_end_offset
-        assert high_watermark <= end, f"high watermark {high_watermark} above the log end {end}"
+        assert last_stable_offset <= end, f"LSO {last_stable_offset} above the log end {end}"
         if self._cleaning is not None or self._uncleanable is not None:
             return None
         with self._io("plan cleaning"):
@@ -683,7 +782,7 @@ class PartitionLog:
                 self._config,
                 log_start_offset=self._log_start_offset,
                 first_dirty_offset=self._first_dirty_offset,
-                high_watermark=high_watermark,
+                last_stable_offset=last_stable_offset,
                 now_ms=now_ms,
                 delete_horizon_ms=self._delete_horizon_ms,
                 force=force,
@@ -698,6 +797,7 @@ class PartitionLog:
             plan,
             now_ms,
             max_map_entries,
+            aborted_transactions=self.aborted_transactions(self._bases[0], plan.end_offset),
         )
         return self._cleaning
 
@@ -724,7 +824,9 @@ class PartitionLog:
         with self._io("log cleaning swap"):
             for group in cleaning.groups:
                 replaced = cleaning.old_segments[group.first : group.last]
+                _merge_txn_indexes(replaced, group.aborted_txns)
                 self._replace_segments(replaced, cleaning.swap_in(group))
+            self._aborted_txns = self._count_aborted_txns()
             if cleaning.next_dirty_offset != self._first_dirty_offset:
                 self._cleaner_checkpoint.write(cleaning.next_dirty_offset)
                 self._first_dirty_offset = cleaning.next_dirty_offset
@@ -733,7 +835,8 @@ class PartitionLog:
         result = cleaning.result(segments_after=len(cleaning.groups))
         logger.info(
             "cleaned log dir=%s offsets=%d..%d segments=%d->%d bytes=%d->%d records=%d->%d"
-            " tombstones_removed=%d next_dirty_offset=%d reason=%s",
+            " tombstones_removed=%d aborted_records_removed=%d markers_removed=%d"
+            " next_dirty_offset=%d reason=%s",
             self.directory,
             result.first_offset,
             result.end_offset - 1,
@@ -744,15 +847,19 @@ class PartitionLog:
             result.records_before,
             result.records_after,
             result.tombstones_removed,
+            result.aborted_records_removed,
+            result.markers_removed,
             result.next_dirty_offset,
             cleaning.plan.reason,
         )
         return result
 
-    def clean(self, now_ms: int, high_watermark: int, *, force: bool = False) -> CleanResult | None:
+    def clean(
+        self, now_ms: int, last_stable_offset: int, *, force: bool = False
+    ) -> CleanResult | None:
         """The three steps in a row, blocking (tests, tools; a broker runs ``build`` off the
         event loop)."""
-        cleaning = self.prepare_clean(now_ms, high_watermark, force=force)
+        cleaning = self.prepare_clean(now_ms, last_stable_offset, force=force)
         if cleaning is None:
             return None
         cleaning.build()
@@ -828,3 +935,17 @@ class PartitionLog:
             self._storage.rmdir(self.directory)
         except OSError as error:
             raise KafkaStorageError(f"{self.directory}: cannot delete: {error}") from error
+
+
+def _merge_txn_indexes(replaced: list[LogSegment], kept: list[AbortedTxn]) -> None:
+    """Before a cleaner swap: the first replaced segment's ``.txnindex`` (whose name the new
+    segment takes, and which the swap leaves in place) gets the cleaner's entries for the
+    whole group (``CleanedGroup.aborted_txns``: the ABORT markers it keeps with data),
+    fsynced, so the new segment indexes every aborted transaction it still holds data of, even
+    after a crash (segment_swap.py).  Written before the swap commits, which is safe: the
+    entries it leaves out are those of transactions with no data left in the old segments
+    either, which no reader needs to skip."""
+    first = replaced[0].txn_index
+    if kept != first.entries:
+        first.rewrite(kept)
+        first.flush()

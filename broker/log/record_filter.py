@@ -25,11 +25,16 @@ bit 6 set, the horizon stored in ``base_timestamp`` and every record's timestamp
 on it (so each record keeps its timestamp).  A later cleaning removes the batch's tombstones
 once ``now >= horizon``.
 
+The same stamp goes on a COMMIT or ABORT marker once its transaction has no data left
+(cleaned_transactions.py); a later cleaning removes the marker after its horizon.
+
 ``empty_batch`` is what is left of a batch the cleaner must keep although it keeps none of its
-records (cleaner.py says when): the header alone, with ``records_count = 0``.  Kafka writes
-such a batch as a plain data batch; ``RecordBatch.validate`` (kafka_protocol) accepts an empty
-batch only when it is a control batch, so this one also carries the control bit.  Consumers
-skip it either way (a control batch without records is no transaction marker).
+records (cleaner.py says when): the header alone, with ``records_count = 0``, keeping the
+producer id, epoch, base sequence and last offset delta.  Kafka writes such a batch as a plain
+data batch; ``RecordBatch.validate`` (kafka_protocol) accepts an empty batch only when it is a
+control batch, so this one carries the control bit, and not the transactional bit: a control
+batch without records is no marker, and it must not look like a transaction's data either (a
+rebuilt producer state would take it for an open transaction).  Consumers skip it either way.
 """
 
 from __future__ import annotations

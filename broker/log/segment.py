@@ -6,6 +6,7 @@ may hold), 20 digits zero padded so that names sort as offsets do::
     00000000000000000000.log        batches back to back            (file_records.py)
     00000000000000000000.index      (relative offset, position)     (index.py)
     00000000000000000000.timeindex  (timestamp, relative offset)    (index.py)
+    00000000000000000000.txnindex   aborted transactions, if any    (txn_index.py)
     00000000000000172806.log        the next segment starts at offset 172806
     ...
 
@@ -48,6 +49,7 @@ from broker.log.file_records import (
     parse_header,
 )
 from broker.log.index import OffsetIndex, TimeIndex
+from broker.log.txn_index import TransactionIndex
 from broker.log.validator import records_problem
 from broker.storage import Buffer, Storage, join
 from kafka_protocol.exceptions import CorruptRecordError
@@ -58,8 +60,9 @@ logger = logging.getLogger("broker.log")
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
-_SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex)$")
+TXN_INDEX_SUFFIX = ".txnindex"
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+_SEGMENT_FILE = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex|\.txnindex)$")
 UNBOUNDED_OFFSET = 2**63  # above every offset: "no limit" for recovery bounds
 
 
@@ -111,6 +114,9 @@ class LogSegment:
         self.time_index = TimeIndex(
             storage.open(self.path(TIME_INDEX_SUFFIX)), base_offset, config.max_time_index_entries
         )
+        self.txn_index = TransactionIndex(storage, self.path(TXN_INDEX_SUFFIX))
+        # Emptied by ``recover``: the replica manager's replay of the log refills it.
+        self.txn_index_rebuilding = False
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = -1
@@ -132,6 +138,7 @@ class LogSegment:
         segment.records.truncate_to(0)
         segment.offset_index.reset()
         segment.time_index.reset()
+        segment.txn_index.reset()
         return segment
 
     def path(self, suffix: str) -> str:
@@ -377,6 +384,8 @@ class LogSegment:
         last_dropped = _last_plausible_offset(reader, valid_bytes, size) if problem else None
         if valid_bytes < size:
             self.records.truncate_to(valid_bytes)
+        self.txn_index.reset()
+        self.txn_index_rebuilding = True
         self.offset_index.write_pending()
         self.time_index.write_pending()
         return SegmentRecovery(
@@ -485,6 +494,7 @@ class LogSegment:
         self.records.truncate_to(position)
         self.offset_index.truncate_to(header.base_offset)
         self.time_index.truncate_to(header.base_offset)
+        self.txn_index.truncate_to(header.base_offset)
         self.next_offset = self.base_offset
         for _, kept in self.records.iter_headers(self.offset_index.last_position()):
             self.next_offset = kept.next_offset
@@ -499,11 +509,13 @@ class LogSegment:
         self.records.flush()
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         self.records.close()
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
 
     def remove_files(self) -> None:
         """Unlink the files; open handles stay valid until ``close`` (a sendfile may be on)."""

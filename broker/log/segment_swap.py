@@ -29,6 +29,11 @@ segment names, the ``.log`` last.  Everything else temporary (``.cleaned``, ``.d
 old segments or its new one, never both and never neither; running recovery again after a
 crash inside recovery converges the same way.
 
+The aborted-transaction index (``X.txnindex``, txn_index.py) is not renamed: before step 2 the
+log rewrites ``X.txnindex`` with the entries of every old segment of the group and fsyncs it,
+and recovery keeps that file; if the swap did not commit, the loader drops the entries beyond
+the old ``X``'s range.
+
 Every rename is of a fully written, fsynced file (step 1), so ``FaultyStorage``'s model (file
 contents lost unless flushed, directory operations durable at once) covers every crash here.
 """
@@ -44,6 +49,7 @@ from broker.log.segment import (
     LOG_SUFFIX,
     SEGMENT_SUFFIXES,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     parse_segment_file_name,
     segment_file_name,
 )
@@ -126,7 +132,11 @@ def recover_swaps(storage: Storage, directory: str) -> list[str]:
             continue  # the .swap files go below
         for name in storage.listdir(directory):
             parsed = parse_segment_file_name(name)
-            if parsed is not None and base <= parsed[0] < end:
+            if (
+                parsed is not None
+                and base <= parsed[0] < end
+                and parsed != (base, TXN_INDEX_SUFFIX)
+            ):
                 storage.remove(join(directory, name))
                 done.append(f"removed {name} (replaced by the swap of {base})")
         storage.sync_dir(directory)

@@ -8,12 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from broker.security import api_rules, group_rules
+from broker.security import api_rules, group_rules, txn_rules
 from broker.security.api_authorization import Check, Passed, Rule, Verdict
 from broker.security.api_rules import CLUSTER_DENIED, TOPIC_DENIED, replace
 from kafka_protocol._codec import Response
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnResponse,
     AllocateProducerIdsResponse,
     AlterConfigsResponse,
     AlterPartitionResponse,
@@ -31,9 +33,12 @@ from kafka_protocol.messages import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeGroupsResponse,
+    DescribeProducersResponse,
     DescribeQuorumResponse,
+    DescribeTransactionsResponse,
     ElectLeadersRequest,
     ElectLeadersResponse,
+    EndTxnResponse,
     FetchResponse,
     FetchSnapshotResponse,
     FindCoordinatorResponse,
@@ -44,6 +49,7 @@ from kafka_protocol.messages import (
     LeaveGroupResponse,
     ListGroupsResponse,
     ListOffsetsResponse,
+    ListTransactionsResponse,
     MetadataResponse,
     OffsetCommitResponse,
     OffsetDeleteResponse,
@@ -51,7 +57,9 @@ from kafka_protocol.messages import (
     OffsetForLeaderEpochResponse,
     ProduceResponse,
     SyncGroupResponse,
+    TxnOffsetCommitResponse,
     UnregisterBrokerResponse,
+    WriteTxnMarkersResponse,
 )
 from kafka_protocol.types import TopicName
 from metadata_log.acls import CLUSTER_NAME, AclOperation, ResourceType
@@ -336,10 +344,18 @@ BROKER_RULES: Final[dict[int, Rule]] = {
     16: Rule(ListGroupsResponse, group_rules.list_groups),
     22: Rule(InitProducerIdResponse, api_rules.init_producer_id),
     23: Rule(OffsetForLeaderEpochResponse, api_rules.offset_for_leader_epoch),
+    24: Rule(AddPartitionsToTxnResponse, txn_rules.add_partitions_to_txn),
+    25: Rule(AddOffsetsToTxnResponse, txn_rules.add_offsets_to_txn),
+    26: Rule(EndTxnResponse, txn_rules.end_txn),
+    27: Rule(WriteTxnMarkersResponse, txn_rules.write_txn_markers),
+    28: Rule(TxnOffsetCommitResponse, txn_rules.txn_offset_commit),
     32: Rule(DescribeConfigsResponse, describe_configs),
     42: Rule(DeleteGroupsResponse, group_rules.delete_groups),
     47: Rule(OffsetDeleteResponse, group_rules.offset_delete),
     60: Rule(DescribeClusterResponse, describe_cluster),
+    61: Rule(DescribeProducersResponse, txn_rules.describe_producers),
+    65: Rule(DescribeTransactionsResponse, txn_rules.describe_transactions),
+    66: Rule(ListTransactionsResponse, txn_rules.list_transactions),
     **FORWARDED_RULES,
 }
 

@@ -19,7 +19,8 @@ With the authorizer disabled (no ``authorizer.class.name``) the gate does nothin
 The table, as Kafka 3.x checks (``KafkaApis``, ``ControllerApis``, ``AuthHelper``)::
 
     API                    operation, resource                 refused with
-    Produce                WRITE TRANSACTIONAL_ID (if any)     TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    Produce                WRITE TRANSACTIONAL_ID (of txn      TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                           batches; none: refused)
                            WRITE TOPIC                         TOPIC_AUTHORIZATION_FAILED
     Fetch (consumer)       READ TOPIC                          TOPIC_AUTHORIZATION_FAILED
     Fetch (replica_id>=0)  CLUSTER_ACTION CLUSTER              TOPIC_AUTHORIZATION_FAILED
@@ -38,6 +39,9 @@ The table, as Kafka 3.x checks (``KafkaApis``, ``ControllerApis``, ``AuthHelper`
     ListGroups             DESCRIBE CLUSTER, else the groups with DESCRIBE GROUP
     DescribeGroups         DESCRIBE GROUP (+ authorized_operations)
     DeleteGroups           DELETE GROUP
+    transaction APIs       txn_rules (AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, WriteTxnMarkers,
+                           TxnOffsetCommit, DescribeTransactions, ListTransactions,
+                           DescribeProducers: its docstring has their table)
     admin APIs forwarded to the controller: admin_rules.FORWARDED_RULES (one rule each, beside
                            the controller's; create, delete, partitions, configs, elections)
     DescribeConfigs        DESCRIBE_CONFIGS TOPIC / CLUSTER (broker resources)

@@ -30,6 +30,7 @@ from kafka_protocol.messages import (
     ProduceRequest,
     ProduceResponse,
 )
+from kafka_protocol.record_batch import ATTR_TRANSACTIONAL, MAGIC
 from kafka_protocol.types import BrokerId, ProducerId, TopicName
 from metadata_log.acls import CLUSTER_NAME, AclOperation, ResourceType
 
@@ -57,7 +58,28 @@ def split_topics(
 # --- Produce, Fetch, ListOffsets, OffsetForLeaderEpoch ---------------------------------------
 
 
+_MAGIC_AT, _ATTRIBUTES_LOW_BYTE_AT = 16, 22  # in a v2 record batch's header
+
+
+def _has_transactional_records(req: ProduceRequest) -> bool:
+    """Kafka's ``RequestUtils.hasTransactionalRecords``: the first batch of some partition is
+    transactional (only then is the transactional id checked)."""
+    for t in req.topic_data:
+        for p in t.partition_data:
+            r = p.records
+            if (
+                isinstance(r, bytes | bytearray | memoryview)
+                and len(r) > _ATTRIBUTES_LOW_BYTE_AT
+                and r[_MAGIC_AT] == MAGIC
+                and r[_ATTRIBUTES_LOW_BYTE_AT] & ATTR_TRANSACTIONAL
+            ):
+                return True
+    return False
+
+
 def produce(check: Check, req: ProduceRequest) -> Verdict:
+    """Kafka's handleProduceRequest: transactional records need WRITE on the request's
+    transactional id (none: refused too), then each topic WRITE."""
     Topic, Partition = (
         ProduceResponse.TopicProduceResponse,
         ProduceResponse.PartitionProduceResponse,
@@ -75,8 +97,11 @@ def produce(check: Check, req: ProduceRequest) -> Verdict:
             for t in topics
         ]
 
-    if req.transactional_id is not None and not check.allowed(
-        AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id
+    if _has_transactional_records(req) and (
+        req.transactional_id is None
+        or not check.allowed(
+            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id
+        )
     ):
         if req.acks == 0:
             return Passed(replace(req, topic_data=[]), close_unanswered=True)

@@ -39,6 +39,7 @@ from broker.log.errors import LogError
 from broker.metrics import BrokerMetrics
 from broker.security.session import SecurityProtocol
 from broker.storage import FileStorage
+from broker.transaction.partitions import TransactionConfig
 from kraft.controller.result import ControllerConfig
 from kraft.node.bootstrap_scram import with_bootstrap_records
 from kraft.node.config import ConfigError, NodeConfig, StartupError, listener_limits
@@ -122,6 +123,24 @@ def _group_config(cfg: NodeConfig) -> GroupConfig:
     )
 
 
+def _transaction_config(cfg: NodeConfig) -> TransactionConfig:
+    return TransactionConfig(
+        num_partitions=cfg.get_bounded_int("transaction.state.log.num.partitions"),
+        replication_factor=cfg.get_bounded_int("transaction.state.log.replication.factor"),
+        min_isr=cfg.get_bounded_int("transaction.state.log.min.isr"),
+        segment_bytes=cfg.get_bounded_int("transaction.state.log.segment.bytes"),
+        max_timeout_ms=cfg.get_bounded_int("transaction.max.timeout.ms"),
+        id_expiration_ms=cfg.get_bounded_int("transactional.id.expiration.ms"),
+        abort_timed_out_interval_ms=cfg.get_bounded_int(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+        ),
+        remove_expired_interval_ms=cfg.get_bounded_int(
+            "transaction.remove.expired.transaction.cleanup.interval.ms"
+        ),
+        verification_enabled=cfg.get_bool("transaction.partition.verification.enable", True),
+    )
+
+
 def broker_config(cfg: NodeConfig, image: Callable[[], Any] = lambda: None) -> BrokerConfig:
     """The broker's settings; ``image()`` is the metadata image SCRAM logins read."""
     listeners = broker_listeners(cfg, image_scram_lookup(image))
@@ -168,6 +187,7 @@ def broker_config(cfg: NodeConfig, image: Callable[[], Any] = lambda: None) -> B
             metadata_max_bytes=cfg.get_bounded_int("offset.metadata.max.bytes"),
             groups=_group_config(cfg),
         ),
+        transactions=_transaction_config(cfg),
         broker_defaults=dict(cfg.values),
     )
 

@@ -95,6 +95,18 @@ def test_transactional_produce_needs_write_on_the_transactional_id() -> None:
     assert _errors(response, "responses", "partition_responses") == {"mine": OK}
 
 
+def test_only_transactional_records_need_the_transactional_id() -> None:
+    """Kafka checks the id only for a request with transactional records, and refuses those
+    without an id."""
+    acls = [acl(T, "mine", Op.WRITE)]
+    plain = _produce("mine", txn="tx", transactional=False)
+    response = run(_produce_echo().spec(), plain, acls)
+    assert _errors(response, "responses", "partition_responses") == {"mine": OK}
+    anonymous = _produce("mine", transactional=True)
+    response = run(_produce_echo().spec(), anonymous, [*acls, acl(X, "*", Op.WRITE)])
+    assert _errors(response, "responses", "partition_responses") == {"mine": TXN_DENIED}
+
+
 def test_super_user_passes_everything() -> None:
     response = run(_produce_echo().spec(), _produce("mine", "theirs"), [], principal="User:admin")
     assert set(_errors(response, "responses", "partition_responses").values()) == {OK}

@@ -117,7 +117,10 @@ def test_init_producer_id_answers_a_retriable_error_when_the_controller_fails() 
         async def allocate_producer_ids(self, broker_id: int, count: int) -> tuple[int, int]:
             raise ControllerRequestError(ErrorCode.REQUEST_TIMED_OUT)
 
-    handler = InitProducerIdHandler(Unreachable(), ME)  # type: ignore[arg-type]
+    from broker.transaction.producer_ids import ProducerIdAllocator
+
+    allocator = ProducerIdAllocator(Unreachable(), ME)  # type: ignore[arg-type]
+    handler = InitProducerIdHandler(allocator, None)  # type: ignore[arg-type]
     request = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1)
     response = asyncio.run(handler.handle(None, request))  # type: ignore[arg-type]
     assert response.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS

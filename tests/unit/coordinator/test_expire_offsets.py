@@ -4,7 +4,6 @@ for one loaded ``__consumer_offsets`` partition, with the append replaced by a l
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,43 +17,49 @@ from broker.coordinator.records import (
     encode_offset,
 )
 from broker.coordinator.runtime import CoordinatorConfig, GroupCoordinator
+from broker.partition import AppendOutcome
 from kafka_protocol.coordinator import GroupMetadataValue, OffsetCommitValue
 from kafka_protocol.errors import ErrorCode
+from kafka_protocol.record_batch import RecordBatch, set_base_offset
 
 RETENTION_MS = 1_000
 NOW_MS = 10_000
 
 
 class Coordinator(GroupCoordinator):
-    """Appends are kept in ``written`` and replayed at once, as if committed."""
+    """Writes are kept in ``log`` (as committed at once) and their records in ``written``."""
 
     def __init__(self, now_ms: int) -> None:
         offsets_topic = SimpleNamespace(partitions={0: SimpleNamespace(leader=1)})
         image: Any = SimpleNamespace(topics={OFFSETS_TOPIC: offsets_topic})
         config = CoordinatorConfig(retention_ms=RETENTION_MS)
-        no_io: Any = None  # appends are overridden below; the topic exists
+        no_io: Any = None  # writes are overridden below; the topic exists
         super().__init__(no_io, no_io, lambda: image, config, lambda: now_ms)
         part: Any = SimpleNamespace(index=0, name=f"{OFFSETS_TOPIC}-0")
         self.part = self.owned[0] = OwnedPartition(part, 0, loaded=True)
         self.written: list[object] = []
+        self.log: list[RecordBatch] = []
+        self.next_offset = 0
 
-    async def append(
-        self, owned: OwnedPartition, records: Sequence[tuple[bytes, bytes | None]]
-    ) -> ErrorCode:
-        for key, value in records:
-            self.written.append(decode(key, value))
-            self._replay(owned, key, value)
-        return ErrorCode.NONE
+    def write(self, owned: OwnedPartition, batch: RecordBatch) -> AppendOutcome:
+        base = self.next_offset
+        data = bytearray(batch.buf)
+        set_base_offset(data, base)
+        self.log.append(RecordBatch(memoryview(bytes(data))))
+        self.next_offset += batch.last_offset_delta + 1
+        if not batch.is_control:
+            self.written.extend(decode(r.key or b"", r.value) for r in batch.iter_records())
+        return AppendOutcome(ErrorCode.NONE, base)
 
     def commit(self, group: str, topic: str, at_ms: int) -> None:
         value = OffsetCommitValue(offset=1, metadata="", commit_timestamp=at_ms)
-        self._replay(self.part, *encode_offset(group, topic, 0, value))
+        self.part.replay(*encode_offset(group, topic, 0, value))
 
     def empty_group(self, group: str, since_ms: int) -> None:
         value = GroupMetadataValue(
             protocol_type="consumer", generation=2, current_state_timestamp=since_ms
         )
-        self._replay(self.part, *encode_group(group, value))  # restored Empty on load
+        self.part.replay(*encode_group(group, value))  # restored Empty on load
 
 
 def test_expired_offsets_and_the_empty_groups_they_leave_are_tombstoned() -> None:

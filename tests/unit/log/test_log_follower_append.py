@@ -87,7 +87,7 @@ def test_producer_fields_are_reported() -> None:
     leader = open_log(MemoryStorage())
     leader.append(views(batch), leader_epoch=1, now_ms=T0)
     (appended,) = follower().append_as_follower(read_all(leader)).batches
-    assert appended == (42, 7, 100, 102, 0, 2, T0 + 2)
+    assert appended == (42, 7, 100, 102, 0, 2, T0 + 2, False, None, False)
 
 
 @pytest.mark.parametrize("cut", [1, 11, 12, 61, -1])

@@ -85,6 +85,15 @@ NODE_STARTUP_BOUNDS = [
     ("max.connections", 2**31 - 1, 0),
     ("max.connections.per.ip", 2**31 - 1, 0),
     ("queued.max.request.bytes", 256 << 20, -1),
+    # issue 18: the transaction coordinator (kraft/node/run.py's _transaction_config)
+    ("transaction.state.log.num.partitions", 50, 1),
+    ("transaction.state.log.replication.factor", 3, 1),
+    ("transaction.state.log.min.isr", 2, 1),
+    ("transaction.state.log.segment.bytes", 100 << 20, 1024),
+    ("transaction.max.timeout.ms", 900_000, 1),
+    ("transactional.id.expiration.ms", 604_800_000, 1),
+    ("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10_000, 1),
+    ("transaction.remove.expired.transaction.cleanup.interval.ms", 3_600_000, 1),
 ]
 
 

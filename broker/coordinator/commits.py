@@ -1,0 +1,48 @@
+"""What an OffsetCommit or TxnOffsetCommit asks of the group coordinator, and how a failed
+append to ``__consumer_offsets`` is answered (Kafka's ``GroupMetadataManager`` and
+``CoordinatorOperationExceptionHelper``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kafka_protocol.errors import ErrorCode
+
+# Kafka's mapping of append errors to what group requests answer
+_APPEND_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+}
+
+
+def coordinator_error(error: ErrorCode, transactional: bool) -> ErrorCode:
+    """What a commit answers for an append (or, transactional, a verification) that failed
+    with ``error``: a transactional commit passes the producer-state and transaction errors on
+    (INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, ...), a plain one has no use for them."""
+    mapped = _APPEND_ERRORS.get(error)
+    if mapped is not None:
+        return mapped
+    return error if transactional else ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+@dataclass(frozen=True, slots=True)
+class Producer:
+    """The transactional producer a TxnOffsetCommit's records are appended for."""
+
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None

@@ -1,0 +1,533 @@
+"""The transaction coordinator (Kafka's ``TransactionCoordinator`` and
+``TransactionStateManager``): which ``__transaction_state`` partitions this broker coordinates,
+loading them, persisting every state change, and completing decided transactions.
+
+Theory of operation
+-------------------
+A broker coordinates the transactional ids of every ``__transaction_state`` partition it leads;
+the partition's leader epoch is its *coordinator epoch*, carried by every marker so that a
+partition leader refuses the markers of a stale coordinator.  When it becomes leader
+(``on_partition_role``) it loads the partition: replays every record into a dict of
+:class:`TxnMetadata` (the last record of an id wins; a tombstone removes it), yielding between
+chunks; meanwhile requests for its ids get COORDINATOR_LOAD_IN_PROGRESS, and requests for ids of
+partitions it does not lead NOT_COORDINATOR.  Once loaded, every transaction found in
+PrepareCommit or PrepareAbort is completed: its markers are sent again and Complete* written,
+so what a failed coordinator decided is carried out by the next one.
+
+Decisions are the pure functions of :mod:`broker.transaction.state`.  Each change is one record
+appended with acks=all and applied only once committed (``_persist``); while it is in flight
+the id is *busy* and other requests for it get CONCURRENT_TRANSACTIONS (Kafka's pending state).
+After PrepareCommit/PrepareAbort is committed, EndTxn is answered and the markers go out
+(:mod:`broker.transaction.markers`), retried until every partition has its marker; then
+CompleteCommit/CompleteAbort is written.
+
+Every ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` ongoing transactions past
+their timeout are aborted with the epoch bumped (fencing their producer); every
+``transaction.remove.expired.transaction.cleanup.interval.ms`` ids idle for
+``transactional.id.expiration.ms`` are tombstoned.  The topic is created on first use with
+``transaction.state.log.num.partitions`` partitions, replication factor
+``min(transaction.state.log.replication.factor, live brokers)``, ``min.insync.replicas`` capped
+at it, and ``cleanup.policy=compact``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+
+from broker.controller_channel import (
+    ControllerChannel,
+    ControllerRequestError,
+)
+from broker.deferred import Deferred
+from broker.fatal import fatal
+from broker.log.errors import LogError
+from broker.partition import AppendOutcome, Partition
+from broker.replica_manager import ReplicaManager
+from broker.transaction import state as txn
+from broker.transaction.markers import MarkerChannel
+from broker.transaction.partitions import TransactionConfig, TxnPartition, create_topic
+from broker.transaction.records import (
+    TRANSACTION_STATE_TOPIC,
+    decode,
+    encode,
+    partition_for,
+)
+from broker.transaction.remote import BrokerConnections, verify_remotely
+from broker.transaction.state import TopicPartition, TxnMetadata, TxnState
+from kafka_protocol.errors import ErrorCode
+from kafka_protocol.exceptions import ProtocolError
+from kafka_protocol.record_batch import RecordBatch, SimpleRecord, build_batch, iter_batches
+from metadata_log.image import ClusterImage
+
+log = logging.getLogger("broker.transaction")
+LOAD_CHUNK_BYTES = 1 << 20
+
+
+# Kafka's TransactionStateManager.appendTransactionToLog error mapping.
+_APPEND_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class InitResult:
+    error: ErrorCode
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+class TransactionCoordinator:
+    """See the module docstring.  ``allocate_producer_id`` is the broker's producer id
+    allocator (shared with idempotent producers); ``offsets_partition_of`` names a group's
+    ``__consumer_offsets`` partition (AddOffsetsToTxn)."""
+
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        controller: ControllerChannel,
+        image: Callable[[], ClusterImage],
+        config: TransactionConfig,
+        clock_ms: Callable[[], int],
+        allocate_producer_id: Callable[[], Awaitable[int]],
+        connections: BrokerConnections,
+        node_id: int,
+    ) -> None:
+        self.node_id = node_id
+        self.replicas = replicas
+        self.controller = controller
+        self.image = image
+        self.config = config
+        self.clock_ms = clock_ms
+        self._allocate = allocate_producer_id
+        self.connections = connections
+        self.markers = MarkerChannel(connections, image)
+        self.owned: dict[int, TxnPartition] = {}
+        self._creating: asyncio.Task[None] | None = None
+        self._loops: list[asyncio.Task[None]] = []
+
+    # --- where ids live -----------------------------------------------------------------------
+
+    def partition_of(self, transactional_id: str) -> int | None:
+        topic = self.image().topics.get(TRANSACTION_STATE_TOPIC)
+        if topic is None or not topic.partitions:
+            return None
+        return partition_for(transactional_id, len(topic.partitions))
+
+    def coordinator_of(self, transactional_id: str) -> int | ErrorCode:
+        """The broker coordinating ``transactional_id`` (FindCoordinator key type 1), creating
+        the topic on first use."""
+        topic = self.image().topics.get(TRANSACTION_STATE_TOPIC)
+        if topic is None or not topic.partitions:
+            self._create_topic()
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        leader = topic.partitions[partition_for(transactional_id, len(topic.partitions))].leader
+        return leader if leader >= 0 else ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+    def owned_for(self, transactional_id: str) -> TxnPartition | ErrorCode:
+        index = self.partition_of(transactional_id)
+        if index is None:
+            self._create_topic()
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        owned = self.owned.get(index)
+        if owned is None:
+            return ErrorCode.NOT_COORDINATOR
+        if not owned.loaded:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return owned
+
+    def _create_topic(self) -> None:
+        if self._creating is not None and not self._creating.done():
+            return
+        self._creating = asyncio.get_running_loop().create_task(
+            create_topic(self.controller, self.image(), self.config)
+        )
+
+    # --- partition ownership ------------------------------------------------------------------
+
+    def on_partition_role(self, part: Partition) -> None:
+        """The replica manager changed (or confirmed) a partition's role."""
+        owned = self.owned.get(part.index)
+        if part.is_leader:
+            if (
+                owned is not None
+                and owned.part is part
+                and owned.coordinator_epoch == (part.leader_epoch)
+            ):
+                return
+            self.on_partition_removed(part.index)
+            owned = self.owned[part.index] = TxnPartition(part, part.leader_epoch)
+            self._spawn(owned, self._load(owned), f"load {part.name}")
+        elif owned is not None:
+            self.on_partition_removed(part.index)
+
+    def on_partition_removed(self, index: int) -> None:
+        owned = self.owned.pop(index, None)
+        if owned is None:
+            return
+        for task in owned.tasks:
+            task.cancel()
+        level = logging.INFO if owned.txns else logging.DEBUG
+        log.log(level, "unloaded %s transactional ids=%d", owned.part.name, len(owned.txns))
+
+    def _spawn(self, owned: TxnPartition, work: Coroutine[object, object, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        owned.tasks.add(task)
+        task.add_done_callback(owned.tasks.discard)
+
+    def _current(self, owned: TxnPartition) -> bool:
+        return self.owned.get(owned.part.index) is owned
+
+    async def _load(self, owned: TxnPartition) -> None:
+        part = owned.part
+        started = self.clock_ms()
+        offset, end = part.log_start_offset, part.log_end_offset
+        try:
+            while offset < end:
+                chunk = part.log.read(offset, LOAD_CHUNK_BYTES, max_offset=end)
+                if chunk.size_bytes == 0:
+                    break
+                for batch in iter_batches(part.log.read_bytes(chunk), allow_truncated_tail=True):
+                    if not batch.is_control:
+                        for record in batch.iter_records():
+                            self._replay(owned, record.key, record.value)
+                    offset = batch.next_offset
+                await asyncio.sleep(0)
+                if not self._current(owned):
+                    return
+        except (LogError, ProtocolError) as exc:
+            log.error("cannot load %s: %s; retrying", part.name, exc)
+            await asyncio.sleep(1.0)
+            if self._current(owned):
+                owned.txns = {}
+                self._spawn(owned, self._load(owned), f"load {part.name}")
+            return
+        owned.loaded = True
+        prepared = [m for m in owned.txns.values() if m.state in txn.PREPARED]
+        log.log(
+            logging.INFO if owned.txns else logging.DEBUG,
+            "loaded %s transactional ids=%d completing=%d in %d ms",
+            part.name,
+            len(owned.txns),
+            len(prepared),
+            self.clock_ms() - started,
+        )
+        for metadata in prepared:
+            self._complete_later(owned, metadata)
+
+    def _replay(self, owned: TxnPartition, key: bytes | None, value: bytes | None) -> None:
+        if key is None:
+            return
+        try:
+            transactional_id, metadata = decode(key, value)
+        except (ValueError, ProtocolError) as exc:
+            log.warning("skipping an undecodable record of %s: %s", owned.part.name, exc)
+            return
+        if metadata is None or metadata.state is TxnState.DEAD:
+            owned.txns.pop(transactional_id, None)
+        else:
+            owned.txns[transactional_id] = metadata
+
+    # --- persisting ---------------------------------------------------------------------------
+
+    async def _persist(
+        self, owned: TxnPartition, old: TxnMetadata | None, new: TxnMetadata
+    ) -> ErrorCode:
+        """Append ``new`` with acks=all; once committed, it becomes the id's state (and the
+        markers of a Prepare* state go out)."""
+        try:
+            txn.check_transition(old, new)
+        except AssertionError as exc:
+            fatal("txn-transition", "invalid transaction state transition", error=str(exc))
+        tid = new.transactional_id
+        owned.busy.add(tid)
+        try:
+            error = await self._append(owned, [encode(new, tombstone=new.state is TxnState.DEAD)])
+        finally:
+            owned.busy.discard(tid)
+        if error is not ErrorCode.NONE:
+            return error
+        if not self._current(owned):
+            return ErrorCode.NOT_COORDINATOR
+        if new.state is TxnState.DEAD:
+            owned.txns.pop(tid, None)
+        else:
+            owned.txns[tid] = new
+        if new.state in txn.PREPARED:
+            self._complete_later(owned, new)
+        return ErrorCode.NONE
+
+    async def _append(
+        self, owned: TxnPartition, records: Sequence[tuple[bytes, bytes | None]]
+    ) -> ErrorCode:
+        if not self._current(owned):
+            return ErrorCode.NOT_COORDINATOR
+        batch = build_batch(
+            [SimpleRecord(value, key) for key, value in records], now_ms=self.clock_ms()
+        )
+        outcome = self.replicas.append_nowait(owned.part, RecordBatch(memoryview(batch)), -1)
+        if isinstance(outcome, Deferred):
+            outcome = await self._within_timeout(outcome)
+        if outcome.error is not ErrorCode.NONE:
+            log.info("append to %s failed: %s", owned.part.name, outcome.error.name)
+            return _APPEND_ERRORS.get(outcome.error, ErrorCode.UNKNOWN_SERVER_ERROR)
+        if owned.part.leader_epoch != owned.coordinator_epoch:
+            return ErrorCode.NOT_COORDINATOR
+        return ErrorCode.NONE
+
+    async def _within_timeout(self, pending: Deferred[AppendOutcome]) -> AppendOutcome:
+        try:
+            async with asyncio.timeout(self.config.append_timeout_ms / 1000):
+                return await pending
+        except TimeoutError:
+            return AppendOutcome(ErrorCode.REQUEST_TIMED_OUT)
+
+    # --- completing decided transactions ------------------------------------------------------
+
+    def _complete_later(self, owned: TxnPartition, prepared: TxnMetadata) -> None:
+        self._spawn(owned, self._complete(owned, prepared), f"markers {prepared.transactional_id}")
+
+    async def _complete(self, owned: TxnPartition, prepared: TxnMetadata) -> None:
+        """Markers to every partition of a PrepareCommit/PrepareAbort transaction, then
+        CompleteCommit/CompleteAbort (retried while this broker stays the coordinator)."""
+        tid = prepared.transactional_id
+        written = await self.markers.write(
+            prepared.producer_id,
+            prepared.producer_epoch,
+            prepared.state is TxnState.PREPARE_COMMIT,
+            owned.coordinator_epoch,
+            prepared.partitions,
+            lambda: self._current(owned) and owned.txns.get(tid) is prepared,
+        )
+        while written and self._current(owned) and owned.txns.get(tid) is prepared:
+            while tid in owned.busy:
+                await asyncio.sleep(0.01)
+            if owned.txns.get(tid) is not prepared:
+                return
+            error = await self._persist(owned, prepared, txn.complete(prepared, self.clock_ms()))
+            if error is ErrorCode.NONE:
+                return
+            if error is ErrorCode.NOT_COORDINATOR:
+                return  # the next coordinator completes it
+            await asyncio.sleep(0.1)
+
+    # --- the requests -------------------------------------------------------------------------
+
+    async def init_producer_id(
+        self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None
+    ) -> InitResult:
+        """InitProducerId with a transactional id (the handler validated the timeout)."""
+        owned = self.owned_for(transactional_id)
+        if isinstance(owned, ErrorCode):
+            return InitResult(owned)
+        fresh: int | None = None
+        if txn.needs_new_producer_id(owned.txns.get(transactional_id)):
+            try:
+                fresh = int(await self._allocate())
+            except ControllerRequestError as exc:  # retriable for the client
+                log.warning("no producer id block from the controller: %s", exc)
+                return InitResult(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+            owned = self.owned_for(transactional_id)  # the await may have moved things
+            if isinstance(owned, ErrorCode):
+                return InitResult(owned)
+        if transactional_id in owned.busy:
+            return InitResult(ErrorCode.CONCURRENT_TRANSACTIONS)
+        now = self.clock_ms()
+        old = owned.txns.get(transactional_id)
+        current = old
+        if current is None:
+            if fresh is None:
+                return InitResult(ErrorCode.CONCURRENT_TRANSACTIONS)  # removed meanwhile
+            current = txn.new_transactional_id(transactional_id, fresh, timeout_ms, now)
+        elif fresh is None and txn.needs_new_producer_id(current):
+            return InitResult(ErrorCode.CONCURRENT_TRANSACTIONS)  # changed meanwhile: retry
+        decision = txn.init_producer_id(current, timeout_ms, expected, fresh, now)
+        if isinstance(decision, ErrorCode):
+            return InitResult(decision)
+        error = await self._persist(owned, old, decision.new)
+        if error is not ErrorCode.NONE:
+            return InitResult(error)
+        if decision.answer is not ErrorCode.NONE:
+            return InitResult(decision.answer)
+        return InitResult(ErrorCode.NONE, decision.new.producer_id, decision.new.producer_epoch)
+
+    async def add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> ErrorCode:
+        """AddPartitionsToTxn (the handler answered unknown partitions already)."""
+        owned = self.owned_for(transactional_id)
+        if isinstance(owned, ErrorCode):
+            return owned
+        current = owned.txns.get(transactional_id)
+        if transactional_id in owned.busy:  # Kafka checks the producer first
+            refused = txn.check_producer(current, producer_id, producer_epoch)
+            return refused or ErrorCode.CONCURRENT_TRANSACTIONS
+        decision = txn.add_partitions(
+            current, producer_id, producer_epoch, partitions, self.clock_ms()
+        )
+        if decision is None:
+            return ErrorCode.NONE
+        if isinstance(decision, ErrorCode):
+            return decision
+        return await self._persist(owned, current, decision.new)
+
+    def verify_local(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """AddPartitionsToTxn verify_only, answered by this broker as the coordinator."""
+        owned = self.owned_for(transactional_id)
+        if isinstance(owned, ErrorCode):
+            return dict.fromkeys(partitions, owned)
+        current = owned.txns.get(transactional_id)
+        return txn.verify_partitions(current, producer_id, producer_epoch, partitions)
+
+    async def verify(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """:class:`~broker.transaction.interfaces.TransactionVerifier`: answered here when this
+        broker coordinates the id, else by its coordinator (AddPartitionsToTxn verify_only).
+        With ``transaction.partition.verification.enable=false`` every partition is NONE: the
+        leader appends unverified, as Kafka's does then."""
+        if not self.config.verification_enabled:
+            return dict.fromkeys(partitions, ErrorCode.NONE)
+        coordinator = self.coordinator_of(transactional_id)
+        if isinstance(coordinator, ErrorCode):
+            return dict.fromkeys(partitions, coordinator)
+        if coordinator == self.node_id:
+            return self.verify_local(transactional_id, producer_id, producer_epoch, partitions)
+        return await verify_remotely(
+            self.connections,
+            coordinator,
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            partitions,
+        )
+
+    async def end_transaction(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> ErrorCode:
+        owned = self.owned_for(transactional_id)
+        if isinstance(owned, ErrorCode):
+            return owned
+        current = owned.txns.get(transactional_id)
+        if transactional_id in owned.busy:
+            refused = txn.check_producer(current, producer_id, producer_epoch)
+            return refused or ErrorCode.CONCURRENT_TRANSACTIONS
+        decision = txn.end_transaction(
+            current, producer_id, producer_epoch, commit, self.clock_ms()
+        )
+        if isinstance(decision, ErrorCode):
+            return decision
+        return await self._persist(owned, current, decision.new)
+
+    def describe(self, transactional_id: str) -> TxnMetadata | ErrorCode:
+        owned = self.owned_for(transactional_id)
+        if isinstance(owned, ErrorCode):
+            return owned
+        found = owned.txns.get(transactional_id)
+        return found if found is not None else ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+
+    def list_transactions(self) -> list[TxnMetadata] | ErrorCode:
+        """Every id of the loaded partitions; COORDINATOR_LOAD_IN_PROGRESS while any loads."""
+        if any(not owned.loaded for owned in self.owned.values()):
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return [m for owned in self.owned.values() for m in owned.txns.values()]
+
+    # --- housekeeping -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._loops = [
+            loop.create_task(
+                self._every(self.config.abort_timed_out_interval_ms, self.abort_timed_out),
+                name="txn-timeouts",
+            ),
+            loop.create_task(
+                self._every(self.config.remove_expired_interval_ms, self.remove_expired),
+                name="txn-id-expiry",
+            ),
+        ]
+
+    async def stop(self) -> None:
+        for index in list(self.owned):
+            self.on_partition_removed(index)
+        for task in (*self._loops, self._creating):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        await self.markers.close()
+        await self.connections.close()
+
+    async def _every(self, interval_ms: int, action: Callable[[], Awaitable[int]]) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                await action()
+            except Exception:
+                log.exception("transaction housekeeping failed")
+
+    async def abort_timed_out(self) -> int:
+        """Abort (with the epoch bumped) every ongoing transaction past its timeout."""
+        aborted = 0
+        now = self.clock_ms()
+        for owned in list(self.owned.values()):
+            if not owned.loaded:
+                continue
+            for current in list(owned.txns.values()):
+                tid = current.transactional_id
+                if not txn.timed_out(current, now) or tid in owned.busy:
+                    continue
+                if not self._current(owned) or owned.txns.get(tid) is not current:
+                    continue
+                fenced = txn.fence_and_abort(current, now)
+                error = await self._persist(owned, current, fenced)
+                if error is ErrorCode.NONE:
+                    aborted += 1
+                    log.info(
+                        "aborting timed-out transaction %r producer %d epoch %d",
+                        tid,
+                        fenced.producer_id,
+                        fenced.producer_epoch,
+                    )
+        return aborted
+
+    async def remove_expired(self) -> int:
+        """Tombstone ids idle for ``transactional.id.expiration.ms``."""
+        removed = 0
+        now = self.clock_ms()
+        for owned in list(self.owned.values()):
+            if not owned.loaded:
+                continue
+            for current in list(owned.txns.values()):
+                tid = current.transactional_id
+                if not txn.expired(current, now, self.config.id_expiration_ms):
+                    continue
+                if tid in owned.busy or owned.txns.get(tid) is not current:
+                    continue
+                if await self._persist(owned, current, txn.dead(current, now)) is ErrorCode.NONE:
+                    removed += 1
+        if removed:
+            log.info("removed %d expired transactional ids", removed)
+        return removed
