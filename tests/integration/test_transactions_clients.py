@@ -200,6 +200,9 @@ class AiokafkaTxn(TxnProducer):
         try:
             self.run(self.producer.stop())
         finally:
+            for f in self.futures:  # a fenced zombie's: failed, and seen failing
+                if f.done() and not f.cancelled():
+                    f.exception()
             self.loop.close()
 
 
