@@ -14,7 +14,9 @@ and was skipped.
   and the four transactional ACL tests of ``tests/test_sasl.py`` (deselected from the
   security selection);
 * librdkafka (PLAINTEXT): 0103-transactions, 0129-fetch_aborted_msgs and 0061-consumer_lag
-  (read_committed lag of a transactional producer); not 0098-consumer-txn (a Java producer).
+  (read_committed lag of a transactional producer), on one controller and three brokers
+  (``kraft server``: 0103 creates its topics with replication factor 3); not
+  0098-consumer-txn (a Java producer).
 
 The sources, e.g. from the ``fetch`` tool's snapshots: ``git --git-dir=/work/.mirror/
 aio-libs+aiokafka/repo archive v0.14.0 | tar -x -C DIR`` (likewise ``dpkp+kafka-python``
@@ -65,6 +67,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +79,13 @@ sys.path[:0] = [str(ADAPTERS), str(REPO / "tests"), str(REPO)]
 
 import suite_broker  # noqa: E402
 from integration.node_process import NodeProcess  # noqa: E402
+from librdkafka_selection import (  # noqa: E402
+    LIBRDKAFKA_SUITES,
+    RDK_SMOKE,
+    RDK_TXN_SUITES,
+    REAUTH_MS,
+    RdkSuite,
+)
 from suite_broker import SuiteBroker  # noqa: E402
 from tls_material import KEY_PASSWORD, TlsFiles, make_tls  # noqa: E402
 
@@ -304,112 +314,6 @@ def run_aiokafka(
 
 # --- librdkafka ---------------------------------------------------------------------------------
 
-# librdkafka's SMOKE_TESTS (tests/Makefile) that need a broker, less 0103-transactions (run
-# by the transactions selection, over PLAINTEXT) ...
-RDK_SMOKE = ("0001", "0012", "0017", "0022", "0030", "0039", "0049")
-# ... plus the tests that skip without a secure broker: 0135-sasl_credentials (SASL),
-# 0097-ssl_verify (SSL_* variables, client certificates).
-RDK_SASL_ONLY = ("0135",)
-RDK_SSL_ONLY = ("0097",)
-# 0142-reauthentication (KIP-368) skips unless every broker has connections.max.reauth.ms > 0,
-# and its sub-tests are not "quick": run without -Q, one sub-test per run (SUBTESTS matches a
-# substring).  Left out: its share-consumer (KIP-932), transactional-producer and
-# OAUTHBEARER sub-tests, and the consumer one (RDK_REAUTH_EXCLUDED).
-RDK_REAUTH_SUBTESTS = (
-    "test producer message loss while reauthenticating",
-    "test reauth failure with wrong credentials for reauth",
-)
-RDK_REAUTH_EXCLUDED = (
-    (
-        "0142 sub-test 'test consumer message loss while reauthenticating'",
-        "creates its topic with replication factor 3, which needs three brokers (librdkafka's"
-        " CI runs three); one node answers INVALID_REPLICATION_FACTOR, as Kafka does",
-    ),
-)
-REAUTH_MS = 3000  # connections.max.reauth.ms of the librdkafka broker: each sub-test ~1.2x it
-
-
-@dataclass(frozen=True)
-class RdkSuite:
-    """One security set-up of librdkafka's tests/sasl_test.py (one test-runner run)."""
-
-    name: str
-    listener: str
-    protocol: str
-    mechanism: str | None
-    tests: tuple[str, ...]
-    user: str = "myuser"
-    password: str = "mypassword"
-    expect_fail: bool = False
-    subtests: str | None = None  # SUBTESTS: run only the sub-tests whose name has this
-    excluded: tuple[tuple[str, str], ...] = ()  # left out of this set-up: (test, reason)
-    quick: bool = True  # -Q: librdkafka's quick mode (its `make sasl` target's flags)
-
-
-def _reauth_runs(name: str, listener: str, mechanism: str) -> tuple[RdkSuite, ...]:
-    return tuple(
-        RdkSuite(
-            f"{name}: 0142 {sub.removeprefix('test ')}",
-            listener,
-            listener,
-            mechanism,
-            ("0142",),
-            subtests=sub,
-            quick=False,
-        )
-        for sub in RDK_REAUTH_SUBTESTS
-    )
-
-
-LIBRDKAFKA_SUITES = (
-    RdkSuite("SASL PLAIN", "SASL_PLAINTEXT", "SASL_PLAINTEXT", "PLAIN", ("0001", *RDK_SASL_ONLY)),
-    RdkSuite(
-        "SASL SCRAM",
-        "SASL_PLAINTEXT",
-        "SASL_PLAINTEXT",
-        "SCRAM-SHA-512",
-        RDK_SMOKE + RDK_SASL_ONLY,
-        excluded=RDK_REAUTH_EXCLUDED,
-    ),
-    *_reauth_runs("SASL SCRAM", "SASL_PLAINTEXT", "SCRAM-SHA-512"),
-    RdkSuite("SSL (no SASL)", "MTLS", "SSL", None, RDK_SMOKE + RDK_SSL_ONLY),
-    RdkSuite(
-        "SASL_SSL PLAIN",
-        "SASL_SSL",
-        "SASL_SSL",
-        "PLAIN",
-        RDK_SMOKE + RDK_SASL_ONLY + RDK_SSL_ONLY,
-        excluded=RDK_REAUTH_EXCLUDED,
-    ),
-    *_reauth_runs("SASL_SSL PLAIN", "SASL_SSL", "PLAIN"),
-    RdkSuite(
-        "SASL PLAIN with wrong username",
-        "SASL_PLAINTEXT",
-        "SASL_PLAINTEXT",
-        "PLAIN",
-        ("0001",),
-        user="wrongjoe",
-        expect_fail=True,
-    ),
-)
-
-
-RDK_TXN_TESTS = ("0103", "0129", "0061")
-RDK_TXN_EXCLUDED = (
-    ("0098-consumer-txn", "drives a Java producer (kafka-clients' TransactionProducerCli)"),
-    ("0103_transactions_local, 0105-transactions_mock", "local: librdkafka's mock cluster"),
-)
-RDK_TXN_SUITES = (
-    RdkSuite(
-        "PLAINTEXT transactions",
-        "PLAINTEXT",
-        "PLAINTEXT",
-        None,
-        RDK_TXN_TESTS,
-        excluded=RDK_TXN_EXCLUDED,
-    ),
-)
-
 
 def rdk_conf(suite: RdkSuite, broker: RunningBroker, tls: TlsFiles) -> str:
     lines = [
@@ -556,6 +460,63 @@ def print_report(results: list[SuiteResult]) -> None:
     print(f"\n{passed} passed, {failed} failed, {skipped} skipped")
 
 
+def run_client(
+    name: str,
+    source: Path,
+    work: Path,
+    tls: TlsFiles,
+    extra: tuple[str, ...],
+    security: bool,
+    transactions: bool,
+) -> list[SuiteResult]:
+    """One client's selections against one ``kraft dev`` node (librdkafka: security only)."""
+    results: list[SuiteResult] = []
+    broker = start_broker(work, name, tls, extra)
+    try:
+        if name == "kafka-python":
+            selections = [KAFKA_PYTHON_TESTS] * security + [KAFKA_PYTHON_TXN_TESTS] * transactions
+            for tests in selections:
+                results.append(run_kafka_python(source, work, broker, tests))
+        elif name == "aiokafka":
+            if security:
+                results.append(run_aiokafka(source, work, broker))
+            if transactions:
+                results.append(run_aiokafka(source, work, broker, AIOKAFKA_TXN_TESTS, {}))
+        else:
+            results += run_librdkafka(source, work, broker, tls)
+    finally:
+        alive = broker.node.alive()
+        if alive:
+            broker.node.stop()
+        else:
+            results.append(SuiteResult(f"{name} broker", "", failed=["broker died"]))
+    return results
+
+
+def run_librdkafka_on_cluster(source: Path, work: Path, tls: TlsFiles) -> list[SuiteResult]:
+    """librdkafka's transactional tests create their topics with replication factor 3, as its
+    CI's three brokers allow: one controller and three brokers (``kraft server``)."""
+    from confluent_kafka.admin import AdminClient
+    from integration.cluster_process import LocalCluster
+
+    cluster = LocalCluster.create(work / "rdk-cluster", 1, 3, {"num.partitions": "4"}).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        deadline = time.monotonic() + 60
+        while len(admin.list_topics(timeout=10).brokers) < 3:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"three brokers never registered:\n{cluster.logs()}")
+            time.sleep(0.5)
+        info = SuiteBroker(listeners={"PLAINTEXT": cluster.bootstrap}, ca_pem="")
+        view = RunningBroker(node=None, info=info, info_path=work / "rdk-cluster.json")  # type: ignore[arg-type]
+        results = run_librdkafka(source, work, view, tls, RDK_TXN_SUITES)
+        if dead := [n.node_id for n in cluster.nodes if not n.alive()]:
+            results.append(SuiteResult("librdkafka cluster", "", failed=[f"nodes died: {dead}"]))
+        return results
+    finally:
+        cluster.kill_all()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kafka-python", type=Path, metavar="DIR")
@@ -585,36 +546,12 @@ def main() -> int:
             ("num.partitions=4", f"connections.max.reauth.ms={REAUTH_MS}"),
         ),
     ]
-    security, transactions = (
-        args.tests in ("security", "all"),
-        args.tests in ("transactions", "all"),
-    )
+    security, transactions = args.tests in ("security", "all"), args.tests != "security"
     for name, source, extra in plan:
-        if source is None:
-            continue
-        broker = start_broker(work, name, tls, extra)
-        source = source.resolve()
-        try:
-            if name == "kafka-python":
-                selections = [KAFKA_PYTHON_TESTS] * security + [
-                    KAFKA_PYTHON_TXN_TESTS
-                ] * transactions
-                for tests in selections:
-                    results.append(run_kafka_python(source, work, broker, tests))
-            elif name == "aiokafka":
-                if security:
-                    results.append(run_aiokafka(source, work, broker))
-                if transactions:
-                    results.append(run_aiokafka(source, work, broker, AIOKAFKA_TXN_TESTS, {}))
-            else:
-                rdk = LIBRDKAFKA_SUITES * security + RDK_TXN_SUITES * transactions
-                results += run_librdkafka(source, work, broker, tls, rdk)
-        finally:
-            alive = broker.node.alive()
-            if alive:
-                broker.node.stop()
-            if not alive:
-                results.append(SuiteResult(f"{name} broker", "", failed=["broker died"]))
+        if source is not None and (security or name != "librdkafka"):
+            results += run_client(name, source.resolve(), work, tls, extra, security, transactions)
+    if args.librdkafka is not None and transactions:
+        results += run_librdkafka_on_cluster(args.librdkafka.resolve(), work, tls)
     print_report(results)
     if args.json:
         args.json.write_text(json.dumps([r.__dict__ for r in results], indent=1))
