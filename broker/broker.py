@@ -141,6 +141,7 @@ class Broker:
         self.listeners: dict[str, KafkaListener] = {}  # every one, by name
         self._maintenance: list[asyncio.Task[None]] = []
         self.metrics.add_state(self._state_metrics)
+        self.metrics.add_state(self.transactions.state_metrics)
         self.apply_image(image)
 
     @property

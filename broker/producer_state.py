@@ -33,6 +33,17 @@ closed by a marker the high watermark has not yet passed (``first_unstable_offse
 transaction may still be cut off by a truncation, or its outcome is not yet committed.  The
 completed ones wait in ``_unreplicated`` until the high watermark passes their marker.
 
+Verification guards (KIP-890 part 1).  Before a leader asks the coordinator whether a partition
+is in a producer's transaction, it takes the producer's :class:`VerificationGuard`
+(:meth:`verification_guard`: one per producer, shared by the requests verifying at once); any
+transactional batch or marker of that producer recorded here clears it.  The append then
+passes the guard it took (:meth:`verified`): if a marker was written meanwhile (the
+transaction the coordinator vouched for has ended), the guard is gone and the batch must be
+refused, not open a new transaction nobody will end (Kafka's ``VerificationStateEntry``).
+Guards are leader-side and transient: a truncation or a replay of the log (:meth:`replaying`,
+whose batches are all older than any guard) keeps them, and an unused one is forgotten with the
+idle producers.
+
 Every client producer is idempotent by default, and each instance has its own id, so state
 would grow without end on a long-lived broker: as Kafka does (``producer.id.expiration.ms``,
 KIP-854), a producer not seen for that long is forgotten (:meth:`remove_expired`), unless it
@@ -49,6 +60,8 @@ forgotten; ``truncate_after`` says so and the caller replays the log instead.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -80,6 +93,14 @@ class ProducerEntry:
     @property
     def last_seq(self) -> int:
         return self.batches[-1].last_seq if self.batches else -1
+
+
+@dataclass(eq=False, slots=True)
+class VerificationGuard:
+    """A token of one verification with the coordinator; compared by identity."""
+
+    producer_id: int
+    created_ms: int
 
 
 class CompletedTxn(NamedTuple):
@@ -130,6 +151,10 @@ class ProducerStateManager:
         self._unreplicated: list[CompletedTxn] = []
         # the highest high watermark below which closed transactions were forgotten
         self._forgotten_below = -1
+        # pid -> the guard of the verifications under way (cleared by its next
+        # transactional batch or marker)
+        self._verification_guards: dict[int, VerificationGuard] = {}
+        self._replaying = False
 
     # --- checks -------------------------------------------------------------------------------
 
@@ -213,6 +238,8 @@ class ProducerStateManager:
     ) -> None:
         """A transactional batch (``first_seq`` -1: without sequences): opens the producer's
         transaction here if none is open."""
+        if not self._replaying:
+            self._verification_guards.pop(pid, None)
         entry = self._entry(pid, epoch, seen_ms)
         if batch.first_seq >= 0:
             entry.batches.append(batch)
@@ -234,6 +261,8 @@ class ProducerStateManager:
         seen_ms: int,
     ) -> CompletedTxn:
         """A marker (checked) at ``marker_offset``: closes the open transaction, if any."""
+        if not self._replaying:
+            self._verification_guards.pop(pid, None)
         entry = self.producers.get(pid)
         previous = (entry.epoch, entry.coordinator_epoch) if entry else (-1, -1)
         entry = self._entry(pid, epoch, seen_ms)
@@ -246,6 +275,31 @@ class ProducerStateManager:
         done = CompletedTxn(pid, first, marker_offset, aborted, *previous)
         self._unreplicated.append(done)
         return done
+
+    # --- verification guards (KIP-890) --------------------------------------------------------
+
+    def verification_guard(self, pid: int, now_ms: int) -> VerificationGuard:
+        """The guard of ``pid``'s verifications under way, taken before asking the
+        coordinator (the one already there, if another verification of ``pid`` is)."""
+        guard = self._verification_guards.get(pid)
+        if guard is None:
+            guard = self._verification_guards[pid] = VerificationGuard(pid, now_ms)
+        return guard
+
+    def verified(self, pid: int, guard: VerificationGuard) -> bool:
+        """Whether no transactional batch or marker of ``pid`` was recorded since ``guard``
+        was taken (its verification still vouches for the append)."""
+        return self._verification_guards.get(pid) is guard
+
+    @contextmanager
+    def replaying(self) -> Iterator[None]:
+        """Rebuilding the state from the log: what is replayed was written before any guard
+        now held was taken, so it clears none."""
+        self._replaying = True
+        try:
+            yield
+        finally:
+            self._replaying = False
 
     # --- transactions -------------------------------------------------------------------------
 
@@ -306,6 +360,9 @@ class ProducerStateManager:
         ]
         for pid in expired:
             del self.producers[pid]
+        guards = self._verification_guards
+        for pid in [p for p, g in guards.items() if now_ms - g.created_ms >= expiration_ms]:
+            del guards[pid]
         return len(expired)
 
     def truncate_after(self, offset: int) -> bool:

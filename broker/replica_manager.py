@@ -8,14 +8,10 @@ A :class:`Partition` wraps one :class:`PartitionLog` and a replication *role*: t
 partition_state.py holds the rules; this module does the I/O they ask for).  The role follows
 the partition's registration in the metadata image (:meth:`ReplicaManager.apply_registration`).
 
-Leader.  Produce handlers call :meth:`ReplicaManager.append_nowait` with a validated batch:
-producer-state checks run at once, offsets are assigned at once (``next_offset`` runs ahead of
-the log by what is pending), and the batch joins the partition's pending list.  The first
-pending batch of a loop iteration schedules one ``_flush_all`` with ``call_soon``; it writes
-every dirty partition's pending batches with ONE ``PartitionLog.append`` (one ``writev``),
-tells the role the new log end offset, answers acks=1 and wakes long-poll fetches.  acks=all
-answers wait in the partition's *delayed produces* (a heap by required offset) until the high
-watermark reaches them; followers' fetches move the high watermark
+Leader.  Produce handlers call :meth:`ReplicaManager.append_nowait` with a validated batch,
+the transaction coordinator :meth:`ReplicaManager.append_marker`; pending appends are written
+once per loop iteration (broker/leader_append.py, a mixin of this class, which says how).
+acks=all answers wait until the high watermark reaches them; followers' fetches move it
 (:meth:`on_follower_fetch`), and so do ISR changes.  The produce handler bounds the wait with
 the request's timeout (REQUEST_TIMED_OUT); a lost leadership answers NOT_LEADER_OR_FOLLOWER.
 
@@ -24,12 +20,14 @@ verbatim (:meth:`append_as_follower`), truncates divergent tails (:meth:`truncat
 producer state from batch headers (and markers), so a follower elected leader deduplicates
 retries of batches its predecessor wrote and knows which transactions are open.
 
-Transactions.  :meth:`append_marker` writes a coordinator's COMMIT or ABORT marker through the
-same pending list as produces (acks=all); producer state (broker/producer_state.py) opens a
-transaction at a producer's first transactional batch and closes it at the marker, and gives
-the partition its last stable offset; an ABORT marker's entry goes to the aborted-transaction
-index of the segment it lands in, on the leader and on followers alike.  At open, the replay
-of the log that rebuilds producer state also refills the indexes recovery emptied.
+Transactions.  Producer state (broker/producer_state.py) opens a transaction at a producer's
+first transactional batch and closes it at the marker, on the leader and on followers alike,
+and gives the partition its last stable offset; an ABORT marker's entry goes to the
+aborted-transaction index of the segment it lands in.  At open, the replay of the log that
+rebuilds producer state also refills the indexes recovery emptied.
+
+Maintenance (retention, compaction, producer expiration): broker/log_maintenance.py, a mixin
+of this class.
 
 The high watermark is checkpointed per log directory (``replication-offset-checkpoint``,
 Kafka's file and format) so a restarted broker does not expose records it cannot know are
@@ -37,8 +35,10 @@ committed, nor hide every record until all followers have fetched
 (replication/high_watermark_checkpoint.py).
 
 A partition's own state and its delayed produces live in ``broker/partition.py``; the rest
-stays in this one class because role changes, leader appends and the follower side all move
-the same partitions' offsets, pending appends and dirty set.
+is one class because role changes, leader appends and the follower side all move the same
+partitions' offsets, pending appends and dirty set.  Its leader append path and its
+maintenance are written in their own modules as mixins, each naming in a protocol what of
+the manager it uses.
 """
 
 from __future__ import annotations
@@ -50,26 +50,19 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from broker.deferred import Deferred
-from broker.fatal import fatal
+from broker.leader_append import LeaderAppends
 from broker.log.cleaner import LogCleaning
 from broker.log.config import LogConfig
 from broker.log.errors import KafkaStorageError, LogError
 from broker.log.fetched_batches import AppendedBatch
-from broker.log.log import AppendResult, PartitionLog
-from broker.log.txn_index import AbortedTxn, marker_value
+from broker.log.log import PartitionLog
+from broker.log.txn_index import AbortedTxn
 from broker.log_dir import LogDirectory, claim_partition_directory
-from broker.partition import (
-    AlterPartitionSink,
-    PendingAppend,
-    Role,
-    aborted_entry,
-    learn_producer,
-)
+from broker.log_maintenance import LogMaintenance
+from broker.partition import AlterPartitionSink, Role, aborted_entry, learn_producer
 from broker.partition import AppendOutcome as AppendOutcome
 from broker.partition import Partition as Partition
 from broker.partition import Registration as Registration
-from broker.producer_state import BatchMetadata
 from broker.replication.high_watermark_checkpoint import (
     read_high_watermarks,
     write_high_watermarks,
@@ -84,21 +77,12 @@ from broker.storage import Storage
 from kafka_protocol.clock import monotonic_ms, wall_ms
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import CorruptRecordError
-from kafka_protocol.record_batch import (
-    NO_PRODUCER_ID,
-    NO_SEQUENCE,
-    ControlRecordType,
-    RecordBatch,
-    build_batch,
-    control_record,
-    iter_batches,
-)
+from kafka_protocol.record_batch import iter_batches
 
 log = logging.getLogger("broker.replica_manager")
-ACKS_ALL = -1
 
 
-class ReplicaManager:
+class ReplicaManager(LeaderAppends, LogMaintenance):
     def __init__(
         self,
         storage: Storage,
@@ -224,28 +208,23 @@ class ReplicaManager:
         plog, producers = part.log, part.producers
         restore = plog.rebuilding_txn_indexes
         offset = part.log_start_offset
-        while offset < part.log_end_offset:
-            chunk = plog.read(offset, 1 << 20, min_one_batch=True)
-            if chunk.size_bytes == 0:
-                break
-            data = plog.read_bytes(chunk)
-            for batch in iter_batches(data, allow_truncated_tail=True):
-                offset = batch.next_offset
-                try:
-                    done = learn_producer(producers, batch, seen_ms=batch.max_timestamp)
-                except CorruptRecordError as exc:  # a marker we cannot read: not one
-                    log.warning("unreadable control batch partition=%s error=%s", part.name, exc)
-                    continue
-                if restore and (entry := aborted_entry(producers, done)) is not None:
-                    plog.restore_aborted_txn(entry)
+        with producers.replaying():
+            while offset < part.log_end_offset:
+                chunk = plog.read(offset, 1 << 20, min_one_batch=True)
+                if chunk.size_bytes == 0:
+                    break
+                for batch in iter_batches(plog.read_bytes(chunk), allow_truncated_tail=True):
+                    offset = batch.next_offset
+                    try:
+                        done = learn_producer(producers, batch, seen_ms=batch.max_timestamp)
+                    except CorruptRecordError as exc:  # a marker we cannot read: not one
+                        log.warning(
+                            "unreadable control batch partition=%s error=%s", part.name, exc
+                        )
+                        continue
+                    if restore and (entry := aborted_entry(producers, done)) is not None:
+                        plog.restore_aborted_txn(entry)
         plog.end_txn_index_rebuild()
-
-    def expire_producers(self) -> None:
-        """Kafka's producer-id expiration task: forget idle idempotent producers."""
-        now = self.clock_ms()
-        for part in self.partitions.values():
-            if gone := part.producers.remove_expired(now, self.producer_id_expiration_ms):
-                log.debug("expired producers partition=%s count=%d", part.name, gone)
 
     def remove_partition(self, topic: str, index: int) -> None:
         self._not_opened.discard((topic, index))
@@ -522,294 +501,6 @@ class ReplicaManager:
         role.high_watermark = start_offset
         role.check_invariants()
 
-    # --- produce ------------------------------------------------------------------------------
-
-    def append_nowait(
-        self, part: Partition, batch: RecordBatch, acks: int = 1
-    ) -> AppendOutcome | Deferred[AppendOutcome]:
-        """Check one validated batch and queue it; the Deferred resolves once it is written
-        (acks 0 and 1) or once every ISR member has it (acks=all)."""
-        refused = self._refuse_append(part)
-        if refused is not None:
-            return refused
-        role = part.role
-        assert isinstance(role, PartitionState)
-        if acks == ACKS_ALL and (error := role.check_produce(acks, part.min_insync_replicas)):
-            return AppendOutcome(
-                error,
-                message=f"{len(role.isr)} in-sync replicas of {part.name}, "
-                f"min.insync.replicas={part.min_insync_replicas}",
-            )
-        pid, transactional = batch.producer_id, batch.is_transactional
-        tracked = pid != NO_PRODUCER_ID and (batch.base_sequence >= 0 or transactional)
-        if tracked:
-            check = part.producers.check(
-                pid, batch.producer_epoch, batch.base_sequence, batch.last_sequence, transactional
-            )
-            if check.error is not ErrorCode.NONE:
-                return AppendOutcome(check.error, message=check.message)
-            if (dup := check.duplicate_of) is not None:
-                return self._answer_duplicate(part, dup, acks)
-        base = part.next_offset
-        part.next_offset = base + batch.last_offset_delta + 1
-        if tracked:
-            meta = BatchMetadata(
-                batch.base_sequence,
-                batch.last_sequence,
-                base,
-                part.next_offset - 1,
-                batch.max_timestamp,
-            )
-            if transactional:
-                part.producers.record_transactional(
-                    pid, batch.producer_epoch, meta, self.clock_ms()
-                )
-            else:
-                part.producers.record(pid, batch.producer_epoch, meta, self.clock_ms())
-        return self._enqueue(part, PendingAppend(batch, base, Deferred()), acks)
-
-    def _refuse_append(self, part: Partition) -> AppendOutcome | None:
-        """Why this broker cannot append to ``part`` now (None: it can)."""
-        if part.offline:
-            return AppendOutcome(
-                ErrorCode.KAFKA_STORAGE_ERROR, message=f"{part.name}: its log directory is offline"
-            )
-        if not isinstance(part.role, PartitionState):
-            return AppendOutcome(
-                ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                message=f"broker {self.broker_id} does not lead {part.name}",
-            )
-        if self.session_lapsed():
-            return AppendOutcome(
-                ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                message=f"broker {self.broker_id}'s session with the controller has lapsed:"
-                f" {part.name} may have another leader",
-            )
-        return None
-
-    def append_marker(
-        self,
-        part: Partition,
-        producer_id: int,
-        producer_epoch: int,
-        coordinator_epoch: int,
-        commit: bool,
-    ) -> AppendOutcome | Deferred[AppendOutcome]:
-        """Write the coordinator's COMMIT or ABORT marker for ``producer_id`` (a control batch
-        of one control record); resolves once every ISR member has it (acks=all)."""
-        refused = self._refuse_append(part)
-        if refused is not None:
-            return refused
-        role = part.role
-        assert isinstance(role, PartitionState)
-        if error := role.check_produce(ACKS_ALL, part.min_insync_replicas):
-            return AppendOutcome(
-                error,
-                message=f"{len(role.isr)} in-sync replicas of {part.name}, "
-                f"min.insync.replicas={part.min_insync_replicas}",
-            )
-        check = part.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
-        if check.error is not ErrorCode.NONE:
-            return AppendOutcome(check.error, message=check.message)
-        now = self.clock_ms()
-        kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
-        data = build_batch(
-            [control_record(kind, marker_value(coordinator_epoch))],
-            now_ms=now,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            base_sequence=NO_SEQUENCE,
-            transactional=True,
-            control=True,
-        )
-        batch = RecordBatch(memoryview(data))
-        base = part.next_offset
-        part.next_offset = base + 1
-        done = part.producers.complete(
-            producer_id, producer_epoch, coordinator_epoch, base, not commit, now, now
-        )
-        pending = PendingAppend(batch, base, Deferred(), aborted_entry(part.producers, done))
-        return self._enqueue(part, pending, ACKS_ALL)
-
-    def has_ongoing_transaction(
-        self, part: Partition, producer_id: int, producer_epoch: int
-    ) -> bool:
-        """Whether ``producer_id`` at ``producer_epoch`` has a transaction open on ``part``
-        (KIP-890: its batches need no verification with the coordinator then)."""
-        return part.producers.has_ongoing(producer_id, producer_epoch)
-
-    def _enqueue(
-        self, part: Partition, pending: PendingAppend, acks: int
-    ) -> AppendOutcome | Deferred[AppendOutcome]:
-        written = pending.done
-        part.pending.append(pending)
-        self._dirty[part] = None
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush_all)
-        if acks != ACKS_ALL:
-            return written
-        return part.when_committed(
-            written, pending.base_offset + pending.batch.last_offset_delta + 1
-        )
-
-    def _answer_duplicate(
-        self, part: Partition, dup: BatchMetadata, acks: int
-    ) -> AppendOutcome | Deferred[AppendOutcome]:
-        """A retry of a batch we have: the original's offsets, never before the original is
-        written, and for acks=all never before it is committed (the first attempt's answer
-        may have been lost while the batch still waited for the ISR)."""
-        original: AppendOutcome | Deferred[AppendOutcome] = AppendOutcome(
-            ErrorCode.NONE, dup.first_offset
-        )
-        if dup.first_offset >= part.log.log_end_offset:
-            for p in part.pending:
-                if p.base_offset == dup.first_offset:
-                    original = p.done
-                    break
-        if acks != ACKS_ALL:
-            return original
-        if isinstance(original, AppendOutcome):
-            done: Deferred[AppendOutcome] = Deferred()
-            done.resolve(original)
-            original = done
-        return part.when_committed(original, dup.last_offset + 1)
-
-    def _flush_all(self) -> None:
-        self._flush_scheduled = False
-        dirty, self._dirty = self._dirty, {}
-        for part in dirty:
-            pending, part.pending = part.pending, []
-            groups = _groups_up_to(pending, part.log.max_append_bytes)
-            for i, group in enumerate(groups):
-                try:
-                    failed = self._write(part, group)
-                except Exception:  # a bug; the other partitions' writes must still happen
-                    log.exception("append failed partition=%s", part.name)
-                    failed = AppendOutcome(ErrorCode.UNKNOWN_SERVER_ERROR)
-                if failed is not None:  # offsets of the later groups are void too
-                    self._fail(part, [p for g in groups[i:] for p in g], failed)
-                    break
-
-    def _fail(self, part: Partition, pending: list[PendingAppend], outcome: AppendOutcome) -> None:
-        """Nothing of ``pending`` (or queued after it) is in the log: rewind and answer."""
-        part.next_offset = part.log.log_end_offset
-        if not part.producers.truncate_after(part.next_offset):
-            self._rebuild_producer_state(part)
-        for p in pending:
-            p.done.resolve(outcome)
-
-    def _write(self, part: Partition, pending: list[PendingAppend]) -> AppendOutcome | None:
-        """One append; None once written and answered, else the failure to answer with."""
-        role = part.role
-        assert isinstance(role, PartitionState), f"{part.name}: leader append on a follower"
-        now = self.clock_ms()
-        try:
-            result: AppendResult = part.log.append(
-                [p.batch.buf for p in pending],
-                leader_epoch=role.leader_epoch,
-                now_ms=now,
-                log_append_time=part.log_append_time,
-                aborted_txns=[p.aborted for p in pending if p.aborted is not None],
-            )
-        except LogError as exc:
-            log.error("append failed partition=%s error=%s", part.name, exc)
-            return AppendOutcome(exc.error_code, message=str(exc))
-        last = pending[-1].base_offset + pending[-1].batch.last_offset_delta
-        if (result.base_offset, result.last_offset) != (pending[0].base_offset, last):
-            # The producers are about to be told offsets the log did not give their batches.
-            fatal(
-                "replica.append-offsets-as-assigned",
-                f"{part.name}: the log appended at other offsets than the replica manager assigned",
-                assigned=(pending[0].base_offset, last),
-                appended=(result.base_offset, result.last_offset),
-            )
-        append_time = result.log_append_time_ms if part.log_append_time else -1
-        moved = role.on_leader_append(part.log.log_end_offset, self.monotonic_ms())
-        for p in pending:
-            p.done.resolve(AppendOutcome(ErrorCode.NONE, p.base_offset, append_time))
-        if self.on_append is not None:
-            size = sum(p.batch.size_bytes for p in pending)
-            count = sum(p.batch.last_offset_delta + 1 for p in pending)
-            self.on_append(part, size, count)
-        if moved:
-            part.high_watermark_moved()  # also wakes waiters
-        else:
-            part.wake_waiters()  # followers' parked fetches
-        return None
-
-    # --- maintenance --------------------------------------------------------------------------
-
-    def apply_retention(self) -> None:
-        now = self.clock_ms()
-        for part in list(self.partitions.values()):
-            if part.offline:
-                continue
-            try:
-                part.log.flush_if_due(now)
-                deleted = part.log.apply_retention(now)
-            except LogError as exc:  # this partition is offline; the others go on
-                log.error("retention failed partition=%s error=%s", part.name, exc)
-                continue
-            if deleted:
-                log.info(
-                    "retention partition=%s deleted_segments=%d log_start_offset=%d",
-                    part.name,
-                    len(deleted),
-                    part.log_start_offset,
-                )
-
-    async def clean_logs(self) -> int:
-        """One pass of Kafka's log cleaner over the compacted partitions: plan on the loop,
-        build the new segments in a worker thread (it reads only inactive segments), swap them
-        in on the loop.  Never above the high watermark.  Returns the partitions cleaned."""
-        cleaned = 0
-        for part in list(self.partitions.values()):
-            if (
-                part.offline
-                or not part.config.compact
-                or self.partitions.get((part.topic, part.index)) is not part
-            ):
-                continue
-            try:
-                # never above the LSO: an open transaction's outcome is not known yet
-                cleaning = part.log.prepare_clean(self.clock_ms(), part.last_stable_offset)
-            except LogError as exc:
-                log.error("log cleaning failed partition=%s error=%s", part.name, exc)
-                continue
-            if cleaning is None:
-                continue
-            build = asyncio.ensure_future(asyncio.to_thread(cleaning.build))
-            self._cleaning[part] = (cleaning, build)
-            try:
-                await asyncio.shield(build)
-            except asyncio.CancelledError:
-                cleaning.cancel()
-                await build  # the thread ends before the log may close
-                part.log.complete_clean(cleaning)  # discards the work
-                raise
-            finally:
-                self._cleaning.pop(part, None)
-            if self.partitions.get((part.topic, part.index)) is not part:
-                continue  # deleted meanwhile (its files go once the build ended)
-            try:
-                result = part.log.complete_clean(cleaning)
-            except LogError as exc:
-                log.error("log cleaning failed partition=%s error=%s", part.name, exc)
-                continue
-            if result is not None:
-                cleaned += 1
-                log.info(
-                    "cleaned partition=%s offsets=%d-%d bytes=%d->%d tombstones_removed=%d",
-                    part.name,
-                    result.first_offset,
-                    result.end_offset,
-                    result.bytes_before,
-                    result.bytes_after,
-                    result.tombstones_removed,
-                )
-        return cleaned
-
     def checkpoint_high_watermarks(self) -> None:
         if not self.directory.online:
             return
@@ -821,16 +512,3 @@ class ReplicaManager:
 
     def leaders(self) -> Iterator[Partition]:
         return (p for p in self.partitions.values() if p.is_leader)
-
-
-def _groups_up_to(pending: list[PendingAppend], max_bytes: int) -> list[list[PendingAppend]]:
-    """Consecutive runs of pending batches, each within one append's size limit (a segment)."""
-    groups: list[list[PendingAppend]] = []
-    size = max_bytes
-    for p in pending:
-        if size + p.batch.size_bytes > max_bytes and (not groups or groups[-1]):
-            groups.append([])
-            size = 0
-        groups[-1].append(p)
-        size += p.batch.size_bytes
-    return groups

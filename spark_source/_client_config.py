@@ -14,6 +14,7 @@ from typing import Final
 
 from kafka_protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from spark_source._client_types import ConfigError
+from spark_source.read_committed import READ_UNCOMMITTED, parse_isolation_level
 
 DEFAULT_CLIENT_ID: Final = "kraft-spark"
 FRAME_OVERHEAD_BYTES: Final = 1 << 20  # headers and per-partition fields around the records
@@ -63,7 +64,7 @@ _INT_KEYS: Final[dict[str, tuple[str, int, int, int]]] = {
     "send.buffer.bytes": ("send_buffer_bytes", -1, -1, _INT32_MAX),
 }
 
-HONOURED_KEYS: Final = frozenset({"client.id", "check.crcs", *_INT_KEYS})
+HONOURED_KEYS: Final = frozenset({"client.id", "check.crcs", "isolation.level", *_INT_KEYS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +84,9 @@ class ClientConfig:
     receive_buffer_bytes: int = -1
     send_buffer_bytes: int = -1
     check_crcs: bool = True  # false: fetched batches are decoded without their CRC checked
+    # read_committed (1): Fetch stops at the last stable offset and names the aborted
+    # transactions, ListOffsets LATEST answers the last stable offset
+    isolation_level: int = READ_UNCOMMITTED
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, str]) -> ClientConfig:
@@ -91,7 +95,15 @@ class ClientConfig:
             values[name] = int_option(config, key, default, low, high)
         client_id = str(config.get("client.id", DEFAULT_CLIENT_ID))
         check_crcs = bool_option(config, "check.crcs", True)
-        return cls(client_id=client_id, check_crcs=check_crcs, **values)
+        try:
+            isolation_level = parse_isolation_level(
+                config.get("isolation.level", "read_uncommitted")
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        return cls(
+            client_id=client_id, check_crcs=check_crcs, isolation_level=isolation_level, **values
+        )
 
     @property
     def max_frame_bytes(self) -> int:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from typing import Final
+from typing import Final, NamedTuple
 
 from kafka_protocol.client import cursor as core
 from kafka_protocol.client.error_policy import Action, action_for
@@ -58,6 +58,7 @@ from spark_source._client_types import (
     TopicNotFound,
     TopicPartition,
 )
+from spark_source.read_committed import READ_COMMITTED, AbortedTransaction
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,15 @@ FETCH: Final = Versions(1, 4, 12)  # v4: RecordBatch v2; v12: the last that name
 MIN_LONG_POLL_MS: Final = 100  # below this wait the cursor backs off between empty fetches
 
 ListOffsets = Callable[[Mapping[TopicPartition, int]], dict[TopicPartition, int]]
+
+
+class Chunk(NamedTuple):
+    """Whole batches of one Fetch answer, and (read_committed) the transactions it names as
+    aborted: what :class:`~spark_source.read_committed.AbortedBatchFilter` needs to skip
+    their batches.  Empty under read_uncommitted."""
+
+    records: memoryview
+    aborted_transactions: tuple[AbortedTransaction, ...] = ()
 
 
 def cover(records: memoryview, position: int, end: int) -> core.Cover:
@@ -106,7 +116,7 @@ class FetchCursor:
     def position(self) -> int:
         return self.cursor.position
 
-    def chunks(self) -> Iterator[memoryview]:
+    def chunks(self) -> Iterator[Chunk]:
         try:
             while not self.cursor.done:
                 chunk = self._next_chunk()
@@ -123,7 +133,7 @@ class FetchCursor:
             conn.abandon(ticket)
             self._in_flight = None
 
-    def _next_chunk(self) -> memoryview | None:
+    def _next_chunk(self) -> Chunk | None:
         if self._in_flight is None and not self._send():
             return None
         assert self._in_flight is not None
@@ -180,13 +190,15 @@ class FetchCursor:
         return True
 
     def _request(self, epoch: int) -> FetchRequest:
-        return fetch_request(
+        request = fetch_request(
             {self.tp: (self.position, epoch)},
             max_wait_ms=self.config.fetch_max_wait_ms,
             min_bytes=self.config.fetch_min_bytes,
             max_bytes=max(self.config.fetch_max_bytes, self.cursor.partition_max_bytes),
             partition_max_bytes=self.cursor.partition_max_bytes,
         )
+        request.isolation_level = self.config.isolation_level
+        return request
 
     def _partition_data(self, response: FetchResponse) -> FetchResponse.PartitionData:
         for topic in response.responses:
@@ -199,7 +211,7 @@ class FetchCursor:
             return FetchResponse.PartitionData(partition_index=self.tp.partition)
         raise InvalidResponse(f"the Fetch answer does not mention {self.tp}")
 
-    def _advance(self, data: FetchResponse.PartitionData) -> memoryview | None:
+    def _advance(self, data: FetchResponse.PartitionData) -> Chunk | None:
         records = data.records
         view = memoryview(records) if isinstance(records, bytes | bytearray | memoryview) else None
         try:
@@ -215,11 +227,21 @@ class FetchCursor:
         self.attempts.progressed()
         if not self.cursor.done:
             self._submit()  # the next fetch runs while the caller reads this one
-        return chunk
+        assert chunk is not None
+        if self.config.isolation_level != READ_COMMITTED:
+            return Chunk(chunk)
+        aborted = tuple(
+            AbortedTransaction(t.producer_id, t.first_offset)
+            for t in data.aborted_transactions or ()
+        )
+        return Chunk(chunk, aborted)
 
     def _no_records(self, data: FetchResponse.PartitionData) -> None:
-        """No records at the position: wait for the high watermark to pass it."""
+        """No records at the position: wait for the high watermark (read_committed: the last
+        stable offset) to pass it."""
         high_watermark = data.high_watermark
+        if self.config.isolation_level == READ_COMMITTED and data.last_stable_offset >= 0:
+            high_watermark = data.last_stable_offset
         if self.attempts.expired():
             raise DataLossError(
                 self.tp,

@@ -69,6 +69,12 @@ class ProduceError(BrokerError):
     TOPIC_AUTHORIZATION_FAILED, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH..."""
 
 
+class TransactionError(BrokerError):
+    """A transactional step failed for good: the producer was fenced by a newer one with its
+    transactional id (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH), the coordinator aborted the
+    transaction (its timeout passed), INVALID_TXN_STATE, authorization..."""
+
+
 class DataLossError(KafkaClientError):
     """Offsets asked for are not in the partition's log any more (or were lost).
 

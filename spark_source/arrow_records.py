@@ -35,7 +35,7 @@ reuse it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -54,6 +54,7 @@ from kafka_protocol.record_batch import (
     RecordBatch,
     iter_batches,
 )
+from spark_source.read_committed import AbortedBatchFilter, AbortedTransaction
 
 if TYPE_CHECKING:
     from spark_source._arrow_kernels import I32, I64, U8
@@ -114,6 +115,7 @@ def to_arrow(
     include_headers: bool,
     *,
     check_crcs: bool = True,
+    aborted: Iterable[AbortedTransaction] | None = None,
 ) -> Generator[pa.RecordBatch, None, int | None]:
     """Yield the records of ``chunk`` with offsets in ``[start, end)`` as Arrow batches of
     ``kafka_schema(include_headers)``; return the offset to fetch next, so that a caller can
@@ -128,6 +130,10 @@ def to_arrow(
     ``check.crcs``) skips the CRCs, not the other checks: corrupt bytes are then decoded into
     wrong rows unless they break a length or a batch header.
 
+    ``aborted`` (read_committed: the Fetch answer's aborted transactions, possibly none) skips
+    the batches of aborted transactions whole, as Kafka's consumer does
+    (:class:`~spark_source.read_committed.AbortedBatchFilter`); None reads uncommitted.
+
     Raises :class:`CorruptRecordError` for a CRC, header or record layout fault, and
     :class:`~kafka_protocol.exceptions.CompressionError` for a CRC-valid batch that does not
     decompress (both :class:`~kafka_protocol.exceptions.RemoteProtocolError`).
@@ -135,12 +141,15 @@ def to_arrow(
     view = memoryview(chunk).cast("B")
     assert len(view) < 1 << 31  # a Fetch response's records: int32 Arrow offsets reach
     group = _Group(check_crcs)
+    visible = None if aborted is None else AbortedBatchFilter(aborted)
     next_offset = None
     pos = 0
     for batch in iter_batches(view, allow_truncated_tail=True):
         last = batch.base_offset + batch.last_offset_delta
         next_offset, size = last + 1, LOG_OVERHEAD + batch.batch_length
-        if batch.attributes & ATTR_CONTROL or last < start or batch.base_offset >= end:
+        # every batch goes through the filter, in order: markers outside the range count too
+        hidden = visible is not None and not visible.keep(batch, check_crc=check_crcs)
+        if hidden or batch.attributes & ATTR_CONTROL or last < start or batch.base_offset >= end:
             batch.validate(crc=check_crcs)  # not decoded, but checked all the same
         else:
             group.add(batch, pos, size)

@@ -16,10 +16,12 @@ a retriable Kafka error, a leader being elected) with backoff, each request boun
 (:class:`~spark_source._client_conn.Attempts`); per-partition outcomes are Kafka error codes
 (:class:`ErrorCode`) until one is final.
 
-:meth:`KafkaClient.read` fetches one partition (Fetch v4-v12, sessionless, read_uncommitted:
-records up to the high watermark) and yields what the broker sent, complete RecordBatch v2
-batches only, never decoding a record.  It pipelines: the next fetch is sent before a chunk is
-yielded, so the broker reads the log while the caller decodes.
+:meth:`KafkaClient.read` fetches one partition (Fetch v4-v12, sessionless, records up to the
+high watermark; with ``isolation.level=read_committed`` up to the last stable offset) and
+yields what the broker sent, complete RecordBatch v2 batches only, never decoding a record;
+:meth:`KafkaClient.read_chunks` also yields the aborted transactions each answer names.  It
+pipelines: the next fetch is sent before a chunk is yielded, so the broker reads the log while
+the caller decodes.
 
 This is the blocking shell over the sans-I/O client core, :mod:`kafka_protocol.client`
 (correlation ids and response matching, version negotiation, backoff, the error table, the
@@ -37,7 +39,10 @@ operation's deadline, and how long :meth:`~KafkaClient.read` waits without progr
 ``retry.backoff.max.ms`` (1000), ``fetch.max.bytes`` (50 MiB), ``max.partition.fetch.bytes``
 (1 MiB), ``fetch.max.wait.ms`` (500), ``fetch.min.bytes`` (1), ``receive.buffer.bytes`` and
 ``send.buffer.bytes`` (-1: the OS default, unlike Java's 64/128 KiB), ``check.crcs`` (true:
-the reader checks every fetched batch's CRC; the client itself never decodes records).
+the reader checks every fetched batch's CRC; the client itself never decodes records),
+``isolation.level`` (read_uncommitted, or read_committed: fetches stop at the last stable
+offset and name the aborted transactions, ListOffsets ``LATEST`` answers the last stable
+offset).
 
 Local failures (remote outcomes are Kafka error codes until they are final)::
 
@@ -51,7 +56,8 @@ Local failures (remote outcomes are Kafka error codes until they are final)::
     ├── OperationTimedOut    a retriable Kafka error persisted until the deadline (``.error``;
     │                        also a TimeoutError)
     ├── BrokerError          a Kafka error retrying cannot cure (``.error``, ``.tp``)
-    │   └── ProduceError     a batch or record the producer cannot write
+    │   ├── ProduceError     a batch or record the producer cannot write
+    │   └── TransactionError a transactional step failed (fenced, timed out, bad state)
     └── DataLossError        offsets asked for are gone: retention, truncation, topic deleted
 """
 
@@ -66,11 +72,11 @@ from kafka_protocol.client.error_policy import TOPIC_GONE_ERRORS
 from kafka_protocol.client.metadata import Address, parse_address
 from kafka_protocol.client.requests import list_offsets_answers, list_offsets_request
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.messages import ListOffsetsResponse
+from kafka_protocol.messages import ListOffsetsRequest, ListOffsetsResponse
 from spark_source._client_cluster import Cluster
 from spark_source._client_config import ClientConfig
 from spark_source._client_conn import Attempts, InvalidResponse, Versions
-from spark_source._client_fetch import FetchCursor
+from spark_source._client_fetch import Chunk, FetchCursor
 from spark_source._client_groups import GroupOffsets
 from spark_source._client_types import (
     EARLIEST,
@@ -84,9 +90,11 @@ from spark_source._client_types import (
     ProduceError,
     TopicNotFound,
     TopicPartition,
+    TransactionError,
     UnsupportedBroker,
     raise_unless_retriable,
 )
+from spark_source.read_committed import READ_COMMITTED
 
 __all__ = [
     "EARLIEST",
@@ -94,6 +102,7 @@ __all__ = [
     "NO_OFFSET",
     "Address",
     "BrokerError",
+    "Chunk",
     "ConfigError",
     "ConnectionFailed",
     "DataLossError",
@@ -104,6 +113,7 @@ __all__ = [
     "ProduceError",
     "TopicNotFound",
     "TopicPartition",
+    "TransactionError",
     "UnsupportedBroker",
 ]
 
@@ -111,6 +121,15 @@ NO_OFFSET: Final = -1  # ListOffsets by timestamp: no record at or after it
 NO_CONFIG: Final[Mapping[str, str]] = MappingProxyType({})
 # The versions this client sends (the broker's range decides within these).
 LIST_OFFSETS: Final = Versions(2, 1, 7)
+LIST_OFFSETS_READ_COMMITTED: Final = Versions(2, 2, 7)  # v2 added isolation_level
+
+
+def _list_offsets_request(
+    specs: Mapping[TopicPartition, int], epochs: Mapping[TopicPartition, int], level: int
+) -> ListOffsetsRequest:
+    request = list_offsets_request(specs, epochs)
+    request.isolation_level = level
+    return request
 
 
 def parse_bootstrap(text: str) -> list[Address]:
@@ -205,23 +224,29 @@ class KafkaClient:
 
     # --- offsets --------------------------------------------------------------------------------
 
-    def list_offsets(self, specs: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
-        """Offsets by ListOffsets (read_uncommitted), per partition: :data:`EARLIEST` gives
-        the log start offset, :data:`LATEST` the high watermark (the end of the committed
-        records), and a timestamp (ms) the first offset whose record timestamp is at or after
-        it, or :data:`NO_OFFSET` (-1) if there is none.  Raises :class:`TopicNotFound` for a
-        partition that does not exist."""
+    def list_offsets(
+        self, specs: Mapping[TopicPartition, int], *, isolation_level: int | None = None
+    ) -> dict[TopicPartition, int]:
+        """Offsets by ListOffsets, per partition: :data:`EARLIEST` gives the log start
+        offset, :data:`LATEST` the high watermark (the end of the committed records; under
+        read_committed, the last stable offset), and a timestamp (ms) the first offset whose
+        record timestamp is at or after it, or :data:`NO_OFFSET` (-1) if there is none.
+        ``isolation_level`` overrides the config's ``isolation.level`` (0 read_uncommitted,
+        1 read_committed).  Raises :class:`TopicNotFound` for a partition that does not
+        exist."""
         self._check_usable()
+        level = self.config.isolation_level if isolation_level is None else isolation_level
         attempts = Attempts(self.config, "ListOffsets")
         pending = {TopicPartition(*tp): spec for tp, spec in specs.items()}
         found: dict[TopicPartition, int] = {}
         while pending:
             by_leader = self.cluster.leaders_of(pending, attempts)
             requests = {
-                a: [list_offsets_request({tp: pending[tp] for tp in epochs}, epochs)]
+                a: [_list_offsets_request({tp: pending[tp] for tp in epochs}, epochs, level)]
                 for a, epochs in by_leader.items()
             }
-            answers = self.cluster.exchange(requests, LIST_OFFSETS, attempts.request_deadline())
+            versions = LIST_OFFSETS_READ_COMMITTED if level == READ_COMMITTED else LIST_OFFSETS
+            answers = self.cluster.exchange(requests, versions, attempts.request_deadline())
             for address, (answer,) in answers.items():
                 if isinstance(answer, ConnectionFailed):
                     attempts.note(answer)
@@ -271,6 +296,13 @@ class KafkaClient:
         stays below ``end`` without progress for ``default.api.timeout.ms`` (records lost in
         an unclean leader election; ``available_until`` is the high watermark).
         """
+        return (chunk.records for chunk in self.read_chunks(tp, start, end))
+
+    def read_chunks(self, tp: TopicPartition, start: int, end: int) -> Iterator[Chunk]:
+        """:meth:`read`, each chunk with the aborted transactions its Fetch answer names
+        (read_committed; none under read_uncommitted): the records of those transactions
+        are in the chunk, for the caller to skip
+        (:class:`~spark_source.read_committed.AbortedBatchFilter`)."""
         assert start >= 0, start
         self._check_usable()
         if start >= end:
@@ -291,10 +323,19 @@ class KafkaClient:
         self._groups.commit(group_id, offsets, metadata)
 
     def committed_offsets(
-        self, group_id: str, tps: Iterable[TopicPartition]
+        self, group_id: str, tps: Iterable[TopicPartition], *, require_stable: bool = False
     ) -> dict[TopicPartition, tuple[int, str]]:
-        """(offset, metadata) committed by ``group_id`` for each of ``tps`` that has one."""
+        """(offset, metadata) committed by ``group_id`` for each of ``tps`` that has one.
+        ``require_stable``: wait for a transaction with a pending offset commit for them to
+        complete (OffsetFetch v7+, KIP-447), rather than answer what was committed before."""
         self._check_usable()
-        return self._groups.committed(group_id, tps)
+        return self._groups.committed(group_id, tps, require_stable=require_stable)
+
+    @property
+    def coordinators(self) -> GroupOffsets:
+        """The coordinators of groups and transactional ids (FindCoordinator, cached), for
+        the transactional producer."""
+        self._check_usable()
+        return self._groups
 
     # --- internals ------------------------------------------------------------------------------

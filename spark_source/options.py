@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from kafka_protocol.compression import Compression
+from spark_source.read_committed import parse_isolation_level
 
 EARLIEST: Final = -2
 LATEST: Final = -1
@@ -125,6 +126,8 @@ class WriteOptions:
     client_config: Mapping[str, str]
     topic: str | None  # overrides a `topic` column
     compression: Compression
+    # kafka.transactional.id.prefix: exactly-once mode (spark_source.exactly_once)
+    transactional_id_prefix: str | None = None
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -345,6 +348,11 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
                 "offsets given for partitions that are not assigned: "
                 + ", ".join(f"{t}-{p}" for t, p in sorted(stray))
             )
+    if "isolation.level" in config:  # Spark's name: kafka.isolation.level
+        try:
+            parse_isolation_level(config["isolation.level"])
+        except ValueError as exc:
+            raise OptionError(f"option kafka.{exc}") from None
     prefix = _get(options, "groupIdPrefix") or DEFAULT_GROUP_PREFIX
     group_id = config.pop("group.id", None) or derived_group_id(prefix, subscription, starting)
     return ReadOptions(
@@ -371,4 +379,21 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         compression = Compression.from_name(config.get("compression.type", "none").strip())
     except ValueError as exc:
         raise OptionError(f"option kafka.compression.type: {exc}") from None
-    return WriteOptions(bootstrap, config, _get(options, "topic"), compression)
+    if "transactional.id" in config:
+        raise OptionError(
+            "option kafka.transactional.id is not supported: every task needs an id of its own;"
+            " set kafka.transactional.id.prefix for exactly-once writes"
+        )
+    prefix = config.pop("transactional.id.prefix", None)
+    if prefix is not None:
+        prefix = prefix.strip()
+        if not prefix:
+            raise OptionError("option kafka.transactional.id.prefix must not be empty")
+        if config.get("acks", "all").strip().lower() not in ("all", "-1") or (
+            config.get("enable.idempotence", "true").strip().lower() != "true"
+        ):
+            raise OptionError(
+                "kafka.transactional.id.prefix needs kafka.acks=all and"
+                " kafka.enable.idempotence=true (a transactional producer is idempotent)"
+            )
+    return WriteOptions(bootstrap, config, _get(options, "topic"), compression, prefix)

@@ -65,10 +65,11 @@ from kafka_protocol.record_batch import (
     SimpleRecord,
     build_batch,
 )
-from kafka_protocol.types import TopicName
+from kafka_protocol.types import TopicName, TransactionalId
 from spark_source._client_config import bool_option, int_option
 from spark_source._client_conn import MAX_IN_FLIGHT, Attempts, Versions
 from spark_source._client_types import (
+    BrokerError,
     ConfigError,
     ConnectionFailed,
     KafkaClientError,
@@ -185,8 +186,11 @@ class Producer:
         self._sequences: dict[TopicPartition, int] = {}
         self._producer_id = NO_PRODUCER_ID
         self._producer_epoch = NO_PRODUCER_EPOCH
+        # set by TransactionalProducer: batches say so, and Produce names the id (KIP-890)
+        self._transactional = False
+        self._transactional_id: TransactionalId | None = None
         self._closed = False
-        self._failure: ProduceError | None = None
+        self._failure: BrokerError | None = None
 
     @property
     def buffered_bytes(self) -> int:
@@ -300,6 +304,7 @@ class Producer:
             producer_id=self._producer_id,
             producer_epoch=self._producer_epoch,
             base_sequence=sequence,
+            transactional=self._transactional,
         )
         self._ready.setdefault(tp, collections.deque()).append(_Batch(data, len(batch.records)))
         self._ready_bytes += len(data)
@@ -366,6 +371,7 @@ class Producer:
                 ProduceRequest.PartitionProduceData(index=tp.partition, records=batch.data)
             )
         return ProduceRequest(
+            transactional_id=self._transactional_id,
             acks=self.config.acks,
             timeout_ms=self.client.config.request_timeout_ms,
             topic_data=[

@@ -6,10 +6,13 @@ Theory of operation (streaming)
 Spark plans each micro-batch on the driver (in one long-lived Python worker holding the
 :class:`KraftStreamReader`): ``latestOffset(start, limit)`` picks the batch's end offsets, never
 past a partition's high watermark, so every planned record is committed and can still be read
-after any single broker fails; ``partitions(start, end)`` cuts ``[start, end)`` into ranges;
-executors run :func:`read_range` on each, from a pickled copy of the range (no reader state), and
-always return the same records for the same range.  Spark writes the planned offsets to its
-checkpoint before running the batch, so a restarted query replays exactly the same ranges.
+after any single broker fails (with ``kafka.isolation.level=read_committed``, never past its
+last stable offset, so no batch holds records of a transaction still open; the records of
+aborted transactions are skipped as they are read, batch by batch); ``partitions(start, end)``
+cuts ``[start, end)`` into ranges; executors run :func:`read_range` on each, from a pickled
+copy of the range (no reader state), and always return the same records for the same range.
+Spark writes the planned offsets to its checkpoint before running the batch, so a restarted
+query replays exactly the same ranges.
 
 Two gaps Spark leaves to the source (measured with PySpark 4.3):
 
@@ -58,6 +61,7 @@ from spark_source.planning import (
     plan_ranges,
     rate_limit,
 )
+from spark_source.read_committed import READ_COMMITTED, READ_UNCOMMITTED
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -99,18 +103,20 @@ def read_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
     r = part.range
     client = client_for(part.bootstrap_servers, part.client_config)
     tp = kafka.TopicPartition(r.topic, r.partition)
+    committed = client.config.isolation_level == READ_COMMITTED
     start = r.start
     while start < r.end:
         try:
-            for chunk in client.read(tp, start, r.end):
+            for chunk in client.read_chunks(tp, start, r.end):
                 yield from to_arrow(
-                    chunk,
+                    chunk.records,
                     r.topic,
                     r.partition,
                     r.start,
                     r.end,
                     part.include_headers,
                     check_crcs=client.config.check_crcs,
+                    aborted=chunk.aborted_transactions if committed else None,
                 )
             return
         except kafka.DataLossError as exc:
@@ -254,10 +260,16 @@ class KraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         tps = current_partitions(self.client, self.options.subscription)
         self._target = self._latest_offsets(tps)
 
-    def _latest_offsets(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+    def _latest_offsets(
+        self, tps: Sequence[TopicPartition], isolation_level: int | None = None
+    ) -> dict[TopicPartition, int]:
+        """Where a batch may end: the high watermarks, or under read_committed the last
+        stable offsets (``isolation_level`` 0 asks for the high watermarks regardless)."""
         if not tps:
             return {}
-        answers = self.client.list_offsets({kafka.TopicPartition(*tp): LATEST for tp in tps})
+        answers = self.client.list_offsets(
+            {kafka.TopicPartition(*tp): LATEST for tp in tps}, isolation_level=isolation_level
+        )
         return {(q.topic, q.partition): o for q, o in answers.items()}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, dict[str, int]]:
@@ -272,7 +284,9 @@ class KraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._target is not None:  # AvailableNow: nothing that arrived after it started
             tps = [tp for tp in tps if tp in self._target]
         latest = self._latest_offsets(tps)
-        self._latest = latest  # reportLatestOffset, asked in the same planning step, reuses it
+        # reportLatestOffset, asked in the same planning step, reuses the high watermarks
+        # (under read_committed they are not these: lag counts records of open transactions)
+        self._latest = latest if self.client.config.isolation_level == READ_UNCOMMITTED else None
         if self._target is not None:
             latest = {tp: min(o, self._target[tp]) for tp, o in latest.items()}
         base = {tp: begin[tp] for tp in tps if tp in begin}
@@ -293,9 +307,11 @@ class KraftStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return encode_offsets(latest)
 
     def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
+        """The high watermarks, whatever the isolation level: the partitions' latest offsets,
+        from which Spark's progress reports the query's lag."""
         if self._latest is None:
             tps = current_partitions(self.client, self.options.subscription)
-            self._latest = self._latest_offsets(tps)
+            self._latest = self._latest_offsets(tps, READ_UNCOMMITTED)
         return encode_offsets(self._latest)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[RangePartition]:

@@ -15,19 +15,23 @@ once committed (``_append``), so what the coordinator answers is what the replic
 holds, and a new coordinator after a failover loads exactly that.  An append that fails answers
 Kafka's mapped errors (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, ...) and changes nothing.
 
-The topic is created on first use (FindCoordinator) with ``offsets.topic.num.partitions``
-partitions, replication factor ``min(offsets.topic.replication.factor, live brokers)`` and
-``cleanup.policy=compact``.  Every ``offsets.retention.check.interval.ms`` expired offsets are
-removed (Kafka's ``cleanupGroupMetadata``; the rules are ``offsets.py``'s and
-``offset_expiry_condition``'s), and so is every empty group left without offsets; offsets of
-deleted topics are removed too.  All of it by tombstones, so a new coordinator after a
-failover loads the same absence.
+The topic is created on first use (FindCoordinator; broker/internal_topics.py) with
+``offsets.topic.num.partitions`` partitions, replication factor
+``min(offsets.topic.replication.factor, live brokers)`` and ``cleanup.policy=compact``.
+Every ``offsets.retention.check.interval.ms`` expired offsets are removed (Kafka's
+``cleanupGroupMetadata``; the rules are ``offsets.py``'s and ``offset_expiry_condition``'s),
+and so is every empty group left without offsets; offsets of deleted topics are removed too.
+All of it by tombstones, so a new coordinator after a failover loads the same absence.
 
 Transactional offsets (TxnOffsetCommit, KIP-98/KIP-447) are appended as a transactional batch
 of the producer (its id and epoch, no sequence, acks=all) and held pending per producer id
 (``offsets.py``) until the transaction's COMMIT or ABORT marker reaches the partition: the
 WriteTxnMarkers handler then calls :meth:`GroupCoordinator.complete_transaction` (a
 ``TransactionMarkerListener``), and a load replays the marker's control batch the same way.
+The first one of a transaction on the partition is verified with the transaction coordinator
+(KIP-890) under the producer's verification guard, taken before the question and checked by
+the append, as in the produce path: a marker of that producer written meanwhile (the
+transaction vouched for has ended) refuses it INVALID_TXN_STATE, opening no hanging transaction.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from broker.controller_channel import ControllerChannel, NewTopic, created_topics, topic_creation
+from broker.controller_channel import ControllerChannel, NewTopic
 from broker.coordinator.classic_groups import ClassicGroups
 from broker.coordinator.commits import OffsetCommit, Producer, coordinator_error
 from broker.coordinator.offsets import (
@@ -57,8 +61,10 @@ from broker.coordinator.records import (
 )
 from broker.deferred import Deferred
 from broker.group.classic_member import GroupConfig
+from broker.internal_topics import InternalTopicCreation
 from broker.log.errors import LogError
 from broker.partition import AppendOutcome, Partition
+from broker.producer_state import VerificationGuard
 from broker.replica_manager import ReplicaManager
 from broker.transaction.interfaces import TransactionVerifier
 from kafka_protocol.coordinator import OffsetCommitValue
@@ -109,7 +115,9 @@ class GroupCoordinator:
         self.config = config
         self.clock_ms = clock_ms
         self.owned: dict[int, OwnedPartition] = {}
-        self._creating: asyncio.Task[None] | None = None
+        self._offsets_topic = InternalTopicCreation(
+            controller, image, config.replication_factor, self._define_offsets_topic
+        )
         self._expiry: asyncio.Task[None] | None = None
         self.classic = ClassicGroups(self, config.groups)
         # KIP-890: asked before a TxnOffsetCommit's append whether the partition is in the
@@ -129,7 +137,7 @@ class GroupCoordinator:
         first use."""
         topic = self.image().topics.get(OFFSETS_TOPIC)
         if topic is None or not topic.partitions:
-            self._create_topic()
+            self._offsets_topic.create_soon()
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         leader = topic.partitions[partition_for(group_id, len(topic.partitions))].leader
         return leader if leader >= 0 else ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -150,47 +158,17 @@ class GroupCoordinator:
         """Groups with committed offsets in the loaded partitions."""
         return {g for owned in self.owned.values() if owned.loaded for g in owned.offsets.groups()}
 
-    def _create_topic(self) -> None:
-        if self._creating is not None and not self._creating.done():
-            return
-        self._creating = asyncio.get_running_loop().create_task(self._create())
-
-    async def _create(self) -> None:
-        live = sum(1 for b in self.image().brokers.values() if b.is_active)
-        rf = max(1, min(self.config.replication_factor, live))
-        offsets_topic = NewTopic(
+    def _define_offsets_topic(self, replication_factor: int) -> NewTopic:
+        return NewTopic(
             OFFSETS_TOPIC,
             self.config.num_partitions,
-            rf,
+            replication_factor,
             {
                 "cleanup.policy": "compact",
                 "segment.bytes": str(self.config.segment_bytes),
                 "compression.type": "producer",
             },
         )
-        request = topic_creation([offsets_topic], timeout_ms=30_000)
-        try:
-            response = await self.controller.forward(request, 7)
-        except Exception as exc:  # the client retries FindCoordinator; say why it waits
-            log.warning("cannot create %s yet: %s", OFFSETS_TOPIC, exc)
-            return
-        result = created_topics(response)[0]
-        if result.error_code == ErrorCode.TOPIC_ALREADY_EXISTS:
-            return  # another broker created it first
-        if result.error_code != ErrorCode.NONE:
-            log.warning(
-                "cannot create %s yet: %s %s",
-                OFFSETS_TOPIC,
-                ErrorCode.from_code(result.error_code).name,
-                result.error_message or "",
-            )
-        else:
-            log.info(
-                "created %s partitions=%d replication_factor=%d",
-                OFFSETS_TOPIC,
-                self.config.num_partitions,
-                rf,
-            )
 
     # --- partition ownership ------------------------------------------------------------------
 
@@ -286,9 +264,11 @@ class GroupCoordinator:
         owned: OwnedPartition,
         records: Sequence[tuple[bytes, bytes | None]],
         producer: Producer | None = None,
+        verification_guard: VerificationGuard | None = None,
     ) -> ErrorCode:
-        """Append ``records`` with acks=all (a transactional batch of ``producer`` if given);
-        once committed, replay them into the state."""
+        """Append ``records`` with acks=all (a transactional batch of ``producer`` if given,
+        with the guard taken before its verification, if any); once committed, replay them
+        into the state."""
         if self.owned.get(owned.part.index) is not owned:
             return ErrorCode.NOT_COORDINATOR
         simple = [SimpleRecord(value, key) for key, value in records]
@@ -312,7 +292,7 @@ class GroupCoordinator:
                 for i, (key, value) in enumerate(records):
                     owned.replay(key, value, done.base_offset + i, producer_id)
 
-        outcome = self.write(owned, RecordBatch(memoryview(batch)))
+        outcome = self.write(owned, RecordBatch(memoryview(batch)), verification_guard)
         if isinstance(outcome, Deferred):
             outcome.then(replay)
             outcome = await self._within_timeout(outcome)
@@ -324,11 +304,14 @@ class GroupCoordinator:
         return ErrorCode.NONE
 
     def write(
-        self, owned: OwnedPartition, batch: RecordBatch
+        self,
+        owned: OwnedPartition,
+        batch: RecordBatch,
+        verification_guard: VerificationGuard | None = None,
     ) -> AppendOutcome | Deferred[AppendOutcome]:
         """The batch appended with acks=all: resolves once committed (with its base offset),
-        or with why not."""
-        return self.replicas.append_nowait(owned.part, batch, -1)
+        or with why not (INVALID_TXN_STATE when ``verification_guard`` was cleared)."""
+        return self.replicas.append_nowait(owned.part, batch, -1, verification_guard)
 
     async def _within_timeout(self, pending: Deferred[AppendOutcome]) -> AppendOutcome:
         try:
@@ -373,7 +356,8 @@ class GroupCoordinator:
         pending until its transaction's marker (:meth:`complete_transaction`).  The member
         and generation are checked only when given (v3+, KIP-447); the transaction
         coordinator is asked first whether the partition is in the transaction (KIP-890,
-        Kafka's ``scheduleTransactionalWriteOperation``), its refusal answered as is."""
+        Kafka's ``scheduleTransactionalWriteOperation``), its refusal answered as is, and the
+        producer's verification guard, taken before the question, goes with the append."""
         keys = [(c.topic, c.partition) for c in commits]
         owned = self.owned_for(group_id)
         if isinstance(owned, ErrorCode):
@@ -381,7 +365,9 @@ class GroupCoordinator:
         rejected = self.classic.check_txn_commit(group_id, member_id, generation, instance_id)
         if rejected is not None:
             return dict.fromkeys(keys, rejected)
+        guard = None
         if self.verifier is not None and not self.in_transaction(owned, producer):
+            guard = self.verification_guard(owned, producer)
             offsets_partition = (OFFSETS_TOPIC, owned.part.index)
             verdict = await self.verifier.verify(
                 transactional_id,
@@ -396,7 +382,8 @@ class GroupCoordinator:
                 return dict.fromkeys(keys, coordinator_error(error, transactional=True))
             if self.owned.get(owned.part.index) is not owned:
                 return dict.fromkeys(keys, ErrorCode.NOT_COORDINATOR)
-        return await self._commit(owned, group_id, commits, -1, producer)
+        # no await from here to the append: the guard is checked as the batch is queued
+        return await self._commit(owned, group_id, commits, -1, producer, guard)
 
     def in_transaction(self, owned: OwnedPartition, producer: Producer) -> bool:
         """Whether the producer's transaction is open on the partition already (its first
@@ -405,6 +392,11 @@ class GroupCoordinator:
             owned.part, producer.producer_id, producer.producer_epoch
         )
 
+    def verification_guard(self, owned: OwnedPartition, producer: Producer) -> VerificationGuard:
+        """The producer's guard on the partition, taken before asking the transaction
+        coordinator (Kafka's ``maybeStartTransactionVerificationForPartition``)."""
+        return self.replicas.verification_guard(owned.part, producer.producer_id)
+
     async def _commit(
         self,
         owned: OwnedPartition,
@@ -412,6 +404,7 @@ class GroupCoordinator:
         commits: Sequence[OffsetCommit],
         expire_timestamp_ms: int,
         producer: Producer | None,
+        verification_guard: VerificationGuard | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
         now = self.clock_ms()
         results: dict[TopicPartition, ErrorCode] = {}
@@ -438,7 +431,7 @@ class GroupCoordinator:
             pending = [(group_id, tp) for tp, e in results.items() if e is ErrorCode.NONE]
             owned.pending_commits.update(pending)
             try:
-                error = await self.append(owned, records, producer)
+                error = await self.append(owned, records, producer, verification_guard)
             finally:
                 owned.pending_commits.subtract(pending)
                 owned.pending_commits += Counter()  # drops the zeros
@@ -524,7 +517,7 @@ class GroupCoordinator:
     async def stop(self) -> None:
         for index in list(self.owned):
             self.on_partition_removed(index)
-        for task in (self._expiry, self._creating):
+        for task in (self._expiry, self._offsets_topic.task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

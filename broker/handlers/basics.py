@@ -6,10 +6,10 @@ version is answered by the dispatcher as v0 with UNSUPPORTED_VERSION).
 InitProducerId without a transactional id serves idempotent producers: a fresh producer id
 from the blocks the controller allocates (a ProducerIdsRecord in the metadata log, so ids are
 never reused after a restart), even when the request carries the producer's current id and
-epoch (KIP-360's epoch bump is for transactional producers).  With a transactional id it is the
+epoch (KIP-360's epoch bump is for transactional producers; the producer id and epoch must be both
+set or both -1, else INVALID_REQUEST).  With a transactional id it is the
 transaction coordinator's (:class:`TransactionCoordinator`): the timeout must be in
-``(0, transaction.max.timeout.ms]`` (else INVALID_TRANSACTION_TIMEOUT), the producer id and
-epoch of a KIP-360 request both set or both -1 (else INVALID_REQUEST), and PRODUCER_FENCED is
+``(0, transaction.max.timeout.ms]`` (else INVALID_TRANSACTION_TIMEOUT), and PRODUCER_FENCED is
 answered as INVALID_PRODUCER_EPOCH to versions before 4 (KIP-588), as Kafka's ``KafkaApis``
 does.
 """
@@ -61,6 +61,8 @@ class InitProducerIdHandler:
     async def handle(
         self, ctx: RequestContext, req: InitProducerIdRequest
     ) -> InitProducerIdResponse:
+        if (req.producer_id == -1) != (req.producer_epoch == -1):
+            return InitProducerIdResponse(error_code=ErrorCode.INVALID_REQUEST)
         if req.transactional_id is not None:
             return await self._transactional(ctx, req, req.transactional_id)
         try:
@@ -79,10 +81,7 @@ class InitProducerIdHandler:
         max_timeout = self.transactions.config.max_timeout_ms
         if not 0 < req.transaction_timeout_ms <= max_timeout:
             return InitProducerIdResponse(error_code=ErrorCode.INVALID_TRANSACTION_TIMEOUT)
-        given = (req.producer_id != -1, req.producer_epoch != -1)
-        if given[0] != given[1]:
-            return InitProducerIdResponse(error_code=ErrorCode.INVALID_REQUEST)
-        expected = (req.producer_id, req.producer_epoch) if given[0] else None
+        expected = (req.producer_id, req.producer_epoch) if req.producer_id != -1 else None
         result = await self.transactions.init_producer_id(
             transactional_id, req.transaction_timeout_ms, expected
         )

@@ -21,10 +21,12 @@ partition is in the producer's transaction; one question per request covers all 
 partitions, and a later request of the same producer for the same partition waits for it, so
 that the producer's batches still arrive in order.  Only the partitions answered NONE are
 appended; the others are refused with the coordinator's answer as Kafka maps it
-(``_verification_refusal``).  The plain path pays one attribute test per batch.  Known gap:
-Kafka's verification guard (cleared by a marker written between the coordinator's answer and
-the append) is not kept; a coordinator on this broker answers without yielding to the loop,
-so the window is there only for a remote coordinator's answer.
+(``_verification_refusal``).  The plain path pays one attribute test per batch.  Before the
+question, each held batch takes its producer's verification guard on the partition
+(``ReplicaManager.verification_guard``, Kafka's VerificationGuard) and the append passes it
+back: a marker of that producer written in between (its transaction ended while the
+coordinator was being asked) clears the guard, and the batch is refused INVALID_TXN_STATE
+instead of opening a transaction nobody would end.
 
 Versions 0-2 (message format v0/v1) are advertised because librdkafka enables compression
 only when Produce v0 is inside the range (as Kafka 4 does, KAFKA-18659), and refused per
@@ -44,6 +46,7 @@ from broker.dispatcher import ApiHandler, RequestContext
 from broker.log.validator import validate_records
 from broker.metrics import BrokerMetrics
 from broker.partition import AppendOutcome, Partition
+from broker.producer_state import VerificationGuard
 from broker.replica_manager import ReplicaManager
 from broker.server import CloseConnection
 from broker.transaction.interfaces import TransactionVerifier
@@ -126,6 +129,7 @@ class _Verification(NamedTuple):
     batch: RecordBatch
     acks: int
     outcome: Deferred[AppendOutcome]
+    guard: VerificationGuard
 
 
 def _verification_refusal(error: ErrorCode) -> AppendOutcome:
@@ -268,7 +272,8 @@ class ProduceHandler:
             )
         ):
             outcome: Deferred[AppendOutcome] = Deferred()
-            held.append(_Verification(part, batch, acks, outcome))
+            guard = self.replicas.verification_guard(part, batch.producer_id)
+            held.append(_Verification(part, batch, acks, outcome, guard))
             return outcome
         return self.replicas.append_nowait(part, batch, acks)
 
@@ -338,7 +343,7 @@ class ProduceHandler:
             if verdict is not None:
                 h.outcome.resolve(verdict)
                 continue
-            appended = self.replicas.append_nowait(h.part, h.batch, h.acks)
+            appended = self.replicas.append_nowait(h.part, h.batch, h.acks, h.guard)
             if isinstance(appended, Deferred):
                 appended.then(h.outcome.resolve)
             else:

@@ -9,7 +9,8 @@ partition loads).  As in Kafka's ``KafkaApis``:
 * AddPartitionsToTxn answers UNKNOWN_TOPIC_OR_PARTITION for partitions the metadata does not
   know, and then OPERATION_NOT_ATTEMPTED for the others (nothing is added); v0-3 carry one
   transaction, v4+ (KIP-890, brokers only) a batch of them, each possibly ``verify_only``
-  (whether its partitions are in the transaction, nothing added).
+  (whether its partitions are in the transaction, nothing added): a partition that is not is
+  INVALID_TXN_STATE to v4 and TRANSACTION_ABORTABLE to v5, as Kafka answers them.
 * AddOffsetsToTxn adds the group's ``__consumer_offsets`` partition to the transaction.
 * PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH to versions before KIP-588's (v2 of
   AddPartitionsToTxn, AddOffsetsToTxn and EndTxn).
@@ -42,6 +43,7 @@ from metadata_log.image import ClusterImage
 
 PRODUCER_FENCED_VERSION = 2  # KIP-588: older versions get INVALID_PRODUCER_EPOCH
 BATCHED_ADD_VERSION = 4  # KIP-890: AddPartitionsToTxn carries several transactions
+TRANSACTION_ABORTABLE_VERSION = 5  # KIP-890: verify_only answers TRANSACTION_ABORTABLE
 
 _AddTopic = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
 _TopicResult = AddPartitionsToTxnResponse.AddPartitionsToTxnTopicResult
@@ -53,6 +55,10 @@ def fenced_as(error: ErrorCode, version: int, fenced_version: int) -> ErrorCode:
     if error is ErrorCode.PRODUCER_FENCED and version < fenced_version:
         return ErrorCode.INVALID_PRODUCER_EPOCH
     return error
+
+
+def _not_in_transaction(error: ErrorCode) -> ErrorCode:
+    return ErrorCode.TRANSACTION_ABORTABLE if error is ErrorCode.INVALID_TXN_STATE else error
 
 
 def _partitions(topics: Sequence[_AddTopic]) -> list[TopicPartition]:
@@ -120,6 +126,9 @@ class TransactionHandlers:
                 _partitions(t.topics),
                 verify_only=t.verify_only,
             )
+            if t.verify_only and version >= TRANSACTION_ABORTABLE_VERSION:
+                # a partition not in the transaction: TRANSACTION_ABORTABLE to v5 (KIP-890)
+                errors = {tp: _not_in_transaction(e) for tp, e in errors.items()}
             results.append(
                 AddPartitionsToTxnResponse.AddPartitionsToTxnResult(
                     transactional_id=t.transactional_id, topic_results=_by_topic(errors)
@@ -137,6 +146,8 @@ class TransactionHandlers:
     ) -> dict[TopicPartition, ErrorCode]:
         if not transactional_id:
             return dict.fromkeys(partitions, ErrorCode.INVALID_REQUEST)
+        if not partitions:
+            return {}  # nothing to add, nothing answered (no transaction begins)
         if verify_only:
             return self.coordinator.verify_local(
                 transactional_id, producer_id, producer_epoch, partitions
@@ -192,7 +203,11 @@ class TransactionHandlers:
         )
 
     def _describe(self, transactional_id: str) -> DescribeTransactionsResponse.TransactionState:
-        found = self.coordinator.describe(transactional_id)
+        found = (
+            self.coordinator.describe(transactional_id)
+            if transactional_id
+            else ErrorCode.INVALID_REQUEST
+        )
         if isinstance(found, ErrorCode):
             return DescribeTransactionsResponse.TransactionState(
                 error_code=found, transactional_id=TransactionalId(transactional_id)

@@ -4,7 +4,8 @@ A log with ``cleanup.policy=compact`` keeps, per key, at least the record with t
 offset; the cleaner removes older records of a key, and tombstones (null values) once they
 have been readable for ``delete.retention.ms``.  Offsets never change: cleaning leaves gaps.
 
-Which segments a pass cleans, and when one is due: cleaning_plan.py.
+Which segments a pass cleans, and when one is due: cleaning_plan.py.  The header walk, the
+grouping of segments and the writer of a new one: cleaned_segments.py.
 
 A pass (``build``, off the event loop if the caller likes; then ``PartitionLog.complete_clean``
 on it):
@@ -76,20 +77,22 @@ from __future__ import annotations
 import logging
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from dataclasses import dataclass
 
-from broker.log.cleaned_transactions import (
-    TransactionVerdicts,
-    control_record_kind,
-    judge_transactions,
+from broker.log.cleaned_segments import (
+    CleanedGroup,
+    SegmentWriter,
+    SourceBatch,
+    SourceSegment,
+    group_segments,
+    walk_headers,
 )
+from broker.log.cleaned_transactions import TransactionVerdicts, judge_transactions
 from broker.log.cleaning_plan import CleaningPlan
-from broker.log.config import INT32_MAX, LogConfig
+from broker.log.config import LogConfig
 from broker.log.errors import CorruptIndexError
-from broker.log.file_records import BatchHeader, ChunkedReader, parse_header
+from broker.log.file_records import ChunkedReader
 from broker.log.record_filter import (
-    BATCH_HEADER,
     ScannedRecord,
     empty_batch,
     has_delete_horizon,
@@ -99,24 +102,14 @@ from broker.log.record_filter import (
 from broker.log.segment import LogSegment
 from broker.log.segment_swap import CLEANED_SUFFIX, commit_swap, finish_swap, remove_cleaned_files
 from broker.log.txn_index import AbortedTxn
-from broker.storage import Buffer, Storage, StorageHandle
+from broker.storage import Buffer, Storage
 from kafka_protocol.exceptions import CorruptRecordError, ProtocolError
-from kafka_protocol.record_batch import (
-    ATTR_CONTROL,
-    ATTR_TRANSACTIONAL,
-    HEADER_BYTES,
-    LOG_OVERHEAD,
-    MAGIC,
-    NO_PRODUCER_ID,
-    RecordBatch,
-)
+from kafka_protocol.record_batch import NO_PRODUCER_ID, RecordBatch
 
 logger = logging.getLogger("broker.log")
 
 CLEANER_OFFSET_FILE = "cleaner-offset-checkpoint"
 DEFAULT_MAX_MAP_ENTRIES = 1_000_000  # keys in the offset map (a few hundred bytes each)
-MAX_GROUP_BYTES = 1 << 30  # headroom under int32 positions: a rewrite may grow a batch a bit
-WRITE_CHUNK_BYTES = 1 << 20  # cleaned batches per storage append
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,47 +133,6 @@ class CleanResult:
     @property
     def bytes_removed(self) -> int:
         return self.bytes_before - self.bytes_after
-
-
-class _Source(NamedTuple):
-    """An old segment, as captured on the event loop."""
-
-    segment: LogSegment
-    base_offset: int
-    end_offset: int
-    size_bytes: int
-    handle: StorageHandle
-
-
-class _Batch(NamedTuple):
-    source: int
-    position: int
-    size_bytes: int
-    base_offset: int
-    last_offset: int
-    partition_leader_epoch: int
-    producer_id: int
-    is_control: bool
-    records_count: int
-    is_transactional: bool
-    marker: int | None  # a control batch's record type (ControlRecordType); None: no record
-    sequenced: bool  # a producer's data batch (or what a pass left of one): base sequence >= 0
-
-
-@dataclass(slots=True)
-class CleanedGroup:
-    """Old segments ``sources[first:last]`` and the new segment replacing them."""
-
-    first: int
-    last: int
-    base_offset: int
-    end_offset: int
-    batches: range  # indexes into the header walk
-    size_bytes: int = 0  # of the new segment
-    batches_after: int = 0
-    # The new segment's aborted-transaction index: the ABORT markers it keeps with data
-    # (cleaned_transactions.py); the log writes it in place of the old segments' entries.
-    aborted_txns: list[AbortedTxn] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -221,7 +173,7 @@ class LogCleaning:
         cleaned = segments[: plan.segments]
         ends = [s.base_offset for s in segments[1 : plan.segments + 1]]
         self.sources = [
-            _Source(s, s.base_offset, end, s.size_bytes, s.records.handle)
+            SourceSegment(s, s.base_offset, end, s.size_bytes, s.records.handle)
             for s, end in zip(cleaned, ends, strict=True)
         ]
         self.groups: list[CleanedGroup] = []
@@ -231,7 +183,7 @@ class LogCleaning:
         self.built = False
         self.cancelled = False
         self.error: OSError | ProtocolError | None = None
-        self._batches: list[_Batch] = []
+        self._batches: list[SourceBatch] = []
         self._counts = _Counts()
         self._epoch_openers: set[int] = set()  # indexes of batches opening a leader epoch
         # producer id -> index of its last batch with sequences (markers have none)
@@ -258,10 +210,10 @@ class LogCleaning:
         ``complete_clean``) and removes the files written so far."""
         assert not self.built and self.error is None, "a pass builds once"
         try:
-            self._batches = self._walk_headers()
+            self._batches = walk_headers(self.sources)
             self._txn = judge_transactions(self._batches, self.aborted_transactions)
             self._find_pinned()
-            self.groups = self._group()
+            self.groups = group_segments(self.sources, self._batches, self.config)
             self.next_dirty_offset = self._build_offset_map()
             for group in self.groups:
                 if self.cancelled:
@@ -281,76 +233,7 @@ class LogCleaning:
         for group in self.groups:
             remove_cleaned_files(self.storage, self.directory, group.base_offset)
 
-    def _walk_headers(self) -> list[_Batch]:
-        batches: list[_Batch] = []
-        next_offset = 0
-        for i, source in enumerate(self.sources):
-            position = 0
-            while position < source.size_bytes:
-                data = source.handle.read(position, HEADER_BYTES)
-                if len(data) < HEADER_BYTES:
-                    raise CorruptRecordError(f"{source.segment}: header cut at {position}")
-                fields = BATCH_HEADER.unpack(data)
-                base, length, epoch, magic, _, attributes, delta = fields[:7]
-                producer_id, base_sequence, count = fields[9], fields[11], fields[12]
-                size = length + LOG_OVERHEAD
-                last = base + delta
-                if (
-                    magic != MAGIC
-                    or size < HEADER_BYTES
-                    or position + size > source.size_bytes
-                    or not max(next_offset, source.base_offset) <= base <= last < source.end_offset
-                ):
-                    raise CorruptRecordError(f"{source.segment}: bad batch header at {position}")
-                control = bool(attributes & ATTR_CONTROL)
-                marker = None
-                if control and count > 0:
-                    marker = control_record_kind(source.handle.read(position, size))
-                transactional = bool(attributes & ATTR_TRANSACTIONAL)
-                flags = (control, count, transactional, marker, base_sequence >= 0)
-                batches.append(_Batch(i, position, size, base, last, epoch, producer_id, *flags))
-                position += size
-                next_offset = last + 1
-            if not batches or batches[-1].source != i:
-                raise CorruptRecordError(f"{source.segment}: an inactive segment with no batch")
-            if next_offset != source.end_offset:  # segments end where the next one starts
-                raise CorruptRecordError(f"{source.segment}: ends at {next_offset - 1}")
-        return batches
-
-    def _group(self) -> list[CleanedGroup]:
-        """Consecutive old segments, together within ``segment.bytes`` and the index limits."""
-        config = self.config
-        max_bytes = min(config.segment_bytes, MAX_GROUP_BYTES)
-        max_batches = min(config.max_offset_index_entries, config.max_time_index_entries - 1)
-        counts = [0] * len(self.sources)
-        for batch in self._batches:
-            counts[batch.source] += 1
-        groups: list[CleanedGroup] = []
-        first_batch = 0
-        i = 0
-        while i < len(self.sources):
-            first = i
-            size, batches = self.sources[i].size_bytes, counts[i]
-            i += 1
-            while i < len(self.sources):
-                source = self.sources[i]
-                if (
-                    size + source.size_bytes > max_bytes
-                    or batches + counts[i] > max_batches
-                    or source.end_offset - 1 - self.sources[first].base_offset > INT32_MAX
-                ):
-                    break
-                size += source.size_bytes
-                batches += counts[i]
-                i += 1
-            base, end = self.sources[first].base_offset, self.sources[i - 1].end_offset
-            batch_range = range(first_batch, first_batch + batches)
-            groups.append(CleanedGroup(first, i, base, end, batch_range))
-            first_batch += batches
-        assert first_batch == len(self._batches)
-        return groups
-
-    def _read(self, reader: ChunkedReader, batch: _Batch) -> tuple[RecordBatch, bytes | None]:
+    def _read(self, reader: ChunkedReader, batch: SourceBatch) -> tuple[RecordBatch, bytes | None]:
         """The batch, CRC-checked, and its records decompressed (None for a control batch)."""
         view = reader.read(batch.position, batch.size_bytes)
         if len(view) != batch.size_bytes:
@@ -438,7 +321,7 @@ class LogCleaning:
             self.storage, self.directory, group.base_offset, self.config, file_suffix=CLEANED_SUFFIX
         )
         try:
-            writer = _SegmentWriter(segment, self.now_ms)
+            writer = SegmentWriter(segment, self.now_ms)
             reader: ChunkedReader | None = None
             for i in group.batches:
                 if self.cancelled:
@@ -587,33 +470,3 @@ class LogCleaning:
             aborted_records_removed=counts.aborted_records_removed,
             markers_removed=counts.markers_removed,
         )
-
-
-class _SegmentWriter:
-    """Appends cleaned batches to a new segment, ``WRITE_CHUNK_BYTES`` per storage append."""
-
-    def __init__(self, segment: LogSegment, now_ms: int) -> None:
-        self._segment = segment
-        self._now_ms = now_ms
-        self._buffers: list[Buffer] = []
-        self._headers: list[BatchHeader] = []
-        self._size = 0
-        self.batches = 0
-
-    def add(self, data: Buffer) -> None:
-        self._buffers.append(data)
-        self._headers.append(parse_header(data))
-        self._size += len(data)
-        self.batches += 1
-        if self._size >= WRITE_CHUNK_BYTES:
-            self._write()
-
-    def _write(self) -> None:
-        if self._buffers:
-            self._segment.append(self._buffers, self._headers, self._size, self._now_ms)
-            self._buffers, self._headers, self._size = [], [], 0
-
-    def finish(self) -> None:
-        self._write()
-        self._segment.on_become_inactive()
-        self._segment.flush()

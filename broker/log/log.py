@@ -36,35 +36,37 @@ Theory of operation.
   file region of whole batches for ``sendfile``.  Nothing on the append or read path parses
   records.
 * Retention (retention.py) deletes whole segments from the front, never the active one, and moves
-  ``log_start_offset`` (checkpointed at once, so it survives a restart).  A deleted segment's
+  ``log_start_offset`` (checkpointed at once, so it survives a restart); ``truncate_to`` cuts a
+  follower's divergent tail (log_truncation.py, a mixin of this class).  A deleted segment's
   files are unlinked at once but stay open for ``file.delete.delay.ms``, so a ``sendfile``
   already given its descriptor still reads valid bytes.
-* Compaction (cleaner.py, ``cleanup.policy=compact``): ``prepare_clean`` (here) picks the
-  inactive segments below the last stable offset, ``LogCleaning.build`` (any thread) writes their
-  cleaned copies as ``.cleaned`` files, ``complete_clean`` (here) swaps them in
-  (segment_swap.py) and checkpoints where the next pass starts (``cleaner-offset-checkpoint``).
-  Retention by time and size applies only with ``cleanup.policy`` including ``delete``.
-* Aborted transactions (txn_index.py): each ABORT marker's entry goes to the ``.txnindex`` of
-  the segment it lands in, given by the caller (its producer state knows where the transaction
-  began); ``aborted_transactions`` answers read_committed fetches from them; truncation and
-  retention cut them with their segments, a cleaner swap merges them into the new segment.
+* Compaction (``cleanup.policy=compact``; log_compaction.py, a mixin of this class):
+  ``prepare_clean`` picks the inactive segments below the last stable offset,
+  ``LogCleaning.build`` (cleaner.py, any thread) writes their cleaned copies,
+  ``complete_clean`` swaps them in and checkpoints where the next pass starts.  Retention by
+  time and size applies only with ``cleanup.policy`` including ``delete``.
+* Aborted transactions (aborted_txns.py, a mixin of this class; txn_index.py per segment):
+  each ABORT marker's entry goes to the ``.txnindex`` of the segment it lands in, given by
+  the caller (its producer state knows where the transaction began);
+  ``aborted_transactions`` answers read_committed fetches from them; truncation and retention
+  cut them with their segments, a cleaner swap merges them into the new segment.
 * Any ``OSError`` takes the log offline (``KafkaStorageError`` from then on); reopening it runs
   recovery (loader.py), which is also what ``open`` does after a crash.
 
-The read path lives in reader.py; the rest stays one class (about 800 lines) because append,
-truncation, retention and the compaction swap all change the same segment list, offsets and
-checkpoints, under one ``_check_invariants``.
+The read path lives in reader.py.  The rest is one class because append, truncation,
+retention and the compaction swap all change the same segment list, offsets and checkpoints,
+under one ``_check_invariants``; its retention and truncation, its compaction steps and its
+aborted-transaction queries are written in their own modules as mixins, each naming in a
+protocol what of the log it uses.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import logging
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from broker.log.aborted_txns import AbortedTransactions
 from broker.log.checkpoint import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_FILE,
@@ -72,13 +74,6 @@ from broker.log.checkpoint import (
     OffsetCheckpoint,
     write_atomically,
 )
-from broker.log.cleaner import (
-    CLEANER_OFFSET_FILE,
-    DEFAULT_MAX_MAP_ENTRIES,
-    CleanResult,
-    LogCleaning,
-)
-from broker.log.cleaning_plan import plan_cleaning
 from broker.log.config import LogConfig
 from broker.log.epochs import EpochEndOffset, EpochEntry
 from broker.log.errors import (
@@ -94,9 +89,9 @@ from broker.log.loader import (
     LoadedLog,
     LogLoader,
     RecoveryReport,
-    drop_gone_log_start_epoch,
-    epoch_entry_at,
 )
+from broker.log.log_compaction import LogCompaction
+from broker.log.log_truncation import LogTruncation
 from broker.log.reader import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
@@ -105,12 +100,10 @@ from broker.log.reader import (
     offset_for_timestamp,
     read_slice,
 )
-from broker.log.retention import segments_to_delete
 from broker.log.segment import LogSegment
 from broker.log.txn_index import AbortedTxn
 from broker.log.validator import PreparedAppend, assign_offsets
 from broker.storage import Buffer, Storage, join
-from kafka_protocol.exceptions import CorruptRecordError
 from kafka_protocol.record_batch import NO_TIMESTAMP
 
 logger = logging.getLogger("broker.log")
@@ -154,7 +147,7 @@ class _IoGuard:
             raise self._log._go_offline(self._action, error) from error
 
 
-class PartitionLog:
+class PartitionLog(LogTruncation, LogCompaction, AbortedTransactions):
     def __init__(
         self, storage: Storage, directory: str, config: LogConfig, loaded: LoadedLog, now_ms: int
     ) -> None:
@@ -186,13 +179,7 @@ class PartitionLog:
         # Told once, when an I/O error takes this log offline (the replica manager takes the
         # whole log directory offline then).
         self.on_offline: Callable[[str], None] | None = None
-        self._cleaner_checkpoint = OffsetCheckpoint(storage, directory, CLEANER_OFFSET_FILE)
-        self._first_dirty_offset = loaded.first_dirty_offset
-        self._cleaning: LogCleaning | None = None  # the pass under way
-        self._uncleanable: str | None = None  # why cleaning stopped (corrupt data)
-        # The earliest delete horizon among the tombstones the last pass kept (unknown after a
-        # restart until the next pass, as in Kafka).
-        self._delete_horizon_ms: int | None = None
+        self._init_compaction(storage, directory, loaded.first_dirty_offset)
         self._drop_foreign_aborted_txns()
         self._aborted_txns = self._count_aborted_txns()
         self._check_invariants()
@@ -536,73 +523,6 @@ class PartitionLog:
         assert len(data) == fetched.size_bytes, "slice beyond the end of its file"
         return data
 
-    # --- aborted transactions (txn_index.py) ---------------------------------------------------
-
-    def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
-        """Kafka's ``collectAbortedTransactions``: the aborted transactions with a marker at or
-        after ``start_offset`` and a first offset below ``upper_bound_offset``, from the
-        segment holding ``start_offset`` on (a marker is never below its data)."""
-        if not self._aborted_txns:
-            return []
-        found: list[AbortedTxn] = []
-        first = max(bisect_right(self._bases, start_offset) - 1, 0)
-        for segment in self._segments[first:]:
-            entries, complete = segment.txn_index.collect(start_offset, upper_bound_offset)
-            found += entries
-            if complete:
-                break
-        return found
-
-    def aborted_transactions_for(self, fetch_offset: int, fetched: FetchSlice) -> list[AbortedTxn]:
-        """For a read_committed fetch of ``fetched`` from ``fetch_offset``: the aborted
-        transactions up to the first offset after the slice (Kafka's
-        ``fetchUpperBoundOffset``: one header read, only if the log has any)."""
-        if not self._aborted_txns:
-            return []
-        i = bisect_right(self._bases, fetched.segment_base_offset) - 1
-        segment = self._segments[i]
-        end = fetched.position + fetched.size_bytes
-        with self._io("read"):
-            upper = self.log_end_offset
-            if end < segment.size_bytes:
-                with contextlib.suppress(CorruptRecordError):  # then up to the log end
-                    upper = segment.records.header_at(end).base_offset
-            elif i + 1 < len(self._segments):
-                upper = self._bases[i + 1]
-            return self.aborted_transactions(fetch_offset, upper)
-
-    @property
-    def rebuilding_txn_indexes(self) -> bool:
-        """Whether recovery emptied some segment's aborted-transaction index: the owner of
-        producer state replays the log and calls ``restore_aborted_txn`` for each ABORT."""
-        return any(s.txn_index_rebuilding for s in self._segments)
-
-    def restore_aborted_txn(self, txn: AbortedTxn) -> None:
-        """During the replay after recovery: index ``txn`` if its marker's segment was
-        recovered (the others kept their index)."""
-        i = bisect_right(self._bases, txn.last_offset) - 1
-        if i >= 0 and self._segments[i].txn_index_rebuilding:
-            with self._io("restore aborted transaction"):
-                self._segments[i].txn_index.append(txn)
-                self._unflushed[self._bases[i]] = self._segments[i]
-            self._aborted_txns += 1
-
-    def end_txn_index_rebuild(self) -> None:
-        for segment in self._segments:
-            segment.txn_index_rebuilding = False
-
-    def _count_aborted_txns(self) -> int:
-        return sum(len(s.txn_index.entries) for s in self._segments)
-
-    def _drop_foreign_aborted_txns(self) -> None:
-        """Entries whose marker is beyond their segment (a crash during a cleaner swap left the
-        merged index of the new segment beside the old ones) are dropped at open."""
-        for segment, next_base in zip(self._segments, self._bases[1:], strict=False):
-            entries = segment.txn_index.entries
-            if entries and entries[-1].last_offset >= next_base:
-                with self._io("open transaction index"):
-                    segment.txn_index.truncate_to(next_base)
-
     # --- timestamps ---------------------------------------------------------------------------
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
@@ -615,288 +535,6 @@ class PartitionLog:
             return self._log_start_offset, NO_TIMESTAMP
         with self._io("timestamp lookup"):
             return offset_for_timestamp(self._segments, self._log_start_offset, timestamp_ms)
-
-    # --- retention and truncation -------------------------------------------------------------
-
-    def apply_retention(self, now_ms: int) -> list[int]:
-        """Delete old segments by ``retention.ms``, ``retention.bytes`` and the log start
-        offset, never the active one; return their base offsets."""
-        with self._io("retention"):
-            self._now_ms = now_ms
-            self._close_graveyard(now_ms)
-            config = self._config
-            if not config.delete:  # compact only: segments go by the log start offset alone
-                config = dataclasses.replace(config, retention_ms=-1, retention_bytes=-1)
-            count = segments_to_delete(self._segments, config, self._log_start_offset, now_ms)
-            deleted = [s.base_offset for s in self._segments[:count]]
-            if count:
-                self._delete_front(count, "retention")
-        self._check_invariants()
-        return deleted
-
-    def _delete_front(self, count: int, reason: str) -> None:
-        doomed = self._segments[:count]
-        del self._segments[:count]
-        del self._bases[:count]
-        self._recovery_point = max(self._recovery_point, self._bases[0])
-        self._advance_log_start_offset(self._bases[0])
-        self._bury(doomed)
-        self._aborted_txns = self._count_aborted_txns()
-        epochs = self._epochs.entries()
-        drop_gone_log_start_epoch(self._segments, epochs, self._log_start_offset)
-        self._epochs.reset(epochs)
-        logger.info(
-            "deleted segments dir=%s segments=%s reason=%s log_start_offset=%d",
-            self.directory,
-            [s.base_offset for s in doomed],
-            reason,
-            self._log_start_offset,
-        )
-
-    def _advance_log_start_offset(self, offset: int) -> None:
-        if offset > self._log_start_offset:
-            self._log_start_offset = offset
-            self._log_start_checkpoint.write(offset)  # first: the loader re-applies it
-            self._epochs.truncate_from_start(offset)
-
-    def _bury(self, segments: list[LogSegment]) -> None:
-        """Unlink now; close after ``file.delete.delay.ms`` (an in-flight sendfile may hold
-        the descriptor)."""
-        close_at = self._now_ms + self._config.file_delete_delay_ms
-        for segment in segments:
-            segment.remove_files()
-            self._unflushed.pop(segment.base_offset, None)
-            self._graveyard.append((close_at, segment))
-        self._dir_dirty = True
-
-    def _close_graveyard(self, now_ms: int) -> None:
-        keep = []
-        for close_at, segment in self._graveyard:
-            if close_at <= now_ms:
-                segment.close()
-            else:
-                keep.append((close_at, segment))
-        self._graveyard = keep
-
-    def delete_records_before(self, offset: int) -> int:
-        """Move the log start offset up to ``offset`` (DeleteRecords; the caller checks it is
-        not above the high watermark); segments below it go at the next ``apply_retention``.
-        Returns the log start offset."""
-        end = self.log_end_offset
-        if not 0 <= offset <= end:
-            raise OffsetOutOfRangeError(offset, self._log_start_offset, end)
-        with self._io("delete records"):
-            self._advance_log_start_offset(offset)
-        self._check_invariants()
-        return self._log_start_offset
-
-    def truncate_to(self, offset: int) -> None:
-        """Drop every offset at or above ``offset`` (a follower diverging from its leader).  A
-        batch holding ``offset`` goes whole, so the log end may end up below ``offset``."""
-        if offset >= self.log_end_offset:
-            return
-        if offset < self._log_start_offset:
-            self.truncate_fully_and_start_at(offset)
-            return
-        with self._io("truncate"):
-            keep = max(bisect_right(self._bases, offset - 1), 1)  # segments below offset
-            if keep < len(self._segments):
-                doomed = self._segments[keep:]
-                del self._segments[keep:]
-                del self._bases[keep:]
-                self._bury(doomed)
-            removed = self._active.truncate_to(offset)
-            self._unflushed[self._active.base_offset] = self._active
-            if self.log_end_offset < self._log_start_offset:
-                # The batch holding the log start offset went too: nothing visible is left.
-                self._log_start_offset = self.log_end_offset
-                self._log_start_checkpoint.write(self._log_start_offset)
-            self._recovery_point = min(self._recovery_point, self.log_end_offset)
-            self._checkpoint_recovery_point(self._now_ms)
-            self._truncate_epochs_from_end()
-            self._cap_first_dirty_offset()
-            self._aborted_txns = self._count_aborted_txns()
-        logger.info(
-            "truncated dir=%s offset=%d log_end_offset=%d bytes_removed_from_active=%d",
-            self.directory,
-            offset,
-            self.log_end_offset,
-            removed,
-        )
-        self._check_invariants()
-
-    def _truncate_epochs_from_end(self) -> None:
-        end = self.log_end_offset
-        if end > self._log_start_offset:
-            self._epochs.truncate_from_end(end)
-        else:
-            # Nothing visible is left; the entry for the log start is the epoch of the last
-            # batch below it, as a reload of this log would find (loader.py).
-            head = epoch_entry_at(self._segments, self._log_start_offset)
-            self._epochs.reset([head] if head is not None else [])
-
-    def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Delete everything and restart the log, empty, at ``offset``."""
-        assert offset >= 0
-        with self._io("truncate"):
-            self._bury(self._segments)  # unlinked first: the new segment may reuse a name
-            fresh = LogSegment.create(self._storage, self.directory, offset, self._config)
-            self._segments, self._bases = [fresh], [offset]
-            self._log_start_offset = offset
-            self._log_start_checkpoint.write(offset)
-            self._recovery_point = offset
-            self._checkpoint_recovery_point(self._now_ms)
-            self._epochs.reset([])
-            self._cap_first_dirty_offset()
-            self._aborted_txns = 0
-        self._check_invariants()
-
-    # --- compaction ---------------------------------------------------------------------------
-
-    @property
-    def first_dirty_offset(self) -> int:
-        """Where the next cleaning's offset map starts (below it: one record per key)."""
-        return max(self._first_dirty_offset, self._log_start_offset)
-
-    def prepare_clean(
-        self,
-        now_ms: int,
-        last_stable_offset: int,
-        *,
-        force: bool = False,
-        max_map_entries: int = DEFAULT_MAX_MAP_ENTRIES,
-    ) -> LogCleaning | None:
-        """Compaction, step 1 of 3, on the event loop: the pass due now (``force``: over
-        whatever is cleanable, due or not), or None (not compacted, nothing due or cleanable,
-        a pass already under way).
-        Step 2: its ``build()``, in a worker thread if you like (it reads only inactive
-        segments and writes only its own files).  Step 3: ``complete_clean`` here.  Before
-        ``close`` or ``delete``, wait for a running ``build`` (``cancel()`` hurries it)."""
-        end = self.log_end_offset
-        assert last_stable_offset <= end, f"LSO {last_stable_offset} above the log end {end}"
-        if self._cleaning is not None or self._uncleanable is not None:
-            return None
-        with self._io("plan cleaning"):
-            plan = plan_cleaning(
-                self._segments,
-                self._config,
-                log_start_offset=self._log_start_offset,
-                first_dirty_offset=self._first_dirty_offset,
-                last_stable_offset=last_stable_offset,
-                now_ms=now_ms,
-                delete_horizon_ms=self._delete_horizon_ms,
-                force=force,
-            )
-        if plan is None:
-            return None
-        self._cleaning = LogCleaning(
-            self._storage,
-            self.directory,
-            self._config,
-            self._segments,
-            plan,
-            now_ms,
-            max_map_entries,
-            aborted_transactions=self.aborted_transactions(self._bases[0], plan.end_offset),
-        )
-        return self._cleaning
-
-    def complete_clean(self, cleaning: LogCleaning) -> CleanResult | None:
-        """Compaction, step 3, on the event loop: swap the cleaned segments in.  None (the work
-        thrown away) if the build was cancelled, the log changed under it (retention,
-        truncation, close), or it met corrupt data (logged; cleaning stops until the log is
-        reopened); raises ``KafkaStorageError`` (offline) if the build or the swap failed on
-        I/O."""
-        assert cleaning is self._cleaning, "not this log's pass under way"
-        self._cleaning = None
-        error = cleaning.error
-        if cleaning.cancelled or not self._still_has(cleaning):
-            cleaning.discard()  # an error then is most likely a file closed under the build
-            logger.info("log cleaning abandoned dir=%s error=%s", self.directory, error)
-            return None
-        if isinstance(error, OSError):
-            raise self._go_offline("log cleaning", error) from error
-        if error is not None:
-            self._uncleanable = f"{type(error).__name__}: {error}"
-            logger.error("log cleaning stopped dir=%s reason=%s", self.directory, error)
-            return None
-        assert cleaning.built
-        with self._io("log cleaning swap"):
-            for group in cleaning.groups:
-                replaced = cleaning.old_segments[group.first : group.last]
-                _merge_txn_indexes(replaced, group.aborted_txns)
-                self._replace_segments(replaced, cleaning.swap_in(group))
-            self._aborted_txns = self._count_aborted_txns()
-            if cleaning.next_dirty_offset != self._first_dirty_offset:
-                self._cleaner_checkpoint.write(cleaning.next_dirty_offset)
-                self._first_dirty_offset = cleaning.next_dirty_offset
-        self._delete_horizon_ms = cleaning.delete_horizon_ms
-        self._check_invariants()
-        result = cleaning.result(segments_after=len(cleaning.groups))
-        logger.info(
-            "cleaned log dir=%s offsets=%d..%d segments=%d->%d bytes=%d->%d records=%d->%d"
-            " tombstones_removed=%d aborted_records_removed=%d markers_removed=%d"
-            " next_dirty_offset=%d reason=%s",
-            self.directory,
-            result.first_offset,
-            result.end_offset - 1,
-            result.segments_before,
-            result.segments_after,
-            result.bytes_before,
-            result.bytes_after,
-            result.records_before,
-            result.records_after,
-            result.tombstones_removed,
-            result.aborted_records_removed,
-            result.markers_removed,
-            result.next_dirty_offset,
-            cleaning.plan.reason,
-        )
-        return result
-
-    def clean(
-        self, now_ms: int, last_stable_offset: int, *, force: bool = False
-    ) -> CleanResult | None:
-        """The three steps in a row, blocking (tests, tools; a broker runs ``build`` off the
-        event loop)."""
-        cleaning = self.prepare_clean(now_ms, last_stable_offset, force=force)
-        if cleaning is None:
-            return None
-        cleaning.build()
-        return self.complete_clean(cleaning)
-
-    def _still_has(self, cleaning: LogCleaning) -> bool:
-        """Whether the segments the pass read are still this log's, unchanged."""
-        old = cleaning.sources
-        return (
-            not self._closed
-            and self._offline is None
-            and len(self._segments) > len(old)
-            and all(
-                s is o.segment and s.size_bytes == o.size_bytes
-                for s, o in zip(self._segments, old, strict=False)
-            )
-        )
-
-    def _replace_segments(self, old: list[LogSegment], new: LogSegment) -> None:
-        """``new`` (swapped in, durable) takes the place of ``old``, whose files are gone; their
-        handles close after ``file.delete.delay.ms`` (a sendfile may be reading them)."""
-        i = self._segments.index(old[0])
-        assert self._segments[i : i + len(old)] == old
-        self._segments[i : i + len(old)] = [new]
-        self._bases[i : i + len(old)] = [new.base_offset]
-        new.config = self._config  # as update_config does
-        close_at = self._now_ms + self._config.file_delete_delay_ms
-        for segment in old:
-            self._unflushed.pop(segment.base_offset, None)
-            self._graveyard.append((close_at, segment))
-
-    def _cap_first_dirty_offset(self) -> None:
-        """After a truncation: offsets appended again above the log end are dirty."""
-        end = self.log_end_offset
-        if self._first_dirty_offset > end:
-            self._cleaner_checkpoint.write(end)
-            self._first_dirty_offset = end
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -935,17 +573,3 @@ class PartitionLog:
             self._storage.rmdir(self.directory)
         except OSError as error:
             raise KafkaStorageError(f"{self.directory}: cannot delete: {error}") from error
-
-
-def _merge_txn_indexes(replaced: list[LogSegment], kept: list[AbortedTxn]) -> None:
-    """Before a cleaner swap: the first replaced segment's ``.txnindex`` (whose name the new
-    segment takes, and which the swap leaves in place) gets the cleaner's entries for the
-    whole group (``CleanedGroup.aborted_txns``: the ABORT markers it keeps with data),
-    fsynced, so the new segment indexes every aborted transaction it still holds data of, even
-    after a crash (segment_swap.py).  Written before the swap commits, which is safe: the
-    entries it leaves out are those of transactions with no data left in the old segments
-    either, which no reader needs to skip."""
-    first = replaced[0].txn_index
-    if kept != first.entries:
-        first.rewrite(kept)
-        first.flush()

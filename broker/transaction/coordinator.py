@@ -35,8 +35,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
+
+from prometheus_client.core import Metric
 
 from broker.controller_channel import (
     ControllerChannel,
@@ -45,6 +48,7 @@ from broker.controller_channel import (
 from broker.deferred import Deferred
 from broker.fatal import fatal
 from broker.log.errors import LogError
+from broker.metrics import gauge
 from broker.partition import AppendOutcome, Partition
 from broker.replica_manager import ReplicaManager
 from broker.transaction import state as txn
@@ -248,11 +252,13 @@ class TransactionCoordinator:
         except AssertionError as exc:
             fatal("txn-transition", "invalid transaction state transition", error=str(exc))
         tid = new.transactional_id
-        owned.busy.add(tid)
+        assert tid not in owned.busy, tid
+        done = owned.busy[tid] = asyncio.get_running_loop().create_future()
         try:
             error = await self._append(owned, [encode(new, tombstone=new.state is TxnState.DEAD)])
         finally:
-            owned.busy.discard(tid)
+            del owned.busy[tid]
+            done.set_result(None)
         if error is not ErrorCode.NONE:
             return error
         if not self._current(owned):
@@ -277,7 +283,7 @@ class TransactionCoordinator:
         if isinstance(outcome, Deferred):
             outcome = await self._within_timeout(outcome)
         if outcome.error is not ErrorCode.NONE:
-            log.info("append to %s failed: %s", owned.part.name, outcome.error.name)
+            log.info("append to %s failed error=%s", owned.part.name, outcome.error.name)
             return _APPEND_ERRORS.get(outcome.error, ErrorCode.UNKNOWN_SERVER_ERROR)
         if owned.part.leader_epoch != owned.coordinator_epoch:
             return ErrorCode.NOT_COORDINATOR
@@ -308,8 +314,8 @@ class TransactionCoordinator:
             lambda: self._current(owned) and owned.txns.get(tid) is prepared,
         )
         while written and self._current(owned) and owned.txns.get(tid) is prepared:
-            while tid in owned.busy:
-                await asyncio.sleep(0.01)
+            while (change := owned.busy.get(tid)) is not None:
+                await asyncio.shield(change)
             if owned.txns.get(tid) is not prepared:
                 return
             error = await self._persist(owned, prepared, txn.complete(prepared, self.clock_ms()))
@@ -454,6 +460,25 @@ class TransactionCoordinator:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return [m for owned in self.owned.values() for m in owned.txns.values()]
 
+    def state_metrics(self) -> list[Metric]:
+        """Gauges when scraped: the transactional ids of the loaded partitions by state, and
+        the ``__transaction_state`` partitions this broker coordinates."""
+        ids = gauge(
+            "kafka_transaction_coordinator_ids",
+            "Transactional ids this broker coordinates, by transaction state",
+            ["state"],
+        )
+        counts = Counter(m.state for o in self.owned.values() for m in o.txns.values())
+        for state in TxnState:
+            if state not in (TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE):
+                ids.add_metric([state.kafka_name], counts[state])
+        partitions = gauge(
+            "kafka_transaction_coordinator_partitions",
+            "__transaction_state partitions this broker coordinates (loaded)",
+        )
+        partitions.add_metric([], sum(1 for o in self.owned.values() if o.loaded))
+        return [ids, partitions]
+
     # --- housekeeping -------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -506,7 +531,7 @@ class TransactionCoordinator:
                 if error is ErrorCode.NONE:
                     aborted += 1
                     log.info(
-                        "aborting timed-out transaction %r producer %d epoch %d",
+                        "aborting timed out transactional_id=%s producer_id=%d epoch=%d",
                         tid,
                         fenced.producer_id,
                         fenced.producer_epoch,
@@ -529,5 +554,5 @@ class TransactionCoordinator:
                 if await self._persist(owned, current, txn.dead(current, now)) is ErrorCode.NONE:
                     removed += 1
         if removed:
-            log.info("removed %d expired transactional ids", removed)
+            log.info("removed expired transactional ids count=%d", removed)
         return removed

@@ -7,8 +7,9 @@ leader's share.  One sender task per broker drains its queue: everything queued,
 transaction, goes in one WriteTxnMarkers v1 request (one marker per transaction), so a broker
 gets one request per round however many transactions complete at once.  A partition is done
 when its leader answers NONE, or when its topic or partition no longer exists (Kafka drops those
-too).  A partition without a leader, an unreachable broker or a retriable error is retried in
-the transaction's next round, after a backoff (50 ms doubling to 1 s).  INVALID_PRODUCER_EPOCH
+too).  A partition without a leader, an unreachable broker, a leader that does not answer within
+:data:`ROUND_TIMEOUT_S` or a retriable error is retried in the transaction's next round, after
+a backoff (50 ms doubling to 1 s).  INVALID_PRODUCER_EPOCH
 or TRANSACTION_COORDINATOR_FENCED mean a newer coordinator (or epoch) owns the transaction: the
 sending stops and the transaction is left to it.  Sending stops too when ``still_current()``
 says this coordinator no longer owns the id's partition.
@@ -33,6 +34,10 @@ from metadata_log.image import ClusterImage
 log = logging.getLogger("broker.transaction")
 
 WRITE_TXN_MARKERS_VERSION = 1
+# A round waits this long for its leaders' answers, then recomputes the leaders and retries the
+# partitions not answered (their request may still complete: a marker written twice is harmless,
+# the second one ends no transaction).
+ROUND_TIMEOUT_S = 5.0
 # Kafka's TransactionMarkerRequestCompletionHandler: the coordinator is stale, stop sending
 _FENCED = frozenset({ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED})
 # a partition the marker can never reach: drop it (Kafka logs and removes it too)
@@ -83,6 +88,15 @@ def _leaders(
     return by_leader, gone
 
 
+async def _answers_within(sends: list[asyncio.Future[Answers]], timeout_s: float) -> list[Answers]:
+    """The answers that came within ``timeout_s`` (a leader that hangs, paused or cut off,
+    must not hold the markers of partitions whose leadership moves elsewhere meanwhile)."""
+    if not sends:
+        return []
+    done, _ = await asyncio.wait(sends, timeout=timeout_s)
+    return [f.result() for f in sends if f in done and not f.cancelled()]
+
+
 class MarkerChannel:
     """Markers to partition leaders, batched per broker (see the module docstring)."""
 
@@ -121,18 +135,27 @@ class MarkerChannel:
                 for leader, tps in by_leader.items()
             ]
             fenced = False
-            for errors in await asyncio.gather(*sends):
+            answered = await _answers_within(sends, ROUND_TIMEOUT_S)
+            for tp in pending.difference(*answered):
+                if not failing and any(tp in tps for tps in by_leader.values()):
+                    log.info(
+                        "marker for %s-%d not answered within %g s; retrying", *tp, ROUND_TIMEOUT_S
+                    )
+                    failing = True
+            for errors in answered:
                 for tp, error in errors.items():
                     if error is ErrorCode.NONE or error in _GONE:
                         pending.discard(tp)
                     elif error in _FENCED:
                         fenced = True
                     elif not failing:
-                        log.info("marker for %s-%d not written yet: %s; retrying", *tp, error.name)
+                        log.info(
+                            "marker for %s-%d not written yet error=%s; retrying", *tp, error.name
+                        )
                         failing = True
             if fenced:
                 log.info(
-                    "markers of producer %d epoch %d fenced: a newer coordinator owns it",
+                    "markers fenced producer_id=%d epoch=%d: a newer coordinator owns it",
                     producer_id,
                     producer_epoch,
                 )

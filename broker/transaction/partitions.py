@@ -41,7 +41,8 @@ class TxnPartition:
     part: Partition
     coordinator_epoch: int
     txns: dict[str, TxnMetadata] = field(default_factory=dict)
-    busy: set[str] = field(default_factory=set)  # ids with a state change in flight
+    # ids with a state change in flight, each with a future resolved when it is done
+    busy: dict[str, asyncio.Future[None]] = field(default_factory=dict)
     loaded: bool = False
     tasks: set[asyncio.Task[None]] = field(default_factory=set)  # loading, markers
 

@@ -130,5 +130,10 @@ async def verify_remotely(
             for p in result_topic.results_by_partition:
                 key = (str(result_topic.name), p.partition_index)
                 if key in answers:
-                    answers[key] = ErrorCode.from_code(p.partition_error_code)
+                    error = ErrorCode.from_code(p.partition_error_code)
+                    # v5's name for "not in the transaction" (the verifier's contract says
+                    # INVALID_TXN_STATE, as v4 and a local verification answer it)
+                    if error is ErrorCode.TRANSACTION_ABORTABLE:
+                        error = ErrorCode.INVALID_TXN_STATE
+                    answers[key] = error
     return answers

@@ -184,6 +184,8 @@ def init_producer_id(
     if state is TxnState.DEAD:
         return ErrorCode.CONCURRENT_TRANSACTIONS  # being removed: ask again
     if is_epoch_exhausted(current.producer_epoch):
+        if expected is not None and expected[1] != current.producer_epoch:
+            return ErrorCode.PRODUCER_FENCED  # Kafka rotates only for the exhausted epoch
         assert fresh_producer_id is not None, "allocate a producer id first"
         new = replace(
             current,

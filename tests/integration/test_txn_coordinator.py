@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import itertools
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.coordinator.records import OFFSETS_TOPIC, partition_for
@@ -125,7 +126,8 @@ def _read(
             "enable.auto.commit": False,
         }
     )
-    consumer.subscribe([topic])
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     got: list[str] = []
     deadline = time.monotonic() + timeout_s
     quiet_until = None
@@ -174,6 +176,46 @@ def test_confluent_kafka_commits_and_aborts_records(node: NodeProcess, raw: RawC
         lambda: (x := describe(raw, tid)).transaction_state == "CompleteAbort" and x,
     )
     assert d.producer_epoch == 0 and d.topics == []
+    gauges = _metrics(node)
+    assert gauges['kafka_transaction_coordinator_ids{state="CompleteAbort"}'] >= 1
+    assert gauges["kafka_transaction_coordinator_partitions"] == 50
+
+
+def _metrics(node: NodeProcess) -> dict[str, float]:
+    with urllib.request.urlopen(node.admin + "/metrics", timeout=10) as response:
+        lines = response.read().decode().splitlines()
+    return {
+        name: float(value)
+        for line in lines
+        if line and not line.startswith("#")
+        for name, value in [line.rsplit(" ", 1)]
+    }
+
+
+def test_a_zombie_with_records_in_flight_is_fenced_and_its_records_aborted(
+    node: NodeProcess, raw: RawConnection
+) -> None:
+    topic = _topic(node, 1)
+    tid = _txn_id()
+    conf = {"bootstrap.servers": node.bootstrap, "transactional.id": tid}
+    zombie = Producer(conf)
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    zombie.produce(topic, b"zombie-1")
+    zombie.flush(10)
+    successor = Producer(conf)
+    successor.init_transactions(30)  # aborts the zombie's transaction first
+    d = describe(raw, tid)
+    assert (d.transaction_state, d.producer_epoch) == ("Empty", 2)
+    zombie.produce(topic, b"zombie-2")
+    with pytest.raises(KafkaException) as fenced:
+        zombie.commit_transaction(10)
+    assert fenced.value.args[0].fatal()
+    successor.begin_transaction()
+    successor.produce(topic, b"successor")
+    successor.commit_transaction(10)
+    assert _read(node.bootstrap, topic, "read_committed", 1) == ["successor"]
+    assert "zombie-2" not in _read(node.bootstrap, topic, "read_uncommitted", 2)
 
 
 def test_kafka_python_and_aiokafka_transactional_producers_commit(node: NodeProcess) -> None:
@@ -324,6 +366,7 @@ def test_add_partitions_refuses_unknown_producers_old_epochs_and_missing_topics(
     assert set(add_partitions(raw, tid, pid, epoch + 1, [0], topic="no-such-topic").values()) == {
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     }
+    assert add_partitions(raw, tid, pid, epoch + 1, [], topic=TOPIC) == {}
     assert describe(raw, tid).transaction_state == "Empty"  # nothing was added
 
 
@@ -369,6 +412,7 @@ def test_describe_and_list_transactions(raw: RawConnection) -> None:
     }
     unknown = describe(raw, _txn_id())
     assert unknown.error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+    assert describe(raw, "").error_code == ErrorCode.INVALID_REQUEST
 
     def listed(version: int = 0, **filters: Any) -> Any:
         return raw.request(ListTransactionsRequest(**filters), version)
@@ -397,7 +441,13 @@ def test_describe_and_list_transactions(raw: RawConnection) -> None:
     assert describe(raw, tid).transaction_state in ("PrepareAbort", "CompleteAbort")
 
 
-def test_verify_only_says_which_partitions_are_in_the_transaction(raw: RawConnection) -> None:
+@pytest.mark.parametrize(
+    ("version", "not_in_it"),
+    [(4, ErrorCode.INVALID_TXN_STATE), (5, ErrorCode.TRANSACTION_ABORTABLE)],
+)
+def test_verify_only_says_which_partitions_are_in_the_transaction(
+    raw: RawConnection, version: int, not_in_it: ErrorCode
+) -> None:
     tid = _txn_id()
     r = init_producer_id(raw, tid)
     pid, epoch = r.producer_id, r.producer_epoch
@@ -422,7 +472,7 @@ def test_verify_only_says_which_partitions_are_in_the_transaction(raw: RawConnec
                 ),
             ]
         ),
-        4,
+        version,
     )
     results = [
         {
@@ -433,7 +483,7 @@ def test_verify_only_says_which_partitions_are_in_the_transaction(raw: RawConnec
         for r in answer.results_by_transaction
     ]
     assert results == [
-        {(TOPIC, 0): ErrorCode.NONE, (TOPIC, 1): ErrorCode.INVALID_TXN_STATE},
+        {(TOPIC, 0): ErrorCode.NONE, (TOPIC, 1): not_in_it},
         {(TOPIC, 0): ErrorCode.PRODUCER_FENCED},
     ]
     assert describe(raw, tid).topics[0].partitions == [0]  # verification added nothing
@@ -455,3 +505,62 @@ def test_a_timed_out_transaction_is_aborted_and_its_producer_fenced(raw: RawConn
     assert set(add_partitions(raw, tid, pid, epoch, [1], topic=TOPIC).values()) == {
         ErrorCode.PRODUCER_FENCED
     }
+
+
+@pytest.fixture
+def short_lived_ids(tmp_path: Path) -> Iterator[NodeProcess]:
+    """A node that removes ids idle for one second, checking every 200 ms."""
+    proc = NodeProcess(
+        tmp_path / "expiry",
+        overrides=(
+            "transactional.id.expiration.ms=1000",
+            "transaction.remove.expired.transaction.cleanup.interval.ms=200",
+        ),
+    ).start()
+    yield proc
+    if proc.alive():
+        assert proc.stop() == 0, proc.log_tail()
+
+
+def test_idle_ids_expire_and_ids_survive_a_restart(short_lived_ids: NodeProcess) -> None:
+    node = short_lived_ids
+    conn = RawConnection(node.bootstrap)
+    try:
+        expiring, kept = _txn_id(), _txn_id()
+        first = init_producer_id(conn, expiring)
+        wait_until(
+            "the idle id removed",
+            lambda: describe(conn, expiring).error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+        )
+        again = init_producer_id(conn, expiring)
+        assert again.producer_id != first.producer_id and again.producer_epoch == 0
+        # an id with a transaction open does not expire
+        r = init_producer_id(conn, kept)
+        assert set(add_partitions(conn, kept, r.producer_id, 0, [0], topic=TOPIC).values()) == {
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        }
+        topic_admin = AdminClient({"bootstrap.servers": node.bootstrap})
+        topic_admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(timeout=10)
+        assert set(add_partitions(conn, kept, r.producer_id, 0, [0], topic=TOPIC).values()) == {0}
+        time.sleep(1.5)
+        assert describe(conn, kept).transaction_state == "Ongoing"
+    finally:
+        conn.close()
+    # the states are in __transaction_state: a restarted node loads them
+    assert node.stop() == 0, node.log_tail()
+    node.start()
+    conn = RawConnection(node.bootstrap)
+    try:
+        d = wait_until(
+            "the ids loaded",
+            lambda: (x := describe(conn, kept)).error_code == ErrorCode.NONE and x,
+        )
+        assert (d.producer_id, d.producer_epoch, d.transaction_state) == (
+            r.producer_id,
+            0,
+            "Ongoing",
+        )
+        # idle again meanwhile: its tombstone is loaded too, the id stays removed
+        assert describe(conn, expiring).error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+    finally:
+        conn.close()

@@ -11,6 +11,7 @@ where the old coordinator left it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
 from broker.transaction.records import TRANSACTION_STATE_TOPIC, partition_for
+from broker.transaction.remote import BrokerConnections, verify_remotely
 from integration.cluster_process import LocalCluster, admin_client, wait_for
 from integration.raw_client import RawConnection
 from integration.txn_requests import (
@@ -238,3 +240,39 @@ def test_a_decided_commit_is_completed_by_the_next_coordinator(cluster: LocalClu
             if not proc.alive():
                 proc.launch()
                 proc.wait_ready()
+
+
+def test_partition_leaders_verify_with_the_coordinator_of_another_broker(
+    cluster: LocalCluster,
+) -> None:
+    """KIP-890 verification as a partition leader on another broker asks for it
+    (``verify_remotely``: AddPartitionsToTxn v4 verify_only over the inter-broker listener)."""
+    (tid,) = _ids_on_one_partition(5)[4:]
+    coordinator, conn = _coordinator(cluster, tid)
+    try:
+        r = init_producer_id(conn, tid)
+        pid, epoch = r.producer_id, r.producer_epoch
+        assert set(add_partitions(conn, tid, pid, epoch, [0], topic=TOPIC).values()) == {0}
+    finally:
+        conn.close()
+    addresses = {
+        i: (b.address.rsplit(":", 1)[0], int(b.address.rsplit(":", 1)[1]))
+        for i, b in cluster.brokers.items()
+    }
+    other = next(b for b in cluster.brokers if b != coordinator)
+
+    async def ask(broker: int, producer_epoch: int) -> dict[tuple[str, int], ErrorCode]:
+        connections = BrokerConnections(addresses.get, None, "verification-test")
+        try:
+            return await verify_remotely(
+                connections, broker, tid, pid, producer_epoch, [(TOPIC, 0), (TOPIC, 1)]
+            )
+        finally:
+            await connections.close()
+
+    assert asyncio.run(ask(coordinator, epoch)) == {
+        (TOPIC, 0): ErrorCode.NONE,
+        (TOPIC, 1): ErrorCode.INVALID_TXN_STATE,
+    }
+    assert set(asyncio.run(ask(coordinator, epoch + 1)).values()) == {ErrorCode.PRODUCER_FENCED}
+    assert set(asyncio.run(ask(other, epoch)).values()) == {ErrorCode.NOT_COORDINATOR}

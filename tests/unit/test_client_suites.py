@@ -107,3 +107,58 @@ def test_junit_outcomes(tmp_path: Path) -> None:
     assert result.skipped == [("t.A::skip", "GSSAPI")]
     missing = suites.junit_results(tmp_path / "none.xml", suites.SuiteResult("s", "sel"))
     assert missing.note and not missing.passed
+
+
+# Lines of real 0097-ssl_verify runs against our broker (librdkafka 2.15.0, OpenSSL 3.0)
+_B = "sasl_ssl://127.0.0.1:34313/bootstrap"
+_VERIFY_FAILED = (
+    "../ssl/statem/statem_clnt.c:1889:tls_post_process_server_certificate"
+    " error:0A000086:SSL routines::certificate verify failed"
+)
+_REFUSED_IN_HANDSHAKE = (  # rd_kafka_transport_ssl_handshake: ERR__SSL
+    f"\x1b[36m[<MAIN>                      /  1.026s] Log: [thrd:{_B}]: {_B}: SSL handshake"
+    f" failed: {_VERIFY_FAILED}: broker certificate could not be verified (after 1ms in state"
+    " SSL_HANDSHAKE)\x1b[0m"
+)
+_REFUSED_IN_FIRST_CONNECT = (  # rd_kafka_transport_ssl_connect: ERR__TRANSPORT
+    f"[<MAIN>                      /  2.026s] Log: [thrd:{_B}]: {_B}: {_VERIFY_FAILED}"
+    " (after 1ms in state SSL_HANDSHAKE)"
+)
+_ALERT_AFTER_TLS13_HANDSHAKE = (
+    "[<MAIN>                      /  8.061s] Log: [thrd:ssl://127.0.0.1:42929/bootstrap]:"
+    " ssl://127.0.0.1:42929/bootstrap: Receive failed: ../ssl/record/rec_layer_s3.c:1601:"
+    "ssl3_read_bytes error:0A000418:SSL routines::tlsv1 alert unknown ca: SSL alert number 48"
+    " (after 0ms in state APIVERSION_QUERY)"
+)
+_TRANSPORT_EVENT = (
+    '### Test "0097_ssl_verify" failed at testcpp.h:77:() at Thu Nov 26 17:54:17 2026: ###\n'
+    "Expected _SSL or _ALL_BROKERS_DOWN error codes, got: Local: Broker transport failure"
+)
+_UNEXPECTED_ALERT = (
+    "Unexpected SSL error message, got: ssl://127.0.0.1:46807/bootstrap: SSL handshake failed:"
+    " ../ssl/record/rec_layer_s3.c:1601:ssl3_read_bytes error:0A000418:SSL routines::tlsv1"
+    " alert unknown ca: SSL alert number 48 (after 3ms in state SSL_HANDSHAKE)"
+)
+
+
+def test_0097_causes_are_told_apart() -> None:
+    causes = suites.rdk_diagnosis.known_0097_causes
+    race = "\n".join([_REFUSED_IN_HANDSHAKE, _REFUSED_IN_FIRST_CONNECT, _TRANSPORT_EVENT])
+    assert causes(race) == [suites.rdk_diagnosis.RACE]
+    tls13 = "\n".join([_REFUSED_IN_HANDSHAKE, _ALERT_AFTER_TLS13_HANDSHAKE, _TRANSPORT_EVENT])
+    assert causes(tls13) == [suites.rdk_diagnosis.AFTER_TLS13_HANDSHAKE.format(alert=48)]
+    assert causes(_UNEXPECTED_ALERT) == [suites.rdk_diagnosis.ALERT_NUMBER.format(alert=48)]
+    # refusals reported as SSL errors, and no transport failure event: nothing known
+    assert causes(_REFUSED_IN_HANDSHAKE) == []
+    assert causes("\n".join([_REFUSED_IN_FIRST_CONNECT, "Test::Fail: something else"])) == []
+
+
+def test_a_failed_0097_names_its_cause(tmp_path: Path) -> None:
+    suite = suites.RdkSuite("S", "SASL_SSL", "SASL_SSL", "PLAIN", ("0001", "0097"))
+    race = "\n".join([_REFUSED_IN_FIRST_CONNECT, _TRANSPORT_EVENT])
+    report, log = write_report(tmp_path, {"0097_ssl_verify": "FAILED"}, race)
+    assert suites.rdk_results(suite, report, log).note == f"0097: {suites.rdk_diagnosis.RACE}"
+    report, log = write_report(tmp_path, {"0097_ssl_verify": "FAILED"}, "a new failure\n")
+    assert "none of the known causes" in suites.rdk_results(suite, report, log).note
+    report, log = write_report(tmp_path, {"0097_ssl_verify": "PASSED"}, race)
+    assert suites.rdk_results(suite, report, log).note == ""

@@ -21,13 +21,14 @@ from broker.handlers import produce
 from broker.handlers.produce import ProduceHandler
 from broker.log.config import LogConfig
 from broker.metrics import BrokerMetrics
+from broker.partition import AppendOutcome
 from broker.replica_manager import ReplicaManager
 from broker.security.session import Session
 from broker.storage import MemoryStorage
 from broker.transaction.interfaces import TopicPartition
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import ProduceRequest, ProduceResponse, RequestHeader
-from kafka_protocol.record_batch import SimpleRecord, build_batch
+from kafka_protocol.record_batch import RecordBatch, SimpleRecord, build_batch
 from kafka_protocol.types import TopicName, TransactionalId
 
 PID, EPOCH = 4000, 3
@@ -252,5 +253,111 @@ def test_a_coordinator_that_does_not_answer_in_time_gets_a_retriable_refusal(
         got = await broker.produce({0: txn_batch()}, timeout_ms=50)
         assert got[0].error_code == ErrorCode.NOT_ENOUGH_REPLICAS
         assert broker.end_offsets() == [0, 0]
+
+    asyncio.run(main())
+
+
+class MarkerWritingVerifier(FakeVerifier):
+    """While "verifying", the transaction ends: the coordinator's marker for the producer is
+    written on the partition before the answer (NONE, from before the end) comes back."""
+
+    def __init__(self, broker_rm: ReplicaManager, commit: bool) -> None:
+        super().__init__()
+        self.rm = broker_rm
+        self.commit = commit
+        self.markers: list[AppendOutcome] = []
+
+    async def verify(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        for topic, index in partitions:
+            part = self.rm.get(topic, index)
+            assert part is not None
+            marker = self.rm.append_marker(part, producer_id, producer_epoch, 0, self.commit)
+            self.markers.append(await marker if isinstance(marker, Deferred) else marker)
+        return await super().verify(transactional_id, producer_id, producer_epoch, partitions)
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_a_marker_written_during_the_verification_refuses_the_append(commit: bool) -> None:
+    """Kafka's verification guard: the coordinator's NONE vouched for a transaction that
+    ended (its marker landed) before the append; appending would open a new transaction that
+    no coordinator knows of, so the batch is refused and nothing of it is written."""
+
+    async def main() -> None:
+        broker = Broker(None)
+        verifier = MarkerWritingVerifier(broker.rm, commit)
+        broker.handler.verifier = verifier
+        got = await broker.produce({0: txn_batch(), 1: plain_batch()})
+        assert [m.error for m in verifier.markers] == [ErrorCode.NONE]
+        assert got[0].error_code == ErrorCode.INVALID_TXN_STATE
+        assert "not part of an ongoing transaction" in str(got[0].error_message)
+        assert got[1].error_code == ErrorCode.NONE
+        assert broker.end_offsets() == [1, 1], "only the marker on t-0"
+        part = broker.parts[0]
+        assert part is not None
+        assert broker.rm.has_ongoing_transaction(part, PID, EPOCH) is False
+        assert part.producers.ongoing_transactions() == []
+        # The producer's next verification (its retry, a new transaction) takes a new guard.
+        broker.handler.verifier = FakeVerifier()
+        got = await broker.produce({0: txn_batch()})
+        assert got[0].error_code == ErrorCode.NONE and got[0].base_offset == 1
+        assert broker.rm.has_ongoing_transaction(part, PID, EPOCH)
+
+    asyncio.run(main())
+
+
+def test_the_guard_is_kept_by_a_marker_of_another_producer() -> None:
+    async def main() -> None:
+        broker = Broker(None)
+        verifier = FakeVerifier()
+        verifier.gate = asyncio.Event()
+        broker.handler.verifier = verifier
+        pending = asyncio.ensure_future(broker.produce({0: txn_batch()}))
+        await asyncio.sleep(0.01)
+        part = broker.parts[0]
+        assert part is not None
+        other = broker.rm.append_marker(part, PID + 1, 0, 0, True)
+        assert isinstance(other, Deferred)
+        assert (await other).error == ErrorCode.NONE
+        verifier.gate.set()
+        got = await pending
+        assert got[0].error_code == ErrorCode.NONE and got[0].base_offset == 1
+        assert broker.end_offsets() == [3, 0]
+
+    asyncio.run(main())
+
+
+def test_replica_manager_guard_api() -> None:
+    """The guard seen from the replica manager: one per producer while verifications are
+    under way, cleared by the producer's transactional batch (its transaction opened) or by
+    its marker; a stale guard refuses only when no transaction of the producer is open."""
+
+    async def main() -> None:
+        broker = Broker(None)
+        rm, part = broker.rm, broker.parts[0]
+        assert part is not None
+        guard = rm.verification_guard(part, PID)
+        assert rm.verification_guard(part, PID) is guard, "shared by concurrent verifications"
+        first = rm.append_nowait(part, RecordBatch(memoryview(txn_batch(0))), 1, guard)
+        assert isinstance(first, Deferred) and (await first).error == ErrorCode.NONE
+        # Cleared by the append, but the transaction is open: a stale guard is fine.
+        assert rm.verification_guard(part, PID) is not guard
+        second = rm.append_nowait(part, RecordBatch(memoryview(txn_batch(2))), 1, guard)
+        assert isinstance(second, Deferred) and (await second).error == ErrorCode.NONE
+        guard = rm.verification_guard(part, PID)
+        marker = rm.append_marker(part, PID, EPOCH, 0, False)
+        assert isinstance(marker, Deferred) and (await marker).error == ErrorCode.NONE
+        late = rm.append_nowait(part, RecordBatch(memoryview(txn_batch(4))), 1, guard)
+        assert isinstance(late, AppendOutcome) and late.error == ErrorCode.INVALID_TXN_STATE
+        # Without a guard (verification disabled, or the group coordinator's own batches)
+        # the append is not checked.
+        unguarded = rm.append_nowait(part, RecordBatch(memoryview(txn_batch(4))), 1)
+        assert isinstance(unguarded, Deferred) and (await unguarded).error == ErrorCode.NONE
+        assert broker.end_offsets() == [7, 0]
 
     asyncio.run(main())

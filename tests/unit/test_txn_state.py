@@ -86,6 +86,9 @@ def test_an_exhausted_epoch_rotates_the_producer_id() -> None:
     assert isinstance(rotated, Transit)
     assert (rotated.new.producer_id, rotated.new.producer_epoch) == (2000, 0)
     assert rotated.new.previous_producer_id == 1000
+    # KIP-360 with the exhausted epoch rotates too; any other epoch is fenced
+    assert isinstance(txn.init_producer_id(current, 1, (1000, txn.MAX_EPOCH - 1), 2000, 1), Transit)
+    assert txn.init_producer_id(current, 1, (1000, 5), 2000, 1) is ErrorCode.PRODUCER_FENCED
 
 
 def test_init_during_an_ongoing_transaction_aborts_it_with_a_bumped_epoch() -> None:

@@ -41,7 +41,9 @@ class Coordinator(GroupCoordinator):
         self.log: list[RecordBatch] = []
         self.next_offset = 0
 
-    def write(self, owned: OwnedPartition, batch: RecordBatch) -> AppendOutcome:
+    def write(
+        self, owned: OwnedPartition, batch: RecordBatch, verification_guard: object = None
+    ) -> AppendOutcome:
         base = self.next_offset
         data = bytearray(batch.buf)
         set_base_offset(data, base)

@@ -17,6 +17,7 @@ from broker.coordinator.offsets import CommittedOffset, OffsetStore
 from broker.coordinator.owned import OwnedPartition
 from broker.deferred import Deferred
 from broker.partition import AppendOutcome
+from broker.producer_state import VerificationGuard
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.record_batch import (
     ControlRecordType,
@@ -41,6 +42,9 @@ class TxnCoordinator(Coordinator):
 
     def in_transaction(self, owned: OwnedPartition, producer: Producer) -> bool:
         return False  # no producer state here: always verified
+
+    def verification_guard(self, owned: OwnedPartition, producer: Producer) -> VerificationGuard:
+        return VerificationGuard(producer.producer_id, 0)  # never cleared: no markers here
 
     async def plain(self, group: str, offset: int, tp: tuple[str, int] = TP) -> ErrorCode:
         result = await self.commit_offsets(group, "", -1, None, [commit(offset, *tp)])
@@ -331,6 +335,7 @@ def test_a_partition_not_in_the_transaction_is_refused_before_the_append() -> No
         (ErrorCode.INVALID_TXN_STATE, ErrorCode.INVALID_TXN_STATE),
         (ErrorCode.PRODUCER_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH),
         (ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.CONCURRENT_TRANSACTIONS),
+        (ErrorCode.NETWORK_EXCEPTION, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
     ):
         c.verifier = verifier = _Verifier(answer)
         assert asyncio.run(c.txn(7, "g", 1)) is expected
@@ -349,7 +354,9 @@ def test_a_marker_committed_with_the_offsets_finds_them_pending() -> None:
     held: list[tuple[Deferred[AppendOutcome], AppendOutcome]] = []
     written = c.write
 
-    def write_later(owned: OwnedPartition, batch: RecordBatch) -> Deferred[AppendOutcome]:
+    def write_later(
+        owned: OwnedPartition, batch: RecordBatch, guard: object = None
+    ) -> Deferred[AppendOutcome]:
         done: Deferred[AppendOutcome] = Deferred()
         outcome = written(owned, batch)
         assert isinstance(outcome, AppendOutcome)

@@ -247,3 +247,21 @@ def test_the_lso_is_never_below_the_log_start() -> None:
         assert part.last_stable_offset == 3
 
     asyncio.run(main())
+
+
+def test_verification_guards_survive_a_replay_and_expire_with_idle_producers() -> None:
+    """KIP-890 guards in the producer state: a replay of the log (its batches all predate any
+    guard) clears none, a live marker of the producer does, an unused one expires."""
+    state = ProducerStateManager()
+    guard = state.verification_guard(PID, now_ms=1_000)
+    other = state.verification_guard(OTHER, now_ms=5_000)
+    with state.replaying():
+        learn_producer(state, _txn_batch(), seen_ms=T)
+        state.complete(PID, 0, 0, 1, False, T, T)
+    assert state.verified(PID, guard) and state.verified(OTHER, other)
+    state.complete(PID, 0, 0, 2, False, T, T)
+    assert not state.verified(PID, guard)
+    assert state.verification_guard(PID, now_ms=1_000) is not guard
+    state.remove_expired(now_ms=6_000, expiration_ms=4_000)  # PID's new guard: 5 s old
+    assert not state.verified(PID, guard) and state.verified(OTHER, other)
+    assert state.verification_guard(PID, now_ms=6_000).created_ms == 6_000

@@ -123,3 +123,29 @@ def test_write_options() -> None:
     assert opts.topic == "out" and opts.compression is Compression.ZSTD
     with pytest.raises(OptionError, match="compression"):
         parse_write_options({**BASE, "kafka.compression.type": "brotli"})
+
+
+def test_isolation_level_is_checked_when_the_query_is_defined() -> None:
+    committed = parse_read_options(
+        {**BASE, "kafka.isolation.level": "read_committed"}, streaming=True
+    )
+    assert committed.client_config["isolation.level"] == "read_committed"
+    assert "isolation.level" not in parse_read_options(BASE, streaming=True).client_config
+    with pytest.raises(OptionError, match=r"kafka\.isolation\.level must be read_uncommitted or"):
+        read(**{"kafka.isolation.level": "snapshot"})
+
+
+def test_exactly_once_write_options() -> None:
+    opts = parse_write_options({**BASE, "topic": "out", "kafka.transactional.id.prefix": " q1 "})
+    assert opts.transactional_id_prefix == "q1"
+    assert "transactional.id.prefix" not in opts.client_config  # not a producer key
+    assert parse_write_options({**BASE, "topic": "out"}).transactional_id_prefix is None
+    with pytest.raises(OptionError, match="every task needs an id of its own"):
+        parse_write_options({**BASE, "topic": "out", "kafka.transactional.id": "t"})
+    with pytest.raises(OptionError, match="must not be empty"):
+        parse_write_options({**BASE, "topic": "out", "kafka.transactional.id.prefix": " "})
+    for key, value in (("kafka.acks", "1"), ("kafka.enable.idempotence", "false")):
+        with pytest.raises(OptionError, match=r"needs kafka\.acks=all"):
+            parse_write_options(
+                {**BASE, "topic": "o", "kafka.transactional.id.prefix": "p", key: value}
+            )
