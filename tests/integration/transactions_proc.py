@@ -12,9 +12,9 @@ forever without ending the transaction (the test kills it).
 is a consume-transform-produce application with confluent-kafka: a group member of GROUP
 reading IN (read_committed) writes ``out-<value>`` for each input record to OUT (same
 partition, same key) and commits its input offsets in the same transaction
-(``send_offsets_to_transaction``), BATCH input records a transaction; it prints
-``COMMITTED <n>`` after each commit (n: input records committed by this process so far) and
-runs until killed.
+(``send_offsets_to_transaction``), BATCH input records a transaction, its outputs written
+(flushed; it prints ``OPEN``) 0.1 s before the commit; it prints ``COMMITTED <n>`` after each
+commit (n: input records committed by this process so far) and runs until killed.
 """
 
 from __future__ import annotations
@@ -116,6 +116,9 @@ def transform(bootstrap: str, source: str, sink: str, group: str, txn_id: str, b
         for m in msgs:
             value = m.value() or b""
             producer.produce(sink, b"out-" + value, key=m.key(), partition=m.partition())
+        producer.flush(TIMEOUT_S)  # the outputs are written, the transaction still open ...
+        print("OPEN", flush=True)
+        time.sleep(0.1)  # ... long enough for a kill to land here
         positions = consumer.position(consumer.assignment())
         try:
             producer.send_offsets_to_transaction(
@@ -131,7 +134,6 @@ def transform(bootstrap: str, source: str, sink: str, group: str, txn_id: str, b
             raise
         committed += len(msgs)
         print(f"COMMITTED {committed}", flush=True)
-        time.sleep(0.05)  # slow enough that a kill lands mid-stream
 
 
 def rewind(consumer: Consumer) -> None:
