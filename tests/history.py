@@ -12,11 +12,12 @@ Pure: no sockets, no clock.  A test appends events as they happen (one JSON obje
 
 A ``fail`` is not a proof of absence (a timed-out record may have been written), and a send
 with neither ack nor fail has an unknown outcome.  A transaction is *committed* when
-``commit_transaction`` returned, *aborted* when ``abort_transaction`` returned (or the producer
-was replaced before it ever asked to commit), and *unknown* otherwise (the commit failed without saying how, or the producer died: no ``txn`` event or
-outcome ``unknown``); an ack of a record inside a transaction says only that it was written,
-not that it will be visible.  ``check(history)`` then verifies, for the reads of the final
-full read (``reader == "final"``) unless said otherwise:
+``commit_transaction`` returned, *aborted* when ``abort_transaction`` returned (or the
+producer was replaced before it ever asked to commit), and *unknown* otherwise (the commit
+failed without saying how, or the producer died: no ``txn`` event or outcome ``unknown``); an
+ack of a record inside a transaction says only that it was written, not that it will be
+visible.  ``check(history)`` then verifies, for the reads of the final full read
+(``reader == "final"``) unless said otherwise:
 
 * ``lost``       every acknowledged value outside a transaction, and every value sent in a
                  committed transaction, is in the final read;
