@@ -1,8 +1,27 @@
-"""Run the clients' own SASL and SSL tests -- librdkafka's, kafka-python's and aiokafka's --
-against our broker, and print per suite what passed, failed and was skipped.
+"""Run the clients' own SASL and SSL tests, and their transactional tests -- librdkafka's,
+kafka-python's and aiokafka's -- against our broker, and print per suite what passed, failed
+and was skipped.
 
     python scripts/run_client_suites.py [--kafka-python DIR] [--aiokafka DIR]
-        [--librdkafka DIR] [--json PATH] [--keep]
+        [--librdkafka DIR] [--tests security|transactions|all] [--json PATH] [--keep]
+
+``--tests`` picks the selections below (default ``security``); ``transactions`` runs instead
+(see :data:`KAFKA_PYTHON_TXN_TESTS`, :data:`AIOKAFKA_TXN_TESTS`, :data:`RDK_TXN_SUITES`):
+
+* kafka-python: ``test_transactional_producer_messages`` and
+  ``test_transactional_producer_offsets`` of ``test/integration/test_producer_integration.py``;
+* aiokafka: ``tests/test_transactional_producer.py``, ``tests/test_transactional_consumer.py``
+  and the four transactional ACL tests of ``tests/test_sasl.py`` (deselected from the
+  security selection);
+* librdkafka (PLAINTEXT): 0103-transactions (a run per sub-test function, less the one
+  that needs DeleteRecords), 0129-fetch_aborted_msgs and 0061-consumer_lag
+  (read_committed lag of a transactional producer), on one controller and three brokers
+  (``kraft server``: 0103 creates its topics with replication factor 3); not
+  0098-consumer-txn (a Java producer).
+
+The sources, e.g. from the ``fetch`` tool's snapshots: ``git --git-dir=/work/.mirror/
+aio-libs+aiokafka/repo archive v0.14.0 | tar -x -C DIR`` (likewise ``dpkp+kafka-python``
+at the installed version, ``confluentinc+librdkafka`` at v2.15.0, then built as below).
 
 This script fetches nothing and commits nothing of the clients: give it their source trees,
 checked out at the versions installed here (``pip show kafka-python aiokafka``;
@@ -51,6 +70,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +83,14 @@ sys.path[:0] = [str(ADAPTERS), str(REPO / "tests"), str(REPO)]
 import rdk_diagnosis  # noqa: E402
 import suite_broker  # noqa: E402
 from integration.node_process import NodeProcess  # noqa: E402
+from librdkafka_selection import (  # noqa: E402
+    LIBRDKAFKA_SUITES,
+    RDK_SMOKE,
+    RDK_TLS_PROTOCOLS,
+    RDK_TXN_SUITES,
+    REAUTH_MS,
+    RdkSuite,
+)
 from suite_broker import SuiteBroker  # noqa: E402
 from tls_material import KEY_PASSWORD, TlsFiles, make_tls  # noqa: E402
 
@@ -199,9 +227,11 @@ KAFKA_PYTHON_TESTS = [
 ]
 
 
-def run_kafka_python(source: Path, work: Path, broker: RunningBroker) -> SuiteResult:
+def run_kafka_python(
+    source: Path, work: Path, broker: RunningBroker, tests: list[str] = KAFKA_PYTHON_TESTS
+) -> SuiteResult:
     cwd = work / "kafka-python"
-    shutil.copytree(source / "test", cwd / "test")
+    shutil.copytree(source / "test", cwd / "test", dirs_exist_ok=True)
     # their ini less pytest-timeout's options (not installed here)
     (cwd / "pytest.ini").write_text("[pytest]\nlog_level = INFO\n")
     env = adapter_env(broker, KAFKA_VERSION="4.0.0")
@@ -210,10 +240,10 @@ def run_kafka_python(source: Path, work: Path, broker: RunningBroker) -> SuiteRe
     return run_pytest(
         "kafka-python",
         cwd,
-        [*args, "-q", *KAFKA_PYTHON_TESTS],
+        [*args, "-q", *tests],
         env,
-        " ".join(KAFKA_PYTHON_TESTS),
-        work / "kafka-python.log",
+        " ".join(tests),
+        work / f"kafka-python-{len(tests)}.log",
     )
 
 
@@ -225,19 +255,29 @@ AIOKAFKA_TESTS = [
     "tests/test_consumer.py::TestConsumerIntegration::test_ssl_consume",
     "tests/test_helpers.py",
 ]
-# Deselected, with the reason printed in the report: they need transactions, which this broker
-# does not have (FindCoordinator for a transactional id answers COORDINATOR_NOT_AVAILABLE, over
-# PLAINTEXT as well); their ACL denials are not what fails.
-_NO_TRANSACTIONS = "needs a transaction coordinator (this broker has no transactions)"
-AIOKAFKA_EXCLUDED = {
-    f"tests/test_sasl.py::TestKafkaSASL::{name}": _NO_TRANSACTIONS
+# Deselected from the security selection, with the reason printed in the report: they are
+# transactional tests (their ACL denials are on transactional ids and on the groups of
+# send_offsets_to_transaction), run by ``--tests transactions``.
+_TRANSACTIONAL = "transactional: run with --tests transactions"
+AIOKAFKA_SASL_TXN_TESTS = [
+    f"tests/test_sasl.py::TestKafkaSASL::{name}"
     for name in (
         "test_sasl_deny_transaction_group_describe",
         "test_sasl_deny_transaction_group_read",
         "test_sasl_deny_txnid_during_transaction",
         "test_sasl_deny_txnid_write",
     )
-}
+]
+AIOKAFKA_EXCLUDED = dict.fromkeys(AIOKAFKA_SASL_TXN_TESTS, _TRANSACTIONAL)
+AIOKAFKA_TXN_TESTS = [
+    "tests/test_transactional_producer.py",
+    "tests/test_transactional_consumer.py",
+    *AIOKAFKA_SASL_TXN_TESTS,
+]
+KAFKA_PYTHON_TXN_TESTS = [
+    f"test/integration/test_producer_integration.py::{name}"
+    for name in ("test_transactional_producer_messages", "test_transactional_producer_offsets")
+]
 AIOKAFKA_INI = """[pytest]
 markers =
     ssl: Tests that require SSL certificates to run
@@ -247,8 +287,16 @@ filterwarnings =
 """
 
 
-def run_aiokafka(source: Path, work: Path, broker: RunningBroker) -> SuiteResult:
+def run_aiokafka(
+    source: Path,
+    work: Path,
+    broker: RunningBroker,
+    tests: list[str] = AIOKAFKA_TESTS,
+    excluded: dict[str, str] = AIOKAFKA_EXCLUDED,
+) -> SuiteResult:
     cwd = work / "aiokafka"
+    if (cwd / "tests").exists():
+        shutil.rmtree(cwd / "tests")  # a second selection in the same work directory
     shutil.copytree(source / "tests", cwd / "tests")
     with (cwd / "tests" / "conftest.py").open("a") as conftest:
         conftest.write(
@@ -259,109 +307,17 @@ def run_aiokafka(source: Path, work: Path, broker: RunningBroker) -> SuiteResult
     env = adapter_env(broker)
     args = ["-c", str(cwd / "pytest.ini"), "--rootdir", str(cwd)]
     # the Kafka version aiokafka's @kafka_versions checks read from the image tag
-    args += ["--docker-image", "aiolibs/kafka:2.13_4.0.0", "-q", *AIOKAFKA_TESTS]
-    for test in AIOKAFKA_EXCLUDED:
+    args += ["--docker-image", "aiolibs/kafka:2.13_4.0.0", "-q", *tests]
+    for test in excluded:
         args += ["--deselect", test]
-    selection = " ".join(AIOKAFKA_TESTS)
-    result = run_pytest("aiokafka", cwd, args, env, selection, work / "aiokafka.log")
-    result.excluded = list(AIOKAFKA_EXCLUDED.items())
+    selection = " ".join(tests)
+    log = work / f"aiokafka-{len(tests)}.log"
+    result = run_pytest("aiokafka", cwd, args, env, selection, log)
+    result.excluded = list(excluded.items())
     return result
 
 
 # --- librdkafka ---------------------------------------------------------------------------------
-
-# librdkafka's SMOKE_TESTS (tests/Makefile) that need a broker, less 0103-transactions (our
-# broker has no transactions: it fails over PLAINTEXT as well) ...
-RDK_SMOKE = ("0001", "0012", "0017", "0022", "0030", "0039", "0049")
-# ... plus the tests that skip without a secure broker: 0135-sasl_credentials (SASL),
-# 0097-ssl_verify (SSL_* variables, client certificates).
-RDK_SASL_ONLY = ("0135",)
-RDK_SSL_ONLY = ("0097",)
-# 0142-reauthentication (KIP-368) skips unless every broker has connections.max.reauth.ms > 0,
-# and its sub-tests are not "quick": run without -Q, one sub-test per run (SUBTESTS matches a
-# substring).  Left out: its share-consumer (KIP-932), transactional-producer (no
-# transactions here) and OAUTHBEARER sub-tests, and the consumer one (RDK_REAUTH_EXCLUDED).
-RDK_REAUTH_SUBTESTS = (
-    "test producer message loss while reauthenticating",
-    "test reauth failure with wrong credentials for reauth",
-)
-RDK_REAUTH_EXCLUDED = (
-    (
-        "0142 sub-test 'test consumer message loss while reauthenticating'",
-        "creates its topic with replication factor 3, which needs three brokers (librdkafka's"
-        " CI runs three); one node answers INVALID_REPLICATION_FACTOR, as Kafka does",
-    ),
-)
-REAUTH_MS = 3000  # connections.max.reauth.ms of the librdkafka broker: each sub-test ~1.2x it
-# librdkafka's CI (trivup) runs Kafka with ssl.enabled.protocols=TLSv1.2,TLSv1.1,TLSv1, and
-# 0097-ssl_verify needs it: under TLS 1.3 a refused client certificate is reported after the
-# client's handshake, as a transport failure (scripts/client_suites/rdk_diagnosis.py).
-RDK_TLS_PROTOCOLS = "ssl.enabled.protocols=TLSv1.2"
-
-
-@dataclass(frozen=True)
-class RdkSuite:
-    """One security set-up of librdkafka's tests/sasl_test.py (one test-runner run)."""
-
-    name: str
-    listener: str
-    protocol: str
-    mechanism: str | None
-    tests: tuple[str, ...]
-    user: str = "myuser"
-    password: str = "mypassword"
-    expect_fail: bool = False
-    subtests: str | None = None  # SUBTESTS: run only the sub-tests whose name has this
-    excluded: tuple[tuple[str, str], ...] = ()  # left out of this set-up: (test, reason)
-    quick: bool = True  # -Q: librdkafka's quick mode (its `make sasl` target's flags)
-
-
-def _reauth_runs(name: str, listener: str, mechanism: str) -> tuple[RdkSuite, ...]:
-    return tuple(
-        RdkSuite(
-            f"{name}: 0142 {sub.removeprefix('test ')}",
-            listener,
-            listener,
-            mechanism,
-            ("0142",),
-            subtests=sub,
-            quick=False,
-        )
-        for sub in RDK_REAUTH_SUBTESTS
-    )
-
-
-LIBRDKAFKA_SUITES = (
-    RdkSuite("SASL PLAIN", "SASL_PLAINTEXT", "SASL_PLAINTEXT", "PLAIN", ("0001", *RDK_SASL_ONLY)),
-    RdkSuite(
-        "SASL SCRAM",
-        "SASL_PLAINTEXT",
-        "SASL_PLAINTEXT",
-        "SCRAM-SHA-512",
-        RDK_SMOKE + RDK_SASL_ONLY,
-        excluded=RDK_REAUTH_EXCLUDED,
-    ),
-    *_reauth_runs("SASL SCRAM", "SASL_PLAINTEXT", "SCRAM-SHA-512"),
-    RdkSuite("SSL (no SASL)", "MTLS", "SSL", None, RDK_SMOKE + RDK_SSL_ONLY),
-    RdkSuite(
-        "SASL_SSL PLAIN",
-        "SASL_SSL",
-        "SASL_SSL",
-        "PLAIN",
-        RDK_SMOKE + RDK_SASL_ONLY + RDK_SSL_ONLY,
-        excluded=RDK_REAUTH_EXCLUDED,
-    ),
-    *_reauth_runs("SASL_SSL PLAIN", "SASL_SSL", "PLAIN"),
-    RdkSuite(
-        "SASL PLAIN with wrong username",
-        "SASL_PLAINTEXT",
-        "SASL_PLAINTEXT",
-        "PLAIN",
-        ("0001",),
-        user="wrongjoe",
-        expect_fail=True,
-    ),
-)
 
 
 def rdk_conf(suite: RdkSuite, broker: RunningBroker, tls: TlsFiles) -> str:
@@ -386,14 +342,18 @@ def rdk_conf(suite: RdkSuite, broker: RunningBroker, tls: TlsFiles) -> str:
 
 
 def run_librdkafka(
-    source: Path, work: Path, broker: RunningBroker, tls: TlsFiles
+    source: Path,
+    work: Path,
+    broker: RunningBroker,
+    tls: TlsFiles,
+    suites: tuple[RdkSuite, ...] = LIBRDKAFKA_SUITES,
 ) -> list[SuiteResult]:
     tests_dir = source / "tests"
     runner = tests_dir / "test-runner"
     if not runner.exists():
         raise SystemExit(f"{runner} is missing: build librdkafka and its tests first")
     results = []
-    for suite in LIBRDKAFKA_SUITES:
+    for suite in suites:
         slug = "".join(c if c.isalnum() else "-" for c in suite.name.lower())
         conf = work / f"rdk-{slug}.conf"
         conf.write_text(rdk_conf(suite, broker, tls))
@@ -437,7 +397,7 @@ def rdk_results(suite: RdkSuite, report: Path, log: Path) -> SuiteResult:
     result = SuiteResult(f"librdkafka {suite.name}", selection + (" -Q" if suite.quick else ""))
     result.excluded = list(suite.excluded)
     if suite.tests[: len(RDK_SMOKE)] == RDK_SMOKE:
-        result.excluded.append(("0103 (of librdkafka's SMOKE_TESTS)", _NO_TRANSACTIONS))
+        result.excluded.append(("0103 (of librdkafka's SMOKE_TESTS)", _TRANSACTIONAL))
     if not report.exists():
         result.note = f"no report: see {log}"
         result.failed.append("(test-runner)")
@@ -491,7 +451,7 @@ def skip_reasons(log: str) -> dict[str, str]:
 
 
 def print_report(results: list[SuiteResult]) -> None:
-    print("\n=== the clients' own SASL/SSL tests against our broker ===")
+    print("\n=== the clients' own tests against our broker ===")
     for r in results:
         print(f"\n{r.line()}\n  selection: {r.selection}")
         if r.note:
@@ -508,11 +468,74 @@ def print_report(results: list[SuiteResult]) -> None:
     print(f"\n{passed} passed, {failed} failed, {skipped} skipped")
 
 
+def run_client(
+    name: str,
+    source: Path,
+    work: Path,
+    tls: TlsFiles,
+    extra: tuple[str, ...],
+    security: bool,
+    transactions: bool,
+) -> list[SuiteResult]:
+    """One client's selections against one ``kraft dev`` node (librdkafka: security only)."""
+    results: list[SuiteResult] = []
+    broker = start_broker(work, name, tls, extra)
+    try:
+        if name == "kafka-python":
+            selections = [KAFKA_PYTHON_TESTS] * security + [KAFKA_PYTHON_TXN_TESTS] * transactions
+            for tests in selections:
+                results.append(run_kafka_python(source, work, broker, tests))
+        elif name == "aiokafka":
+            if security:
+                results.append(run_aiokafka(source, work, broker))
+            if transactions:
+                results.append(run_aiokafka(source, work, broker, AIOKAFKA_TXN_TESTS, {}))
+        else:
+            results += run_librdkafka(source, work, broker, tls)
+    finally:
+        alive = broker.node.alive()
+        if alive:
+            broker.node.stop()
+        else:
+            results.append(SuiteResult(f"{name} broker", "", failed=["broker died"]))
+    return results
+
+
+def run_librdkafka_on_cluster(source: Path, work: Path, tls: TlsFiles) -> list[SuiteResult]:
+    """librdkafka's transactional tests create their topics with replication factor 3, as its
+    CI's three brokers allow: one controller and three brokers (``kraft server``)."""
+    from confluent_kafka.admin import AdminClient
+    from integration.cluster_process import LocalCluster
+
+    cluster = LocalCluster.create(work / "rdk-cluster", 1, 3, {"num.partitions": "4"}).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        deadline = time.monotonic() + 60
+        while len(admin.list_topics(timeout=10).brokers) < 3:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"three brokers never registered:\n{cluster.logs()}")
+            time.sleep(0.5)
+        info = SuiteBroker(listeners={"PLAINTEXT": cluster.bootstrap}, ca_pem="")
+        view = RunningBroker(node=None, info=info, info_path=work / "rdk-cluster.json")  # type: ignore[arg-type]
+        results = run_librdkafka(source, work, view, tls, RDK_TXN_SUITES)
+        if dead := [n.node_id for n in cluster.nodes if not n.alive()]:
+            results.append(SuiteResult("librdkafka cluster", "", failed=[f"nodes died: {dead}"]))
+        return results
+    finally:
+        cluster.kill_all()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kafka-python", type=Path, metavar="DIR")
     parser.add_argument("--aiokafka", type=Path, metavar="DIR")
     parser.add_argument("--librdkafka", type=Path, metavar="DIR", help="built, with tests")
+    parser.add_argument(
+        "--tests",
+        choices=("security", "transactions", "all"),
+        default="security",
+        help="the SASL/SSL selection, the transactional one, or both",
+    )
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
@@ -531,23 +554,12 @@ def main() -> int:
             ("num.partitions=4", f"connections.max.reauth.ms={REAUTH_MS}", RDK_TLS_PROTOCOLS),
         ),
     ]
+    security, transactions = args.tests in ("security", "all"), args.tests != "security"
     for name, source, extra in plan:
-        if source is None:
-            continue
-        broker = start_broker(work, name, tls, extra)
-        try:
-            if name == "kafka-python":
-                results.append(run_kafka_python(source.resolve(), work, broker))
-            elif name == "aiokafka":
-                results.append(run_aiokafka(source.resolve(), work, broker))
-            else:
-                results += run_librdkafka(source.resolve(), work, broker, tls)
-        finally:
-            alive = broker.node.alive()
-            if alive:
-                broker.node.stop()
-            if not alive:
-                results.append(SuiteResult(f"{name} broker", "", failed=["broker died"]))
+        if source is not None and (security or name != "librdkafka"):
+            results += run_client(name, source.resolve(), work, tls, extra, security, transactions)
+    if args.librdkafka is not None and transactions:
+        results += run_librdkafka_on_cluster(args.librdkafka.resolve(), work, tls)
     print_report(results)
     if args.json:
         args.json.write_text(json.dumps([r.__dict__ for r in results], indent=1))

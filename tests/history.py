@@ -2,36 +2,52 @@
 
 Pure: no sockets, no clock.  A test appends events as they happen (one JSON object a line)::
 
-    send  id, producer, value, key, partition (None: the partitioner picks)   "I asked"
+    send  id, producer, value, key, partition (None: the partitioner picks),  "I asked"
+          txn (the transaction it belongs to; None: outside any)
     ack   id, partition, offset                                               "the broker said yes"
     fail  id, error                                                           "the client gave up"
-    read  reader, partition, offset, value                                    "a consumer saw"
+    txn   txn, outcome (committed | aborted | unknown)                        "it ended so"
+    read  reader, partition, offset, value, isolation                         "a consumer saw"
+          (read_uncommitted | read_committed)
 
 A ``fail`` is not a proof of absence (a timed-out record may have been written), and a send
-with neither ack nor fail has an unknown outcome.  ``check(history)`` then verifies, for the
-reads of the final full read (``reader == "final"``) unless said otherwise:
+with neither ack nor fail has an unknown outcome.  A transaction is *committed* when
+``commit_transaction`` returned, *aborted* when ``abort_transaction`` returned (or the
+producer was replaced before it ever asked to commit), and *unknown* otherwise (the commit
+failed without saying how, or the producer died: no ``txn`` event or outcome ``unknown``); an
+ack of a record inside a transaction says only that it was written, not that it will be
+visible.  ``check(history)`` then verifies, for the reads of the final full read
+(``reader == "final"``) unless said otherwise:
 
-* ``lost``       every acknowledged value is in the final read;
+* ``lost``       every acknowledged value outside a transaction, and every value sent in a
+                 committed transaction, is in the final read;
 * ``conflict``   one value per (partition, offset), across every read and ack;
 * ``order``      per producer and partition, acknowledged values sit in send order (the order
                  of the ``send`` events) in the final read, and their acknowledged offsets
                  increase with send order (idempotence);
 * ``duplicate``  a value sits at one (partition, offset) at most in the final read;
-* ``phantom``    every value read was sent.
+* ``phantom``    every value read was sent (by any reader, read_uncommitted ones included);
+* ``aborted``    no read_committed reader (any ``read`` with that isolation) saw a value sent
+                 in an aborted transaction;
+* ``atomicity``  a transaction of unknown outcome is in a read_committed final read wholly or
+                 not at all.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 FINAL = "final"
-KINDS = ("lost", "conflict", "order", "duplicate", "phantom")
+KINDS = ("lost", "conflict", "order", "duplicate", "phantom", "aborted", "atomicity")
+READ_UNCOMMITTED, READ_COMMITTED = "read_uncommitted", "read_committed"
+COMMITTED, ABORTED, UNKNOWN = "committed", "aborted", "unknown"
+OUTCOMES = (COMMITTED, ABORTED, UNKNOWN)
 Position = tuple[int, int]  # (partition, offset)
 
 
@@ -43,6 +59,7 @@ class Send:
     key: str | None = None
     partition: int | None = None
     time: float = 0.0
+    txn: str | None = None  # the transaction it was sent in
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +84,29 @@ class Read:
     value: str
     reader: str = FINAL
     time: float = 0.0
+    isolation: str = READ_UNCOMMITTED
 
 
-Event = Send | Ack | Fail | Read
-_TYPES: dict[str, type[Event]] = {"send": Send, "ack": Ack, "fail": Fail, "read": Read}
+@dataclass(frozen=True, slots=True)
+class TxnEnd:
+    """How the transaction ``txn`` ended, as its producer saw it."""
+
+    txn: str
+    outcome: str  # one of OUTCOMES
+    time: float = 0.0
+
+    def __post_init__(self) -> None:
+        assert self.outcome in OUTCOMES, f"transaction outcome {self.outcome!r}"
+
+
+Event = Send | Ack | Fail | Read | TxnEnd
+_TYPES: dict[str, type[Event]] = {
+    "send": Send,
+    "ack": Ack,
+    "fail": Fail,
+    "read": Read,
+    "txn": TxnEnd,
+}
 _NAMES = {cls: name for name, cls in _TYPES.items()}
 
 
@@ -134,12 +170,18 @@ class Summary:
     unknown: int  # neither acked nor failed
     read: int  # records in the final read (distinct positions)
     unacked_present: int  # failed or unknown, yet in the final read
+    transactions: dict[str, int] = field(default_factory=dict)  # outcome -> how many
 
     def __str__(self) -> str:
-        return (
+        text = (
             f"sent {self.sent}, acked {self.acked}, failed {self.failed}, unknown {self.unknown},"
             f" read {self.read} (of which {self.unacked_present} not acked)"
         )
+        if self.transactions:
+            text += "; transactions " + ", ".join(
+                f"{k} {self.transactions.get(k, 0)}" for k in OUTCOMES
+            )
+        return text
 
 
 @dataclass
@@ -175,6 +217,12 @@ class _Parsed:
     acks: dict[int, Ack] = field(default_factory=dict)
     fails: dict[int, Fail] = field(default_factory=dict)
     reads: list[Read] = field(default_factory=list)
+    outcomes: dict[str, str] = field(default_factory=dict)  # txn -> outcome (unknown if none)
+    txn_sends: dict[str, list[Send]] = field(default_factory=dict)  # txn -> its sends, in order
+
+    def outcome(self, send: Send) -> str | None:
+        """None outside a transaction."""
+        return None if send.txn is None else self.outcomes.get(send.txn, UNKNOWN)
 
 
 def _parse(history: Iterable[Event]) -> _Parsed:
@@ -185,6 +233,13 @@ def _parse(history: Iterable[Event]) -> _Parsed:
             assert event.value not in parsed.by_value, f"two sends of value {event.value!r}"
             parsed.sends[event.id] = event
             parsed.by_value[event.value] = event
+            if event.txn is not None:
+                parsed.txn_sends.setdefault(event.txn, []).append(event)
+        elif isinstance(event, TxnEnd):
+            known = parsed.outcomes.get(event.txn, UNKNOWN)
+            assert known in (UNKNOWN, event.outcome), f"{event.txn} ended twice, differently"
+            if event.outcome != UNKNOWN:
+                parsed.outcomes[event.txn] = event.outcome
         elif isinstance(event, Ack):
             parsed.acks[event.id] = event
         elif isinstance(event, Fail):
@@ -197,16 +252,21 @@ def _parse(history: Iterable[Event]) -> _Parsed:
 def check(history: Iterable[Event], final_reader: str = FINAL) -> Report:
     h = _parse(history)
     final: dict[str, set[Position]] = defaultdict(set)  # value -> where the final read saw it
+    final_isolations = set()
     for r in h.reads:
         if r.reader == final_reader:
             final[r.value].add((r.partition, r.offset))
+            final_isolations.add(r.isolation)
     violations = [
         *_lost(h, final),
         *_conflicts(h),
         *_order(h, final),
         *_duplicates(h, final),
         *_phantoms(h),
+        *_aborted_reads(h),
     ]
+    if final_isolations == {READ_COMMITTED}:
+        violations += _partial_transactions(h, final)
     acked = {i for i in h.sends if i in h.acks}
     summary = Summary(
         sent=len(h.sends),
@@ -215,6 +275,7 @@ def check(history: Iterable[Event], final_reader: str = FINAL) -> Report:
         unknown=sum(i not in acked and i not in h.fails for i in h.sends),
         read=sum(len(p) for p in final.values()),
         unacked_present=sum(s.value in final for i, s in h.sends.items() if i not in acked),
+        transactions=dict(Counter(h.outcomes.get(t, UNKNOWN) for t in h.txn_sends)),
     )
     return Report(summary, violations)
 
@@ -223,9 +284,19 @@ def _lost(h: _Parsed, final: dict[str, set[Position]]) -> Iterator[Violation]:
     for i, ack in h.acks.items():
         send = h.sends.get(i)
         assert send is not None, f"ack of id {i}, which was never sent"
-        if send.value not in final:
+        if send.txn is None and send.value not in final:
             message = f"acknowledged {send.value!r} is not in the final read"
             yield Violation("lost", message, ack.partition, (ack.offset,), (i,))
+    for txn, sends in h.txn_sends.items():
+        if h.outcomes.get(txn) != COMMITTED:
+            continue
+        for send in sends:
+            if send.value not in final:
+                ack = h.acks.get(send.id)
+                offsets = () if ack is None else (ack.offset,)
+                partition = ack.partition if ack is not None else send.partition
+                message = f"{send.value!r} of committed {txn} is not in the final read"
+                yield Violation("lost", message, partition, offsets, (send.id,))
 
 
 def _conflicts(h: _Parsed) -> Iterator[Violation]:
@@ -289,3 +360,25 @@ def _phantoms(h: _Parsed) -> Iterator[Violation]:
             reported.add(r.value)
             message = f"{r.value!r} (read by {r.reader}) was never sent"
             yield Violation("phantom", message, r.partition, (r.offset,))
+
+
+def _aborted_reads(h: _Parsed) -> Iterator[Violation]:
+    for r in h.reads:
+        send = h.by_value.get(r.value)
+        if r.isolation == READ_COMMITTED and send is not None and h.outcome(send) == ABORTED:
+            message = f"{r.reader} (read_committed) read {r.value!r} of aborted {send.txn}"
+            yield Violation("aborted", message, r.partition, (r.offset,), (send.id,))
+
+
+def _partial_transactions(h: _Parsed, final: dict[str, set[Position]]) -> Iterator[Violation]:
+    for txn, sends in h.txn_sends.items():
+        if h.outcomes.get(txn, UNKNOWN) != UNKNOWN:
+            continue  # committed: ``lost``; aborted: ``aborted``
+        seen = [s for s in sends if s.value in final]
+        if seen and len(seen) < len(sends):
+            missing = [s for s in sends if s.value not in final]
+            message = (
+                f"{txn} (outcome unknown) is partly in the final read: {len(seen)} of"
+                f" {len(sends)} records, {missing[0].value!r} missing"
+            )
+            yield Violation("atomicity", message, None, (), tuple(s.id for s in missing))
