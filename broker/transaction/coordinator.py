@@ -21,6 +21,15 @@ After PrepareCommit/PrepareAbort is committed, EndTxn is answered and the marker
 (:mod:`broker.transaction.markers`), retried until every partition has its marker; then
 CompleteCommit/CompleteAbort is written.
 
+A producer begins its next transaction right after EndTxn is answered, so its
+AddPartitionsToTxn nearly always arrives while the markers of the last one are still in
+flight.  Kafka answers CONCURRENT_TRANSACTIONS at once and the client retries after a backoff
+(librdkafka and the Java client: 20 ms), which then costs more than the transaction itself.
+Here a request that finds its id busy or completing is held until that change is done, for at
+most :data:`CONCURRENT_HOLD_MS`, and decided then; CONCURRENT_TRANSACTIONS is answered only if
+the change is still under way.  The answer is the one Kafka would give on the client's retry,
+only sooner.
+
 Every ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` ongoing transactions past
 their timeout are aborted with the epoch bumped (fencing their producer); every
 ``transaction.remove.expired.transaction.cleanup.interval.ms`` ids idle for
@@ -66,6 +75,8 @@ from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import ProtocolError
 from kafka_protocol.record_batch import RecordBatch, SimpleRecord, build_batch, iter_batches
 from metadata_log.image import ClusterImage
+
+CONCURRENT_HOLD_MS = 100  # see the theory of operation: then CONCURRENT_TRANSACTIONS
 
 log = logging.getLogger("broker.transaction")
 LOAD_CHUNK_BYTES = 1 << 20
@@ -299,7 +310,35 @@ class TransactionCoordinator:
     # --- completing decided transactions ------------------------------------------------------
 
     def _complete_later(self, owned: TxnPartition, prepared: TxnMetadata) -> None:
-        self._spawn(owned, self._complete(owned, prepared), f"markers {prepared.transactional_id}")
+        tid = prepared.transactional_id
+        done = owned.completing[tid] = asyncio.get_running_loop().create_future()
+
+        async def complete() -> None:
+            try:
+                await self._complete(owned, prepared)
+            finally:
+                if owned.completing.get(tid) is done:
+                    del owned.completing[tid]
+                done.set_result(None)
+
+        self._spawn(owned, complete(), f"markers {tid}")
+
+    async def _settled(self, transactional_id: str) -> TxnPartition | ErrorCode:
+        """The id's partition once no change of the id is under way (or after
+        :data:`CONCURRENT_HOLD_MS`: the caller then answers CONCURRENT_TRANSACTIONS)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONCURRENT_HOLD_MS / 1000
+        while True:
+            owned = self.owned_for(transactional_id)
+            if isinstance(owned, ErrorCode):
+                return owned
+            change = owned.busy.get(transactional_id) or owned.completing.get(transactional_id)
+            left = deadline - loop.time()
+            if change is None or left <= 0:
+                return owned
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(left):
+                    await asyncio.shield(change)
 
     async def _complete(self, owned: TxnPartition, prepared: TxnMetadata) -> None:
         """Markers to every partition of a PrepareCommit/PrepareAbort transaction, then
@@ -331,7 +370,7 @@ class TransactionCoordinator:
         self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None
     ) -> InitResult:
         """InitProducerId with a transactional id (the handler validated the timeout)."""
-        owned = self.owned_for(transactional_id)
+        owned = await self._settled(transactional_id)
         if isinstance(owned, ErrorCode):
             return InitResult(owned)
         fresh: int | None = None
@@ -373,7 +412,7 @@ class TransactionCoordinator:
         partitions: Sequence[TopicPartition],
     ) -> ErrorCode:
         """AddPartitionsToTxn (the handler answered unknown partitions already)."""
-        owned = self.owned_for(transactional_id)
+        owned = await self._settled(transactional_id)
         if isinstance(owned, ErrorCode):
             return owned
         current = owned.txns.get(transactional_id)
@@ -433,7 +472,7 @@ class TransactionCoordinator:
     async def end_transaction(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> ErrorCode:
-        owned = self.owned_for(transactional_id)
+        owned = await self._settled(transactional_id)
         if isinstance(owned, ErrorCode):
             return owned
         current = owned.txns.get(transactional_id)

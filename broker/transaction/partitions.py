@@ -43,6 +43,9 @@ class TxnPartition:
     txns: dict[str, TxnMetadata] = field(default_factory=dict)
     # ids with a state change in flight, each with a future resolved when it is done
     busy: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+    # ids whose decided transaction is being completed (markers, then Complete*), each with a
+    # future resolved when that attempt ends
+    completing: dict[str, asyncio.Future[None]] = field(default_factory=dict)
     loaded: bool = False
     tasks: set[asyncio.Task[None]] = field(default_factory=set)  # loading, markers
 

@@ -20,6 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.coordinator.records import OFFSETS_TOPIC, partition_for
+from broker.transaction.coordinator import CONCURRENT_HOLD_MS
 from integration.node_process import NodeProcess
 from integration.raw_client import RawConnection
 from integration.txn_requests import (
@@ -379,6 +380,36 @@ def test_end_txn_without_a_transaction_and_with_wrong_producers(raw: RawConnecti
     assert end_txn(raw, tid, pid, epoch + 1, False) == ErrorCode.PRODUCER_FENCED
     assert end_txn(raw, tid, pid, epoch + 1, False, version=1) == ErrorCode.INVALID_PRODUCER_EPOCH
     assert end_txn(raw, _txn_id(), pid, epoch, True) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+
+
+def test_the_next_transaction_waits_for_the_last_ones_markers_instead_of_being_refused(
+    node: NodeProcess, raw: RawConnection
+) -> None:
+    """AddPartitionsToTxn sent right after EndTxn finds the markers of the last transaction
+    still in flight: it is held until they are written (CONCURRENT_TRANSACTIONS only after
+    CONCURRENT_HOLD_MS), not refused at once to cost the client its retry backoff."""
+    topic = _topic(node)
+    tid = _txn_id()
+    r = init_producer_id(raw, tid)
+    pid, epoch = r.producer_id, r.producer_epoch
+    assert add_partitions(raw, tid, pid, epoch, [0, 1], topic=topic) == {
+        (topic, 0): ErrorCode.NONE,
+        (topic, 1): ErrorCode.NONE,
+    }
+    answers = []
+    for commit in [True, False] * 5:
+        assert end_txn(raw, tid, pid, epoch, commit) == ErrorCode.NONE
+        started = time.monotonic()
+        errors = add_partitions(raw, tid, pid, epoch, [0, 1], topic=topic)
+        held_ms = (time.monotonic() - started) * 1000
+        (error,) = set(errors.values())
+        if error == ErrorCode.CONCURRENT_TRANSACTIONS:
+            assert held_ms >= CONCURRENT_HOLD_MS * 0.9, f"refused after {held_ms:.0f} ms"
+        else:
+            assert error == ErrorCode.NONE
+        answers.append(error)
+    assert ErrorCode.NONE in answers
+    assert describe(raw, tid).transaction_state in ("Ongoing", "CompleteCommit", "CompleteAbort")
 
 
 def test_describe_and_list_transactions(raw: RawConnection) -> None:
