@@ -26,7 +26,6 @@ import logging
 
 from broker.deferred import Deferred
 from broker.dispatcher import ApiHandler, RequestContext
-from broker.handlers.fetch import check_leader
 from broker.partition import AppendOutcome
 from broker.replica_manager import ReplicaManager
 from broker.transaction.interfaces import TransactionMarkerListener
@@ -166,10 +165,16 @@ class DescribeProducersHandler:
 
     def _one(self, topic: str, index: int) -> DescribeProducersResponse.PartitionResponse:
         Answer = DescribeProducersResponse.PartitionResponse
+        # every replica with the log answers, as Kafka's (kafka-transactions.sh
+        # describe-producers --broker-id asks a follower): followers learn producers from what
+        # they replicate
         part = self.replicas.get(topic, index)
-        error = (
-            self.replicas.missing_error(topic, index) if part is None else check_leader(part, -1)
-        )
+        if part is None:
+            error = self.replicas.missing_error(topic, index)
+        elif part.offline:
+            error = ErrorCode.KAFKA_STORAGE_ERROR
+        else:
+            error = ErrorCode.NONE
         if part is None or error is not ErrorCode.NONE:
             return Answer(
                 partition_index=index,

@@ -104,7 +104,7 @@ def test_markers_per_partition_and_the_group_coordinator_told_of_committed_ones(
     asyncio.run(main())
 
 
-def test_describe_producers_answers_for_leaders_only() -> None:
+def test_describe_producers_answers_on_every_replica() -> None:
     async def main() -> None:
         rm = _replicas()
         part = rm.get("t", 0)
@@ -128,7 +128,9 @@ def test_describe_producers_answers_for_leaders_only() -> None:
         )
         response = DescribeProducersHandler(rm).handle(CTX, request)
         answers = {p.partition_index: p for p in response.topics[0].partitions}
-        assert answers[1].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        follower = rm.get("t", 1)
+        assert follower is not None and not follower.is_leader
+        assert (answers[1].error_code, answers[1].active_producers) == (ErrorCode.NONE, [])
         assert answers[7].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         (producer,) = answers[0].active_producers
         assert (
