@@ -6,19 +6,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from broker.coordinator_partitions import APPEND_ERRORS
 from kafka_protocol.errors import ErrorCode
 
-# Kafka's mapping of append errors to what group requests answer
+# Kafka's mapping of append errors to what group requests answer: the coordinators' common
+# ones and these
 _APPEND_ERRORS = {
+    **APPEND_ERRORS,
     # a verification with the transaction coordinator that failed: a retriable error older
     # clients retry without looking the coordinator up again (``maybeConvertOffsetCommitError``)
     ErrorCode.NETWORK_EXCEPTION: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
-    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
     ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
     ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
     ErrorCode.INVALID_FETCH_SIZE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,

@@ -43,7 +43,7 @@ class OwnedPartition:
     # (group, partition) -> commits appended but not yet committed: they do not expire
     pending_commits: Counter[tuple[str, TopicPartition]] = field(default_factory=Counter)
     loaded: bool = False
-    load_task: asyncio.Task[None] | None = None
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)  # its load
     # markers reported while loading (written after the load's end offset): applied once loaded
     markers_while_loading: list[tuple[int, bool]] = field(default_factory=list)
 

@@ -3,17 +3,18 @@ coordinates, loading them, and writing to them (Kafka's ``GroupMetadataManager``
 
 Theory of operation
 -------------------
-A broker coordinates the groups of every ``__consumer_offsets`` partition it leads.  When it
-becomes leader of one (``on_partition_role``) it *loads* it: replays every record of the
-partition's log into an :class:`OffsetStore` (and the groups' metadata), yielding to the event
-loop between chunks; meanwhile requests for its groups get COORDINATOR_LOAD_IN_PROGRESS, and
-requests for groups of partitions it does not lead get NOT_COORDINATOR (the client asks
-FindCoordinator again).  Losing the leadership drops the partition's state at once.
+A broker coordinates the groups of every ``__consumer_offsets`` partition it leads.  Which
+partitions those are, their loads and their acks=all appends are the machinery it shares with
+the transaction coordinator (broker/coordinator_partitions.py, which says how they work): here
+a load replays every record of the partition's log into an :class:`OffsetStore` (and the
+groups' metadata), and losing the leadership drops the partition's state, its classic groups
+too.
 
 Every change is a record appended to the partition with acks=all and applied to the store only
-once committed (``_append``), so what the coordinator answers is what the replicated log
-holds, and a new coordinator after a failover loads exactly that.  An append that fails answers
-Kafka's mapped errors (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, ...) and changes nothing.
+once committed (:meth:`GroupCoordinator.append`), so what the coordinator answers is what the
+replicated log holds, and a new coordinator after a failover loads exactly that.  An append
+that fails answers Kafka's mapped errors (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, ...:
+``commits.py``) and changes nothing.
 
 The topic is created on first use (FindCoordinator; broker/internal_topics.py) with
 ``offsets.topic.num.partitions`` partitions, replication factor
@@ -37,7 +38,6 @@ transaction vouched for has ended) refuses it INVALID_TXN_STATE, opening no hang
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -59,28 +59,19 @@ from broker.coordinator.records import (
     encode_offset,
     partition_for,
 )
-from broker.deferred import Deferred
+from broker.coordinator_partitions import CoordinatorPartitions
 from broker.group.classic_member import GroupConfig
 from broker.internal_topics import InternalTopicCreation
-from broker.log.errors import LogError
 from broker.partition import AppendOutcome, Partition
 from broker.producer_state import VerificationGuard
 from broker.replica_manager import ReplicaManager
 from broker.transaction.interfaces import TransactionVerifier
 from kafka_protocol.coordinator import OffsetCommitValue
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.exceptions import ProtocolError
-from kafka_protocol.record_batch import (
-    NO_SEQUENCE,
-    RecordBatch,
-    SimpleRecord,
-    build_batch,
-    iter_batches,
-)
+from kafka_protocol.record_batch import NO_SEQUENCE, RecordBatch, SimpleRecord, build_batch
 from metadata_log.image import ClusterImage
 
 log = logging.getLogger("broker.coordinator")
-LOAD_CHUNK_BYTES = 1 << 20
 MAX_RECORDS_PER_BATCH = 1000  # tombstone batches for expiry are split into batches this large
 
 
@@ -96,7 +87,7 @@ class CoordinatorConfig:
     groups: GroupConfig = field(default_factory=GroupConfig)  # group.* settings
 
 
-class GroupCoordinator:
+class GroupCoordinator(CoordinatorPartitions[OwnedPartition]):
     """Kafka's ``GroupCoordinator`` and ``GroupMetadataManager``: it appends through the replica
     manager, reads where the topic's partitions live from the current metadata image, and asks
     the controller to create the topic."""
@@ -109,15 +100,21 @@ class GroupCoordinator:
         config: CoordinatorConfig,
         clock_ms: Callable[[], int],
     ) -> None:
-        self.replicas = replicas
-        self.controller = controller
-        self.image = image
-        self.config = config
-        self.clock_ms = clock_ms
-        self.owned: dict[int, OwnedPartition] = {}
-        self._offsets_topic = InternalTopicCreation(
+        creation = InternalTopicCreation(
             controller, image, config.replication_factor, self._define_offsets_topic
         )
+        super().__init__(
+            replicas,
+            image,
+            clock_ms,
+            OFFSETS_TOPIC,
+            partition_for,
+            creation,
+            config.commit_timeout_ms,
+            log,
+        )
+        self.controller = controller
+        self.config = config
         self._expiry: asyncio.Task[None] | None = None
         self.classic = ClassicGroups(self, config.groups)
         # KIP-890: asked before a TxnOffsetCommit's append whether the partition is in the
@@ -125,34 +122,6 @@ class GroupCoordinator:
         self.verifier: TransactionVerifier | None = None
 
     # --- where groups live --------------------------------------------------------------------
-
-    def partition_of(self, group_id: str) -> int | None:
-        topic = self.image().topics.get(OFFSETS_TOPIC)
-        if topic is None or not topic.partitions:
-            return None
-        return partition_for(group_id, len(topic.partitions))
-
-    def coordinator_of(self, group_id: str) -> int | ErrorCode:
-        """The broker id coordinating ``group_id`` (FindCoordinator), creating the topic on
-        first use."""
-        topic = self.image().topics.get(OFFSETS_TOPIC)
-        if topic is None or not topic.partitions:
-            self._offsets_topic.create_soon()
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        leader = topic.partitions[partition_for(group_id, len(topic.partitions))].leader
-        return leader if leader >= 0 else ErrorCode.COORDINATOR_NOT_AVAILABLE
-
-    def owned_for(self, group_id: str) -> OwnedPartition | ErrorCode:
-        """The loaded partition of a group this broker coordinates, or why not."""
-        index = self.partition_of(group_id)
-        if index is None:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        owned = self.owned.get(index)
-        if owned is None:
-            return ErrorCode.NOT_COORDINATOR
-        if not owned.loaded:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        return owned
 
     def groups_with_offsets(self) -> set[str]:
         """Groups with committed offsets in the loaded partitions."""
@@ -172,66 +141,33 @@ class GroupCoordinator:
 
     # --- partition ownership ------------------------------------------------------------------
 
-    def on_partition_role(self, part: Partition) -> None:
-        """The replica manager changed (or confirmed) a partition's role."""
-        owned = self.owned.get(part.index)
-        if part.is_leader:
-            if owned is not None and owned.part is part and owned.leader_epoch == part.leader_epoch:
-                return
-            self.on_partition_removed(part.index)
-            owned = self.owned[part.index] = OwnedPartition(part, part.leader_epoch)
-            owned.load_task = asyncio.get_running_loop().create_task(
-                self._load(owned), name=f"load {part.name}"
-            )
-        elif owned is not None:
-            self.on_partition_removed(part.index)
+    def new_partition(self, part: Partition) -> OwnedPartition:
+        return OwnedPartition(part, part.leader_epoch)
 
-    def on_partition_removed(self, index: int) -> None:
-        owned = self.owned.pop(index, None)
-        if owned is None:
-            return
-        if owned.load_task is not None:
-            owned.load_task.cancel()
-        if owned.loaded:
-            self.classic.on_unloaded(owned)
-        log.info("unloaded %s groups=%d", owned.part.name, len(owned.groups))
+    def replay_batch(self, owned: OwnedPartition, batch: RecordBatch) -> int:
+        return owned.replay_batch(batch)
 
-    async def _load(self, owned: OwnedPartition) -> None:
-        """Replay the partition into the store, a chunk per loop pass."""
-        part = owned.part
-        started = self.clock_ms()
-        offset, end, records = part.log_start_offset, part.log_end_offset, 0
-        try:
-            while offset < end:
-                chunk = part.log.read(offset, LOAD_CHUNK_BYTES, max_offset=end)
-                if chunk.size_bytes == 0:
-                    break
-                for batch in iter_batches(part.log.read_bytes(chunk), allow_truncated_tail=True):
-                    records += owned.replay_batch(batch)
-                    offset = batch.next_offset
-                await asyncio.sleep(0)
-                if self.owned.get(part.index) is not owned:
-                    return  # unloaded meanwhile
-        except (LogError, ProtocolError) as exc:
-            log.error("cannot load %s: %s; retrying", part.name, exc)
-            await asyncio.sleep(1.0)
-            if self.owned.get(part.index) is owned:
-                owned.offsets, owned.groups = OffsetStore(), {}  # markers_while_loading stay
-                owned.load_task = asyncio.get_running_loop().create_task(self._load(owned))
-            return
+    def reset(self, owned: OwnedPartition) -> None:
+        owned.offsets, owned.groups = OffsetStore(), {}  # markers_while_loading stay
+
+    def on_loaded(self, owned: OwnedPartition, records: int, elapsed_ms: int) -> None:
         for producer_id, commit in owned.markers_while_loading:
-            owned.offsets.complete(producer_id, commit)  # markers written after ``end``
+            owned.offsets.complete(producer_id, commit)  # markers written after the load's end
         owned.markers_while_loading.clear()
-        owned.loaded = True
         self.classic.on_loaded(owned)
         log.log(
             logging.INFO if records else logging.DEBUG,
             "loaded %s records=%d groups=%d in %d ms",
-            part.name,
+            owned.part.name,
             records,
             len(set(owned.offsets.groups()) | set(owned.groups)),
-            self.clock_ms() - started,
+            elapsed_ms,
         )
+
+    def on_unloaded(self, owned: OwnedPartition) -> None:
+        if owned.loaded:
+            self.classic.on_unloaded(owned)
+        log.info("unloaded %s groups=%d", owned.part.name, len(owned.groups))
 
     def complete_transaction(
         self, offsets_partition: int, producer_id: int, producer_epoch: int, commit: bool
@@ -269,7 +205,7 @@ class GroupCoordinator:
         """Append ``records`` with acks=all (a transactional batch of ``producer`` if given,
         with the guard taken before its verification, if any); once committed, replay them
         into the state."""
-        if self.owned.get(owned.part.index) is not owned:
+        if not self._current(owned):
             return ErrorCode.NOT_COORDINATOR
         simple = [SimpleRecord(value, key) for key, value in records]
         if producer is None:
@@ -286,39 +222,16 @@ class GroupCoordinator:
         producer_id = NO_PRODUCER_ID if producer is None else producer.producer_id
 
         def replay(done: AppendOutcome) -> None:
-            # at once when committed, before any later append (a marker) is answered; even
-            # after the wait below timed out: the state follows the log
-            if done.error is ErrorCode.NONE and self.owned.get(owned.part.index) is owned:
+            if done.error is ErrorCode.NONE and self._current(owned):
                 for i, (key, value) in enumerate(records):
                     owned.replay(key, value, done.base_offset + i, producer_id)
 
-        outcome = self.write(owned, RecordBatch(memoryview(batch)), verification_guard)
-        if isinstance(outcome, Deferred):
-            outcome.then(replay)
-            outcome = await self._within_timeout(outcome)
-        else:
-            replay(outcome)
+        outcome = await self.append_batch(
+            owned, RecordBatch(memoryview(batch)), verification_guard, replay
+        )
         if outcome.error is not ErrorCode.NONE:
-            log.info("append to %s failed: %s", owned.part.name, outcome.error.name)
             return coordinator_error(outcome.error, transactional=producer is not None)
         return ErrorCode.NONE
-
-    def write(
-        self,
-        owned: OwnedPartition,
-        batch: RecordBatch,
-        verification_guard: VerificationGuard | None = None,
-    ) -> AppendOutcome | Deferred[AppendOutcome]:
-        """The batch appended with acks=all: resolves once committed (with its base offset),
-        or with why not (INVALID_TXN_STATE when ``verification_guard`` was cleared)."""
-        return self.replicas.append_nowait(owned.part, batch, -1, verification_guard)
-
-    async def _within_timeout(self, pending: Deferred[AppendOutcome]) -> AppendOutcome:
-        try:
-            async with asyncio.timeout(self.config.commit_timeout_ms / 1000):
-                return await pending
-        except TimeoutError:
-            return AppendOutcome(ErrorCode.REQUEST_TIMED_OUT)
 
     # --- offsets ------------------------------------------------------------------------------
 
@@ -380,7 +293,7 @@ class GroupCoordinator:
                 error = ErrorCode.INVALID_PRODUCER_EPOCH
             if error is not ErrorCode.NONE:
                 return dict.fromkeys(keys, coordinator_error(error, transactional=True))
-            if self.owned.get(owned.part.index) is not owned:
+            if not self._current(owned):
                 return dict.fromkeys(keys, ErrorCode.NOT_COORDINATOR)
         # no await from here to the append: the guard is checked as the batch is queued
         return await self._commit(owned, group_id, commits, -1, producer, guard)
@@ -515,13 +428,7 @@ class GroupCoordinator:
         )
 
     async def stop(self) -> None:
-        for index in list(self.owned):
-            self.on_partition_removed(index)
-        for task in (self._expiry, self._offsets_topic.task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+        await self.stop_partitions(self._expiry)
 
     async def _expire_loop(self) -> None:
         while True:
@@ -533,7 +440,7 @@ class GroupCoordinator:
         partition, and the empty groups left without offsets; the count of offsets removed."""
         removed = 0
         for owned in list(self.owned.values()):
-            while owned.loaded and self.owned.get(owned.part.index) is owned:
+            while owned.loaded and self._current(owned):
                 # chosen and appended with no await between: a commit that comes later is
                 # appended after these tombstones, one already appended is pending
                 offsets, groups = self._expired(owned)

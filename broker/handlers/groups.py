@@ -287,17 +287,7 @@ class GroupHandlers:
     async def offset_commit(
         self, ctx: RequestContext, req: OffsetCommitRequest
     ) -> OffsetCommitResponse:
-        commits = [
-            OffsetCommit(
-                t.name,
-                p.partition_index,
-                p.committed_offset,
-                p.committed_leader_epoch,
-                p.committed_metadata,
-            )
-            for t in req.topics
-            for p in t.partitions
-        ]
+        commits = _commits_asked(req.topics)
         # v2-4 carry a retention time: an explicit expiry for these offsets (-1: the default)
         expire = -1
         if 2 <= ctx.api_version <= 4:
@@ -323,17 +313,7 @@ class GroupHandlers:
     async def txn_offset_commit(
         self, ctx: RequestContext, req: TxnOffsetCommitRequest
     ) -> TxnOffsetCommitResponse:
-        commits = [
-            OffsetCommit(
-                t.name,
-                p.partition_index,
-                p.committed_offset,
-                p.committed_leader_epoch,
-                p.committed_metadata,
-            )
-            for t in req.topics
-            for p in t.partitions
-        ]
+        commits = _commits_asked(req.topics)
         # v0-2 have no member id, generation (-1) or instance id: the group is not checked
         results = await self.coordinator.commit_transactional_offsets(
             req.transactional_id,
@@ -416,6 +396,22 @@ def _asked(
 ) -> list[tuple[str, list[int]]] | None:
     """The (topic, partitions) asked for; None: every partition with a committed offset."""
     return None if topics is None else [(str(t.name), t.partition_indexes) for t in topics]
+
+
+def _commits_asked(asked: Iterable[Any]) -> list[OffsetCommit]:
+    """The offsets an OffsetCommit or TxnOffsetCommit asks to commit (``asked``: its topics,
+    each with its ``partitions``), in request order."""
+    return [
+        OffsetCommit(
+            t.name,
+            p.partition_index,
+            p.committed_offset,
+            p.committed_leader_epoch,
+            p.committed_metadata,
+        )
+        for t in asked
+        for p in t.partitions
+    ]
 
 
 def _each_partition_answered(

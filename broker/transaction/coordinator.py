@@ -6,13 +6,13 @@ Theory of operation
 -------------------
 A broker coordinates the transactional ids of every ``__transaction_state`` partition it leads;
 the partition's leader epoch is its *coordinator epoch*, carried by every marker so that a
-partition leader refuses the markers of a stale coordinator.  When it becomes leader
-(``on_partition_role``) it loads the partition: replays every record into a dict of
-:class:`TxnMetadata` (the last record of an id wins; a tombstone removes it), yielding between
-chunks; meanwhile requests for its ids get COORDINATOR_LOAD_IN_PROGRESS, and requests for ids of
-partitions it does not lead NOT_COORDINATOR.  Once loaded, every transaction found in
-PrepareCommit or PrepareAbort is completed: its markers are sent again and Complete* written,
-so what a failed coordinator decided is carried out by the next one.
+partition leader refuses the markers of a stale coordinator.  Which partitions it leads, their
+loads and their acks=all appends are the machinery it shares with the group coordinator
+(broker/coordinator_partitions.py, which says how they work): here a load replays every record
+into a dict of :class:`TxnMetadata` (the last record of an id wins; a tombstone removes it).
+Once loaded, every transaction found in PrepareCommit or PrepareAbort is completed: its markers
+are sent again and Complete* written, so what a failed coordinator decided is carried out by
+the next one.
 
 Decisions are the pure functions of :mod:`broker.transaction.state`.  Each change is one record
 appended with acks=all and applied only once committed (``_persist``); while it is in flight
@@ -33,7 +33,8 @@ only sooner.
 Every ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` ongoing transactions past
 their timeout are aborted with the epoch bumped (fencing their producer); every
 ``transaction.remove.expired.transaction.cleanup.interval.ms`` ids idle for
-``transactional.id.expiration.ms`` are tombstoned.  The topic is created on first use with
+``transactional.id.expiration.ms`` are tombstoned.  The topic is created on first use
+(broker/internal_topics.py; also when any request for an id finds none) with
 ``transaction.state.log.num.partitions`` partitions, replication factor
 ``min(transaction.state.log.replication.factor, live brokers)``, ``min.insync.replicas`` capped
 at it, and ``cleanup.policy=compact``.
@@ -43,9 +44,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from prometheus_client.core import Metric
@@ -54,15 +56,15 @@ from broker.controller_channel import (
     ControllerChannel,
     ControllerRequestError,
 )
-from broker.deferred import Deferred
+from broker.coordinator_partitions import APPEND_ERRORS, CoordinatorPartitions
 from broker.fatal import fatal
-from broker.log.errors import LogError
+from broker.internal_topics import InternalTopicCreation
 from broker.metrics import gauge
-from broker.partition import AppendOutcome, Partition
+from broker.partition import Partition
 from broker.replica_manager import ReplicaManager
 from broker.transaction import state as txn
 from broker.transaction.markers import MarkerChannel
-from broker.transaction.partitions import TransactionConfig, TxnPartition, create_topic
+from broker.transaction.partitions import TransactionConfig, TxnPartition, define_topic
 from broker.transaction.records import (
     TRANSACTION_STATE_TOPIC,
     decode,
@@ -73,24 +75,12 @@ from broker.transaction.remote import BrokerConnections, verify_remotely
 from broker.transaction.state import TopicPartition, TxnMetadata, TxnState
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import ProtocolError
-from kafka_protocol.record_batch import RecordBatch, SimpleRecord, build_batch, iter_batches
+from kafka_protocol.record_batch import RecordBatch, SimpleRecord, build_batch
 from metadata_log.image import ClusterImage
 
 CONCURRENT_HOLD_MS = 100  # see the theory of operation: then CONCURRENT_TRANSACTIONS
 
 log = logging.getLogger("broker.transaction")
-LOAD_CHUNK_BYTES = 1 << 20
-
-
-# Kafka's TransactionStateManager.appendTransactionToLog error mapping.
-_APPEND_ERRORS = {
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
-    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +90,7 @@ class InitResult:
     producer_epoch: int = -1
 
 
-class TransactionCoordinator:
+class TransactionCoordinator(CoordinatorPartitions[TxnPartition]):
     """See the module docstring.  ``allocate_producer_id`` is the broker's producer id
     allocator (shared with idempotent producers); ``offsets_partition_of`` names a group's
     ``__consumer_offsets`` partition (AddOffsetsToTxn)."""
@@ -116,127 +106,63 @@ class TransactionCoordinator:
         connections: BrokerConnections,
         node_id: int,
     ) -> None:
+        creation = InternalTopicCreation(
+            controller, image, config.replication_factor, functools.partial(define_topic, config)
+        )
+        super().__init__(
+            replicas,
+            image,
+            clock_ms,
+            TRANSACTION_STATE_TOPIC,
+            partition_for,
+            creation,
+            config.append_timeout_ms,
+            log,
+        )
         self.node_id = node_id
-        self.replicas = replicas
         self.controller = controller
-        self.image = image
         self.config = config
-        self.clock_ms = clock_ms
         self._allocate = allocate_producer_id
         self.connections = connections
         self.markers = MarkerChannel(connections, image)
-        self.owned: dict[int, TxnPartition] = {}
-        self._creating: asyncio.Task[None] | None = None
         self._loops: list[asyncio.Task[None]] = []
 
-    # --- where ids live -----------------------------------------------------------------------
+    # --- the shared machinery's hooks (broker/coordinator_partitions.py) ---------------------
 
-    def partition_of(self, transactional_id: str) -> int | None:
-        topic = self.image().topics.get(TRANSACTION_STATE_TOPIC)
-        if topic is None or not topic.partitions:
-            return None
-        return partition_for(transactional_id, len(topic.partitions))
+    def on_missing_topic(self) -> None:
+        self.create_topic_soon()  # not only on FindCoordinator: any request for an id
 
-    def coordinator_of(self, transactional_id: str) -> int | ErrorCode:
-        """The broker coordinating ``transactional_id`` (FindCoordinator key type 1), creating
-        the topic on first use."""
-        topic = self.image().topics.get(TRANSACTION_STATE_TOPIC)
-        if topic is None or not topic.partitions:
-            self._create_topic()
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        leader = topic.partitions[partition_for(transactional_id, len(topic.partitions))].leader
-        return leader if leader >= 0 else ErrorCode.COORDINATOR_NOT_AVAILABLE
+    def new_partition(self, part: Partition) -> TxnPartition:
+        return TxnPartition(part, part.leader_epoch)
 
-    def owned_for(self, transactional_id: str) -> TxnPartition | ErrorCode:
-        index = self.partition_of(transactional_id)
-        if index is None:
-            self._create_topic()
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        owned = self.owned.get(index)
-        if owned is None:
-            return ErrorCode.NOT_COORDINATOR
-        if not owned.loaded:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        return owned
+    def replay_batch(self, owned: TxnPartition, batch: RecordBatch) -> int:
+        if batch.is_control:
+            return 0  # markers are for the partitions of transactions, not for this topic
+        records = 0
+        for record in batch.iter_records():
+            self._replay(owned, record.key, record.value)
+            records += 1
+        return records
 
-    def _create_topic(self) -> None:
-        if self._creating is not None and not self._creating.done():
-            return
-        self._creating = asyncio.get_running_loop().create_task(
-            create_topic(self.controller, self.image(), self.config)
-        )
+    def reset(self, owned: TxnPartition) -> None:
+        owned.txns = {}
 
-    # --- partition ownership ------------------------------------------------------------------
-
-    def on_partition_role(self, part: Partition) -> None:
-        """The replica manager changed (or confirmed) a partition's role."""
-        owned = self.owned.get(part.index)
-        if part.is_leader:
-            if (
-                owned is not None
-                and owned.part is part
-                and owned.coordinator_epoch == (part.leader_epoch)
-            ):
-                return
-            self.on_partition_removed(part.index)
-            owned = self.owned[part.index] = TxnPartition(part, part.leader_epoch)
-            self._spawn(owned, self._load(owned), f"load {part.name}")
-        elif owned is not None:
-            self.on_partition_removed(part.index)
-
-    def on_partition_removed(self, index: int) -> None:
-        owned = self.owned.pop(index, None)
-        if owned is None:
-            return
-        for task in owned.tasks:
-            task.cancel()
-        level = logging.INFO if owned.txns else logging.DEBUG
-        log.log(level, "unloaded %s transactional ids=%d", owned.part.name, len(owned.txns))
-
-    def _spawn(self, owned: TxnPartition, work: Coroutine[object, object, None], name: str) -> None:
-        task = asyncio.get_running_loop().create_task(work, name=name)
-        owned.tasks.add(task)
-        task.add_done_callback(owned.tasks.discard)
-
-    def _current(self, owned: TxnPartition) -> bool:
-        return self.owned.get(owned.part.index) is owned
-
-    async def _load(self, owned: TxnPartition) -> None:
-        part = owned.part
-        started = self.clock_ms()
-        offset, end = part.log_start_offset, part.log_end_offset
-        try:
-            while offset < end:
-                chunk = part.log.read(offset, LOAD_CHUNK_BYTES, max_offset=end)
-                if chunk.size_bytes == 0:
-                    break
-                for batch in iter_batches(part.log.read_bytes(chunk), allow_truncated_tail=True):
-                    if not batch.is_control:
-                        for record in batch.iter_records():
-                            self._replay(owned, record.key, record.value)
-                    offset = batch.next_offset
-                await asyncio.sleep(0)
-                if not self._current(owned):
-                    return
-        except (LogError, ProtocolError) as exc:
-            log.error("cannot load %s: %s; retrying", part.name, exc)
-            await asyncio.sleep(1.0)
-            if self._current(owned):
-                owned.txns = {}
-                self._spawn(owned, self._load(owned), f"load {part.name}")
-            return
-        owned.loaded = True
+    def on_loaded(self, owned: TxnPartition, records: int, elapsed_ms: int) -> None:
         prepared = [m for m in owned.txns.values() if m.state in txn.PREPARED]
         log.log(
             logging.INFO if owned.txns else logging.DEBUG,
             "loaded %s transactional ids=%d completing=%d in %d ms",
-            part.name,
+            owned.part.name,
             len(owned.txns),
             len(prepared),
-            self.clock_ms() - started,
+            elapsed_ms,
         )
         for metadata in prepared:
             self._complete_later(owned, metadata)
+
+    def on_unloaded(self, owned: TxnPartition) -> None:
+        level = logging.INFO if owned.txns else logging.DEBUG
+        log.log(level, "unloaded %s transactional ids=%d", owned.part.name, len(owned.txns))
 
     def _replay(self, owned: TxnPartition, key: bytes | None, value: bytes | None) -> None:
         if key is None:
@@ -290,22 +216,12 @@ class TransactionCoordinator:
         batch = build_batch(
             [SimpleRecord(value, key) for key, value in records], now_ms=self.clock_ms()
         )
-        outcome = self.replicas.append_nowait(owned.part, RecordBatch(memoryview(batch)), -1)
-        if isinstance(outcome, Deferred):
-            outcome = await self._within_timeout(outcome)
+        outcome = await self.append_batch(owned, RecordBatch(memoryview(batch)))
         if outcome.error is not ErrorCode.NONE:
-            log.info("append to %s failed error=%s", owned.part.name, outcome.error.name)
-            return _APPEND_ERRORS.get(outcome.error, ErrorCode.UNKNOWN_SERVER_ERROR)
+            return APPEND_ERRORS.get(outcome.error, ErrorCode.UNKNOWN_SERVER_ERROR)
         if owned.part.leader_epoch != owned.coordinator_epoch:
             return ErrorCode.NOT_COORDINATOR
         return ErrorCode.NONE
-
-    async def _within_timeout(self, pending: Deferred[AppendOutcome]) -> AppendOutcome:
-        try:
-            async with asyncio.timeout(self.config.append_timeout_ms / 1000):
-                return await pending
-        except TimeoutError:
-            return AppendOutcome(ErrorCode.REQUEST_TIMED_OUT)
 
     # --- completing decided transactions ------------------------------------------------------
 
@@ -534,13 +450,7 @@ class TransactionCoordinator:
         ]
 
     async def stop(self) -> None:
-        for index in list(self.owned):
-            self.on_partition_removed(index)
-        for task in (*self._loops, self._creating):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+        await self.stop_partitions(*self._loops)
         await self.markers.close()
         await self.connections.close()
 
@@ -552,46 +462,46 @@ class TransactionCoordinator:
             except Exception:
                 log.exception("transaction housekeeping failed")
 
-    async def abort_timed_out(self) -> int:
-        """Abort (with the epoch bumped) every ongoing transaction past its timeout."""
-        aborted = 0
-        now = self.clock_ms()
+    def _idle_ids(self) -> Iterator[tuple[TxnPartition, TxnMetadata]]:
+        """The state of every id of the loaded partitions with no change of it under way, each
+        checked as it is reached (the caller persists a change between two of them)."""
         for owned in list(self.owned.values()):
             if not owned.loaded:
                 continue
             for current in list(owned.txns.values()):
                 tid = current.transactional_id
-                if not txn.timed_out(current, now) or tid in owned.busy:
+                if tid in owned.busy or not self._current(owned):
                     continue
-                if not self._current(owned) or owned.txns.get(tid) is not current:
-                    continue
-                fenced = txn.fence_and_abort(current, now)
-                error = await self._persist(owned, current, fenced)
-                if error is ErrorCode.NONE:
-                    aborted += 1
-                    log.info(
-                        "aborting timed out transactional_id=%s producer_id=%d epoch=%d",
-                        tid,
-                        fenced.producer_id,
-                        fenced.producer_epoch,
-                    )
+                if owned.txns.get(tid) is current:
+                    yield owned, current
+
+    async def abort_timed_out(self) -> int:
+        """Abort (with the epoch bumped) every ongoing transaction past its timeout."""
+        aborted = 0
+        now = self.clock_ms()
+        for owned, current in self._idle_ids():
+            if not txn.timed_out(current, now):
+                continue
+            fenced = txn.fence_and_abort(current, now)
+            if await self._persist(owned, current, fenced) is ErrorCode.NONE:
+                aborted += 1
+                log.info(
+                    "aborting timed out transactional_id=%s producer_id=%d epoch=%d",
+                    current.transactional_id,
+                    fenced.producer_id,
+                    fenced.producer_epoch,
+                )
         return aborted
 
     async def remove_expired(self) -> int:
         """Tombstone ids idle for ``transactional.id.expiration.ms``."""
         removed = 0
         now = self.clock_ms()
-        for owned in list(self.owned.values()):
-            if not owned.loaded:
+        for owned, current in self._idle_ids():
+            if not txn.expired(current, now, self.config.id_expiration_ms):
                 continue
-            for current in list(owned.txns.values()):
-                tid = current.transactional_id
-                if not txn.expired(current, now, self.config.id_expiration_ms):
-                    continue
-                if tid in owned.busy or owned.txns.get(tid) is not current:
-                    continue
-                if await self._persist(owned, current, txn.dead(current, now)) is ErrorCode.NONE:
-                    removed += 1
+            if await self._persist(owned, current, txn.dead(current, now)) is ErrorCode.NONE:
+                removed += 1
         if removed:
             log.info("removed expired transactional ids count=%d", removed)
         return removed

@@ -1,23 +1,18 @@
 """The ``__transaction_state`` partitions a transaction coordinator leads, its settings, and the
-creation of the topic on first use (replication factor
-``min(transaction.state.log.replication.factor, live brokers)``, ``min.insync.replicas``
-``transaction.state.log.min.isr`` capped at it, compacted).
+topic it creates on first use (broker/internal_topics.py caps the replication factor at
+``min(transaction.state.log.replication.factor, live brokers)``; ``min.insync.replicas``
+``transaction.state.log.min.isr`` capped at that; compacted).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass, field
 
-from broker.controller_channel import ControllerChannel, NewTopic, created_topics, topic_creation
+from broker.controller_channel import NewTopic
 from broker.partition import Partition
 from broker.transaction.records import TRANSACTION_STATE_TOPIC
 from broker.transaction.state import TxnMetadata
-from kafka_protocol.errors import ErrorCode
-from metadata_log.image import ClusterImage
-
-log = logging.getLogger("broker.transaction")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,45 +44,22 @@ class TxnPartition:
     loaded: bool = False
     tasks: set[asyncio.Task[None]] = field(default_factory=set)  # loading, markers
 
+    @property
+    def leader_epoch(self) -> int:
+        return self.coordinator_epoch
 
-async def create_topic(
-    controller: ControllerChannel, image: ClusterImage, cfg: TransactionConfig
-) -> None:
-    """Ask the controller to create ``__transaction_state`` (an error is logged: the clients
-    retry, and so the creation)."""
-    live = sum(1 for b in image.brokers.values() if b.is_active)
-    rf = max(1, min(cfg.replication_factor, live))
-    new_topic = NewTopic(
+
+def define_topic(cfg: TransactionConfig, replication_factor: int) -> NewTopic:
+    """``__transaction_state`` for a replication factor (capped at the live brokers)."""
+    return NewTopic(
         TRANSACTION_STATE_TOPIC,
         cfg.num_partitions,
-        rf,
+        replication_factor,
         {
             "cleanup.policy": "compact",
             "segment.bytes": str(cfg.segment_bytes),
-            "min.insync.replicas": str(max(1, min(cfg.min_isr, rf))),
+            "min.insync.replicas": str(max(1, min(cfg.min_isr, replication_factor))),
             "unclean.leader.election.enable": "false",
             "compression.type": "uncompressed",
         },
     )
-    try:
-        response = await controller.forward(topic_creation([new_topic], timeout_ms=30_000), 7)
-    except Exception as exc:  # the client retries; say why it waits
-        log.warning("cannot create %s yet: %s", TRANSACTION_STATE_TOPIC, exc)
-        return
-    result = created_topics(response)[0]
-    if result.error_code == ErrorCode.TOPIC_ALREADY_EXISTS:
-        return
-    if result.error_code != ErrorCode.NONE:
-        log.warning(
-            "cannot create %s yet: %s %s",
-            TRANSACTION_STATE_TOPIC,
-            ErrorCode.from_code(result.error_code).name,
-            result.error_message or "",
-        )
-    else:
-        log.info(
-            "created %s partitions=%d replication_factor=%d",
-            TRANSACTION_STATE_TOPIC,
-            cfg.num_partitions,
-            rf,
-        )

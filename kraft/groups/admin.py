@@ -23,7 +23,6 @@ functions: :func:`~kraft.groups.assignment.decode_assignment` and those of
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
@@ -115,29 +114,10 @@ class GroupAdmin:
     async def list_groups(self) -> list[GroupListing]:
         """Every group of every live broker, sorted by id; a broker that cannot answer fails
         the whole list (Kafka's ``--list``), since a partial list would silently miss groups."""
-        brokers = self._view.live_brokers()
-        listed: dict[int, list[GroupListing] | GroupError] = {}
-
-        async def one(broker_id: int, address: Address) -> None:
-            try:
-                listed[broker_id] = await self._client.retrying(
-                    f"list groups on broker {broker_id}",
-                    lambda _: self._list_at(broker_id, address),
-                )
-            except GroupError as exc:
-                listed[broker_id] = exc
-
-        async with asyncio.TaskGroup() as tasks:
-            for broker_id, address in brokers:
-                tasks.create_task(one(broker_id, address))
+        listed = await self._client.on_every_broker("list groups", self._list_at)
         merged: dict[str, GroupListing] = {}
-        for broker_id, _ in brokers:
-            result = listed[broker_id]
-            if isinstance(result, GroupError):
-                raise GroupError(result.error, result.message)
-            for group in result:
-                # During a coordinator move two brokers may briefly list one group.
-                merged.setdefault(group.group_id, group)
+        for group in listed:  # during a coordinator move two brokers may list one group
+            merged.setdefault(group.group_id, group)
         return [merged[g] for g in sorted(merged)]
 
     async def _list_at(self, broker_id: int, address: Address) -> list[GroupListing]:

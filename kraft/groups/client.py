@@ -292,6 +292,34 @@ class GroupClient:
                 log.debug("%s: attempt %d failed: %s", what, n + 1, exc)
         raise GroupError(last.error, f"{what}: {last.message} (gave up after {attempts} attempts)")
 
+    async def on_every_broker(
+        self, what: str, ask: Callable[[int, Address], Awaitable[list[T]]]
+    ) -> list[T]:
+        """``ask(broker_id, address)`` of every live broker at once (each retried), the answers
+        joined in broker order.  A broker that cannot answer fails the whole: a partial answer
+        would silently miss what that broker holds."""
+        brokers = self.view.live_brokers()
+        answered: dict[int, list[T] | GroupError] = {}
+
+        async def one(broker_id: int, address: Address) -> None:
+            try:
+                answered[broker_id] = await self.retrying(
+                    f"{what} on broker {broker_id}", lambda _: ask(broker_id, address)
+                )
+            except GroupError as exc:
+                answered[broker_id] = exc
+
+        async with asyncio.TaskGroup() as tasks:
+            for broker_id, address in brokers:
+                tasks.create_task(one(broker_id, address))
+        joined: list[T] = []
+        for broker_id, _ in brokers:
+            result = answered[broker_id]
+            if isinstance(result, GroupError):
+                raise GroupError(result.error, result.message)
+            joined += result
+        return joined
+
     # --- the coordinator ----------------------------------------------------------------------
 
     async def on_coordinator(

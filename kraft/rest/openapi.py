@@ -13,6 +13,18 @@ from __future__ import annotations
 from typing import Any, Final
 
 from kraft.rest.common import MAX_BODY_BYTES, MAX_JSON_DEPTH
+from kraft.rest.openapi_parts import (
+    INT,
+    INT32,
+    JSON,
+    STR,
+    Schema,
+)
+from kraft.rest.openapi_parts import error as _error
+from kraft.rest.openapi_parts import json_body as _json_body
+from kraft.rest.openapi_parts import op as _op
+from kraft.rest.openapi_parts import query as _query
+from kraft.rest.openapi_parts import ref as _ref
 from kraft.rest.openapi_security import (
     SECURITY_SCHEMAS,
     SECURITY_SCHEMES,
@@ -20,14 +32,6 @@ from kraft.rest.openapi_security import (
     with_security,
 )
 from kraft.rest.openapi_transactions import TRANSACTION_SCHEMAS, transaction_paths
-
-Schema = dict[str, Any]
-
-JSON: Final = "application/json"
-
-
-def _ref(name: str) -> Schema:
-    return {"$ref": f"#/components/schemas/{name}"}
 
 
 def _obj(required: list[str], **properties: Schema) -> Schema:
@@ -41,9 +45,6 @@ def _nullable(schema: Schema) -> Schema:
     return {**schema, "nullable": True}
 
 
-INT: Final[Schema] = {"type": "integer", "format": "int64"}
-INT32: Final[Schema] = {"type": "integer", "format": "int32"}
-STR: Final[Schema] = {"type": "string"}
 BOOL: Final[Schema] = {"type": "boolean"}
 INT_LIST: Final[Schema] = {"type": "array", "items": INT32}
 STR_MAP: Final[Schema] = {"type": "object", "additionalProperties": STR}
@@ -359,14 +360,6 @@ SCHEMAS: Final[dict[str, Schema]] = {
 }
 
 
-def _json_body(schema: Schema, description: str) -> Schema:
-    return {"description": description, "content": {JSON: {"schema": schema}}}
-
-
-def _error(description: str) -> Schema:
-    return _json_body(_ref("Error"), description)
-
-
 BAD_REQUEST: Final = _error(
     "malformed body or parameters (INVALID_REQUEST, also for JSON that nests arrays and"
     f" objects more than {MAX_JSON_DEPTH} deep) or a Kafka error"
@@ -374,25 +367,6 @@ BAD_REQUEST: Final = _error(
 NOT_FOUND: Final = _error("UNKNOWN_TOPIC_OR_PARTITION")
 UNAVAILABLE: Final = _error("NOT_READY or a retriable Kafka error")
 NAME: Final[Schema] = {"name": "name", "in": "path", "required": True, "schema": STR}
-
-
-def _query(name: str, schema: Schema, description: str) -> Schema:
-    return {
-        "name": name,
-        "in": "query",
-        "required": False,
-        "schema": schema,
-        "description": description,
-    }
-
-
-def _op(op_id: str, summary: str, responses: dict[str, Schema], **extra: Any) -> Schema:
-    return {
-        "operationId": op_id,
-        "summary": summary,
-        "responses": {**responses, "default": _error("any other error, same shape")},
-        **extra,
-    }
 
 
 def _request(schema_name: str) -> Schema:

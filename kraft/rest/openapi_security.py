@@ -3,14 +3,20 @@ and 403 every route but the probes may answer, and the SCRAM user and ACL routes
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 from kraft.rest.authentication import OPEN_PATHS
+from kraft.rest.openapi_parts import (
+    INT32,
+    JSON,
+    STR,
+    Schema,
+)
+from kraft.rest.openapi_parts import error as _error
+from kraft.rest.openapi_parts import json_body as _body
+from kraft.rest.openapi_parts import op as _op
+from kraft.rest.openapi_parts import ref as _ref
 
-Schema = dict[str, Any]
-JSON: Final = "application/json"
-STR: Final[Schema] = {"type": "string"}
-INT32: Final[Schema] = {"type": "integer", "format": "int32"}
 MECHANISM: Final[Schema] = {"type": "string", "enum": ["SCRAM-SHA-256", "SCRAM-SHA-512"]}
 ACL_FIELDS: Final = (
     "resource_type",
@@ -30,27 +36,6 @@ SECURITY_SCHEMES: Final[Schema] = {
         " certificate when admin.ssl.client.auth asks for one)",
     }
 }
-
-
-def _ref(name: str) -> Schema:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _body(schema: Schema, description: str) -> Schema:
-    return {"description": description, "content": {JSON: {"schema": schema}}}
-
-
-def _error(description: str) -> Schema:
-    return _body(_ref("Error"), description)
-
-
-def _op(op_id: str, summary: str, responses: dict[str, Schema], **extra: Any) -> Schema:
-    return {
-        "operationId": op_id,
-        "summary": summary,
-        "responses": {**responses, "default": _error("any other error, same shape")},
-        **extra,
-    }
 
 
 SECURITY_SCHEMAS: Final[dict[str, Schema]] = {

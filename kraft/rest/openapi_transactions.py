@@ -3,20 +3,23 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
+from kraft.rest.openapi_parts import (
+    INT,
+    INT32,
+    JSON,
+    STR,
+    Schema,
+)
+from kraft.rest.openapi_parts import error as _error
+from kraft.rest.openapi_parts import json_body as _body
+from kraft.rest.openapi_parts import op as _op
+from kraft.rest.openapi_parts import query as _query
+from kraft.rest.openapi_parts import ref as _ref
 from kraft.transactions.model import DEFAULT_MAX_TRANSACTION_TIMEOUT_MS, TRANSACTION_STATES
 
-Schema = dict[str, Any]
-JSON: Final = "application/json"
-STR: Final[Schema] = {"type": "string"}
-INT: Final[Schema] = {"type": "integer", "format": "int64"}
-INT32: Final[Schema] = {"type": "integer", "format": "int32"}
 STATE: Final[Schema] = {"type": "string", "enum": list(TRANSACTION_STATES)}
-
-
-def _ref(name: str) -> Schema:
-    return {"$ref": f"#/components/schemas/{name}"}
 
 
 def _obj(required: list[str], **properties: Schema) -> Schema:
@@ -25,33 +28,6 @@ def _obj(required: list[str], **properties: Schema) -> Schema:
 
 def _nullable(schema: Schema, description: str) -> Schema:
     return {**schema, "nullable": True, "description": description}
-
-
-def _body(schema: Schema, description: str) -> Schema:
-    return {"description": description, "content": {JSON: {"schema": schema}}}
-
-
-def _error(description: str) -> Schema:
-    return _body(_ref("Error"), description)
-
-
-def _op(op_id: str, summary: str, responses: dict[str, Schema], **extra: Any) -> Schema:
-    return {
-        "operationId": op_id,
-        "summary": summary,
-        "responses": {**responses, "default": _error("any other error, same shape")},
-        **extra,
-    }
-
-
-def _query(name: str, schema: Schema, description: str) -> Schema:
-    return {
-        "name": name,
-        "in": "query",
-        "required": False,
-        "schema": schema,
-        "description": description,
-    }
 
 
 def _all(*names: str) -> list[str]:

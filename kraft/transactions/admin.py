@@ -26,7 +26,6 @@ Failures are :class:`~kraft.groups.client.GroupError`: a Kafka error code and a 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
@@ -137,28 +136,15 @@ class TransactionAdmin:
         ListTransactions: ids in any of ``states``, of any of ``producer_ids``, and with a
         transaction running longer than ``duration_ms``); sorted by id.  A broker that cannot
         answer fails the whole list, since a partial one would silently miss transactions."""
-        brokers = self._view.live_brokers()
-        listed: dict[int, list[TransactionListing] | GroupError] = {}
-
-        async def one(broker_id: int, address: Address) -> None:
-            try:
-                listed[broker_id] = await self._client.retrying(
-                    f"list transactions on broker {broker_id}",
-                    lambda _: self._list_at(broker_id, address, states, producer_ids, duration_ms),
-                )
-            except GroupError as exc:
-                listed[broker_id] = exc
-
-        async with asyncio.TaskGroup() as tasks:
-            for broker_id, address in brokers:
-                tasks.create_task(one(broker_id, address))
+        listed = await self._client.on_every_broker(
+            "list transactions",
+            lambda broker_id, address: self._list_at(
+                broker_id, address, states, producer_ids, duration_ms
+            ),
+        )
         merged: dict[str, TransactionListing] = {}
-        for broker_id, _ in brokers:
-            result = listed[broker_id]
-            if isinstance(result, GroupError):
-                raise GroupError(result.error, result.message)
-            for listing in result:  # during a coordinator move two brokers may list one id
-                merged.setdefault(listing.transactional_id, listing)
+        for listing in listed:  # during a coordinator move two brokers may list one id
+            merged.setdefault(listing.transactional_id, listing)
         return [merged[t] for t in sorted(merged)]
 
     async def _list_at(
