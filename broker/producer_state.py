@@ -52,9 +52,10 @@ from the log, its last batch's max timestamp.  A batch from a forgotten producer
 the first of a new one.
 
 Truncation (a follower cutting a divergent tail, a failed leader append) rewinds what this
-keeps: batches, transactions opened or closed at or above the cut, epochs a marker there
-bumped.  It cannot rewind a transaction closed below the high watermark it has already
-forgotten; ``truncate_after`` says so and the caller replays the log instead.
+keeps: batches, transactions opened or closed at or above the cut, the coordinator epochs of
+markers there, producers first seen there.  It cannot rewind a transaction closed below the
+high watermark it has already forgotten, nor the epoch of a producer that a batch or marker
+at or above the cut raised; ``truncate_after`` says so and the caller replays the log.
 """
 
 from __future__ import annotations
@@ -89,6 +90,10 @@ class ProducerEntry:
     coordinator_epoch: int = -1
     current_txn_first_offset: int = NO_TXN
     last_timestamp: int = -1
+    # the offsets of its first batch or marker here, and of the one that set ``epoch``
+    # (what a truncation can rewind)
+    first_offset: int = 0
+    epoch_offset: int = 0
 
     @property
     def last_seq(self) -> int:
@@ -217,19 +222,22 @@ class ProducerStateManager:
 
     # --- updates ------------------------------------------------------------------------------
 
-    def _entry(self, pid: int, epoch: int, seen_ms: int) -> ProducerEntry:
+    def _entry(self, pid: int, epoch: int, seen_ms: int, offset: int) -> ProducerEntry:
         entry = self.producers.get(pid)
         if entry is None:
-            entry = self.producers[pid] = ProducerEntry(epoch, seen_ms)
+            entry = self.producers[pid] = ProducerEntry(
+                epoch, seen_ms, first_offset=offset, epoch_offset=offset
+            )
         elif epoch > entry.epoch:  # a new epoch: its sequences start over
             entry.epoch = epoch
+            entry.epoch_offset = offset
             entry.batches = deque(maxlen=MAX_CACHED_BATCHES)
         entry.last_seen_ms = max(entry.last_seen_ms, seen_ms)
         return entry
 
     def record(self, pid: int, epoch: int, batch: BatchMetadata, seen_ms: int) -> None:
         """A non-transactional batch with sequences, at the offsets the log gives it."""
-        entry = self._entry(pid, epoch, seen_ms)
+        entry = self._entry(pid, epoch, seen_ms, batch.first_offset)
         entry.batches.append(batch)
         entry.last_timestamp = batch.timestamp
 
@@ -240,7 +248,7 @@ class ProducerStateManager:
         transaction here if none is open."""
         if not self._replaying:
             self._verification_guards.pop(pid, None)
-        entry = self._entry(pid, epoch, seen_ms)
+        entry = self._entry(pid, epoch, seen_ms, batch.first_offset)
         if batch.first_seq >= 0:
             entry.batches.append(batch)
         entry.last_timestamp = batch.timestamp
@@ -265,7 +273,7 @@ class ProducerStateManager:
             self._verification_guards.pop(pid, None)
         entry = self.producers.get(pid)
         previous = (entry.epoch, entry.coordinator_epoch) if entry else (-1, -1)
-        entry = self._entry(pid, epoch, seen_ms)
+        entry = self._entry(pid, epoch, seen_ms, marker_offset)
         first = entry.current_txn_first_offset
         if first != NO_TXN:
             del self._ongoing[first]
@@ -367,8 +375,9 @@ class ProducerStateManager:
 
     def truncate_after(self, offset: int) -> bool:
         """Forget what is at or above ``offset`` (the log was truncated there).  False when
-        the cut reaches below a high watermark whose closed transactions were forgotten:
-        then only a replay of the log rebuilds the state exactly."""
+        the cut reaches below a high watermark whose closed transactions were forgotten, or
+        removes the batch that gave a producer still known below it its epoch: then only a
+        replay of the log rebuilds the state exactly."""
         exact = offset >= self._forgotten_below
         for first in [f for f in self._ongoing if f >= offset]:  # opened above the cut
             self.producers[self._ongoing.pop(first)].current_txn_first_offset = NO_TXN
@@ -387,14 +396,13 @@ class ProducerStateManager:
         self._ongoing = dict(sorted(self._ongoing.items()))
         for pid in list(self.producers):
             entry = self.producers[pid]
-            kept = [b for b in entry.batches if b.last_offset < offset]
-            if (
-                entry.current_txn_first_offset == NO_TXN
-                and not kept
-                and (entry.batches or entry.epoch < 0)
-            ):
+            if entry.first_offset >= offset:
                 del self.producers[pid]  # known only from what was cut
-            elif len(kept) != len(entry.batches):
+                continue
+            if entry.epoch_offset >= offset:
+                exact = False  # the epoch it had below the cut is not kept
+            kept = [b for b in entry.batches if b.last_offset < offset]
+            if len(kept) != len(entry.batches):
                 entry.batches = deque(kept, maxlen=MAX_CACHED_BATCHES)
         return exact
 

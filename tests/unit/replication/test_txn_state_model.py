@@ -173,7 +173,9 @@ class TxnPartitionModel(RuleBasedStateMachine):
     def truncate(self, data: st.DataObject) -> None:
         """Mostly at or above the high watermark, as a follower does; sometimes below."""
         low = 0 if data.draw(st.integers(0, 4)) == 0 else self.part.high_watermark
-        offset = data.draw(st.integers(min(low, self.end), self.end))
+        self.cut(data.draw(st.integers(min(low, self.end), self.end)))
+
+    def cut(self, offset: int) -> None:
         self.rm.truncate(self.part, Truncation(offset, True))
         self.batches = [b for b in self.batches if b.last < offset]
         assert self.end == (self.batches[-1].last + 1 if self.batches else 0)
@@ -213,6 +215,44 @@ TxnPartitionModel.TestCase.settings = settings(
     max_examples=150, stateful_step_count=50, deadline=None
 )
 test_txn_partition_model = TxnPartitionModel.TestCase
+
+
+def test_a_cut_that_reopens_a_transaction_whose_producer_was_first_seen_below_it() -> None:
+    """Found by the model: a transaction without sequences at 0, its ABORT at 1, a new one
+    with sequences at 2.  Cutting 2 must keep the producer (it is known from 0 and 1), so that
+    cutting 1 opens the transaction at 0 again."""
+    machine = TxnPartitionModel()
+    machine.start()
+    machine.transactional_batch(pid=9, count=1, with_sequence=False, hw_step=0)
+    machine.marker(pid=9, commit=False, hw_step=0)
+    machine.transactional_batch(pid=9, count=1, with_sequence=True, hw_step=0)
+    machine.cut(2)
+    machine.matches_the_model()
+    machine.cut(1)
+    machine.matches_the_model()
+    assert machine.part.producers.ongoing_transactions() == [(9, 0, 0)]
+    machine.teardown()
+
+
+def test_a_cut_of_the_batch_that_raised_an_epoch_replays_the_log() -> None:
+    """The producer's epoch below the cut is not kept: the replay gives it back, so the
+    older epoch's sequences are accepted as the log says."""
+    machine = TxnPartitionModel()
+    machine.start()
+    for epoch in (0, 1):
+        data = build_batch(
+            [SimpleRecord(b"e")],
+            base_offset=machine.end,
+            partition_leader_epoch=LEADER_EPOCH,
+            producer_id=7,
+            producer_epoch=epoch,
+            base_sequence=0,
+        )
+        machine._append(data, Batch(machine.end, machine.end, -1, "data"), 0)
+    machine.cut(1)
+    (summary,) = machine.part.producers.producer_summaries()
+    assert (summary.producer_epoch, summary.last_sequence) == (0, 0)
+    machine.teardown()
 
 
 class LeaderAndFollowerModel(RuleBasedStateMachine):
