@@ -490,6 +490,8 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("allow.everyone.if.no.acl.found", _T.BOOLEAN, "false"),
     # Ours (kraft/node/autoconfigure.py): a single node generates its certificate and admin user.
     ConfigDef("security.autoconfigure", _T.BOOLEAN, "false"),
+    # DescribeTopicPartitions (KIP-966): the most partitions one response describes.
+    ConfigDef("max.request.partition.size.limit", _T.INT, "2000", at_least(1)),
     *_broker_topic_defaults(),
 )
 

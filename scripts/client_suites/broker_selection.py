@@ -152,14 +152,22 @@ RDK_NOAUTOCREATE_SUITES = (
         scenario="noautocreate",
     ),
 )
-# scenarios/<name>.json of librdkafka's tests, as broker properties
+# scenarios/<name>.json of librdkafka's tests, as broker properties, with what trivup's
+# KafkaBrokerApp (server.properties.template, _add_simple_authorizer) and its
+# cluster_testing.py give every broker: the KRaft authorizer letting everyone do what no ACL
+# names, and fetch-from-follower's replica selector (broker.rack: LocalCluster's rack-N)
+_TRIVUP = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:admin",
+    "allow.everyone.if.no.acl.found": "true",
+    "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+    "num.partitions": "4",
+    "default.replication.factor": "3",
+    "offsets.topic.replication.factor": "3",
+}
 RDK_SCENARIO_CONFIGS = {
-    "default": {"num.partitions": "4", "default.replication.factor": "3"},
-    "noautocreate": {
-        "num.partitions": "4",
-        "default.replication.factor": "3",
-        "auto.create.topics.enable": "false",
-    },
+    "default": _TRIVUP,
+    "noautocreate": {**_TRIVUP, "auto.create.topics.enable": "false"},
 }
 
 KAFKA_PYTHON_BROKER_TESTS = [
@@ -174,6 +182,7 @@ KAFKA_PYTHON_BROKER_EXCLUDED = {
 
 AIOKAFKA_BROKER_TESTS = ["tests"]
 AIOKAFKA_BROKER_EXCLUDED = {
+    "tests/coordinator": "unit tests of the assignors (no broker; need pytest-mock)",
     "tests/test_sasl.py": _SECURITY,
     "tests/test_producer.py::TestKafkaProducerIntegration::test_producer_ssl": _SECURITY,
     "tests/test_consumer.py::TestConsumerIntegration::test_ssl_consume": _SECURITY,
