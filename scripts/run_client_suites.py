@@ -324,7 +324,13 @@ def run_aiokafka(
 
 
 def run_client(
-    name: str, source: Path, work: Path, tls: TlsFiles, extra: tuple[str, ...], selected: set[str]
+    name: str,
+    source: Path,
+    work: Path,
+    tls: TlsFiles,
+    extra: tuple[str, ...],
+    selected: set[str],
+    only: list[str] | None = None,
 ) -> list[SuiteResult]:
     """One client's selections against one ``kraft dev`` node (librdkafka: security only)."""
     results: list[SuiteResult] = []
@@ -336,7 +342,7 @@ def run_client(
             if "transactions" in selected:
                 results.append(run_kafka_python(source, work, broker, KAFKA_PYTHON_TXN_TESTS))
             if "broker" in selected:
-                tests, excluded = KAFKA_PYTHON_BROKER_TESTS, KAFKA_PYTHON_BROKER_EXCLUDED
+                tests, excluded = only or KAFKA_PYTHON_BROKER_TESTS, KAFKA_PYTHON_BROKER_EXCLUDED
                 results.append(run_kafka_python(source, work, broker, tests, excluded))
         elif name == "aiokafka":
             if "security" in selected:
@@ -344,7 +350,7 @@ def run_client(
             if "transactions" in selected:
                 results.append(run_aiokafka(source, work, broker, AIOKAFKA_TXN_TESTS, {}))
             if "broker" in selected:
-                tests, excluded = AIOKAFKA_BROKER_TESTS, AIOKAFKA_BROKER_EXCLUDED
+                tests, excluded = only or AIOKAFKA_BROKER_TESTS, AIOKAFKA_BROKER_EXCLUDED
                 functional = ("functional_only",)
                 results.append(run_aiokafka(source, work, broker, tests, excluded, functional))
         else:
@@ -372,7 +378,10 @@ def run_librdkafka_on_cluster(
     from confluent_kafka.admin import AdminClient
     from integration.cluster_process import LocalCluster
 
-    cluster = LocalCluster.create(work / name, 1, 3, config).start()
+    cluster = LocalCluster.create(work / name, 1, 3, config)
+    for broker_id, broker in cluster.brokers.items():  # trivup's, which 0101 checks
+        broker.properties["broker.rack"] = f"RACK{broker_id}"
+    cluster.start()
     try:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         deadline = time.monotonic() + 60
@@ -402,6 +411,11 @@ def main() -> int:
     )
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--only",
+        help="comma-separated pytest node ids replacing the broker selection of the client"
+        " given (to re-run failures one by one)",
+    )
     args = parser.parse_args()
     if not (args.kafka_python or args.aiokafka or args.librdkafka):
         parser.error("give at least one of --kafka-python, --aiokafka, --librdkafka")
@@ -416,7 +430,8 @@ def main() -> int:
     results: list[SuiteResult] = []
     plan = [
         ("kafka-python", args.kafka_python, KAFKA_PYTHON_BROKER + fixed_listeners()),
-        ("aiokafka", args.aiokafka, ("num.partitions=2",)),
+        # broker id 0, as its image's server.properties (test_sender asks node 0)
+        ("aiokafka", args.aiokafka, ("num.partitions=2", "node.id=0")),
         (
             "librdkafka",
             args.librdkafka,
@@ -425,7 +440,8 @@ def main() -> int:
     ]
     for name, source, extra in plan:
         if source is not None and (name != "librdkafka" or "security" in selected):
-            results += run_client(name, source.resolve(), work, tls, extra, selected)
+            only = args.only.split(",") if args.only else None
+            results += run_client(name, source.resolve(), work, tls, extra, selected, only)
     rdk = args.librdkafka.resolve() if args.librdkafka is not None else None
     if rdk is not None and "transactions" in selected:
         config = {"num.partitions": "4"}

@@ -110,7 +110,11 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
         ),
         *security.specs(),
         *ClusterDescriptionHandlers(
-            parts.node, lambda: parts.image, authorizer, cfg.max_request_partition_size_limit
+            parts.node,
+            lambda: parts.image,
+            authorizer,
+            cfg.max_request_partition_size_limit,
+            parts.controller,
         ).specs(),
     ]
     # every API checks what Kafka checks (broker.security.api_authorization); a no-op while

@@ -275,6 +275,24 @@ def test_offset_delete_through_both_admin_clients(
     assert offsets()[2] == 12
 
 
+# --- DescribeQuorum through a broker ------------------------------------------------------------
+
+
+def test_describe_metadata_quorum_through_a_broker(
+    cluster: LocalCluster, kp_admin: KafkaAdminClient
+) -> None:
+    """kafka-python's describe_metadata_quorum asks a broker, which forwards it to the active
+    controller, as Kafka's brokers do."""
+    quorum = kp_admin.describe_metadata_quorum()
+    (topic,) = quorum["topics"]
+    assert topic["topic_name"] == "__cluster_metadata"
+    (partition,) = topic["partitions"]
+    assert partition["error"] is None
+    assert partition["leader_id"] == cluster.active_controller()
+    assert partition["leader_epoch"] >= 1 and partition["high_watermark"] > 0
+    assert [v["replica_id"] for v in partition["current_voters"]] == list(cluster.controllers)
+
+
 # --- a fenced broker (last: it kills a broker) ---------------------------------------------------
 
 
