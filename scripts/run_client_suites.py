@@ -46,7 +46,8 @@ checked out at the versions installed here (``pip show kafka-python aiokafka``;
   (``create_ssl_context`` on the certificates); all skipped without ``--docker-image``.
 * ``--librdkafka DIR``: a librdkafka tree *built* with its tests (``./configure
   --disable-gssapi --disable-zstd --disable-curl && make libs && make -C tests test-runner``,
-  ~5 minutes on 2 cores).  Its ``tests/sasl_test.py`` runs the suite on trivup clusters in
+  ~5 minutes on 2 cores; with RapidJSON's headers installed (``rapidjson-dev``) first, or
+  0053-stats, 0101-fetch_from_follower and 0110-batch_size skip themselves).  Its ``tests/sasl_test.py`` runs the suite on trivup clusters in
   several security set-ups; the same set-ups are run here against our broker with the
   ``test.conf`` and ``SSL_*`` environment that ``LibrdkafkaTestApp.py`` writes, flags
   ``-p1 -L -Q`` as its ``make sasl`` target (but 0142-reauthentication's sub-tests, which
@@ -61,7 +62,9 @@ broker has (listeners PLAINTEXT, SSL, MTLS (SSL, ``ssl.client.auth=required``),
 SASL_PLAINTEXT, SASL_SSL; TLS from ``kraft.node.certificates``; PLAIN users from
 ``sasl.jaas.config``; SCRAM users created with AlterUserScramCredentials;
 StandardAuthorizer with ``super.users=User:admin`` and ``allow.everyone.if.no.acl.found``).
-Exit status 0 when every selected test passed or was skipped for a reason printed.
+``--only a,b`` replaces the broker selection of the pytest suites given by those node ids (a
+failure re-run alone, away from the load of the whole suite).  Exit status 0 when every
+selected test passed or was skipped for a reason printed.
 """
 
 from __future__ import annotations
@@ -430,8 +433,13 @@ def main() -> int:
     results: list[SuiteResult] = []
     plan = [
         ("kafka-python", args.kafka_python, KAFKA_PYTHON_BROKER + fixed_listeners()),
-        # broker id 0, as its image's server.properties (test_sender asks node 0)
-        ("aiokafka", args.aiokafka, ("num.partitions=2", "node.id=0")),
+        # as its image's Kafka with config/server.properties: broker id 0 (test_sender asks
+        # node 0) and no initial rebalance delay (its group tests wait 2-3 s)
+        (
+            "aiokafka",
+            args.aiokafka,
+            ("num.partitions=2", "node.id=0", "group.initial.rebalance.delay.ms=0"),
+        ),
         (
             "librdkafka",
             args.librdkafka,
