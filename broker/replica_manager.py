@@ -50,6 +50,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from broker.deferred import Deferred
+from broker.delete_records import LowWatermarkAnswer, answered, requested_offset
 from broker.leader_append import LeaderAppends
 from broker.log.cleaner import LogCleaning
 from broker.log.config import LogConfig
@@ -321,6 +323,7 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
                 role.replicas = reg.replicas
                 if role.on_alter_partition_response(reg.isr, reg.leader_epoch, reg.partition_epoch):
                     part.high_watermark_moved()
+                part.low_watermark_maybe_moved()  # the ISR may have lost a follower
             else:
                 promoted = role.become_leader(
                     reg.replicas, reg.isr, reg.leader_epoch, reg.partition_epoch, now
@@ -396,6 +399,7 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
         isr, leader_epoch, partition_epoch = result
         if role.on_alter_partition_response(isr, leader_epoch, partition_epoch):
             part.high_watermark_moved()
+        part.low_watermark_maybe_moved()
 
     def maybe_shrink_isrs(self) -> int:
         """Kafka's isr-expiration task: propose dropping followers that fell behind."""
@@ -413,7 +417,7 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
                     )
                     self._propose(part, role, proposed)
                     proposals += 1
-            if part.delayed and len(part.delayed) > 64:
+            if (part.delayed and len(part.delayed) > 64) or len(part.low_watermark_waiters) > 64:
                 part.compact_delayed()
         return proposals
 
@@ -422,6 +426,37 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
             role.on_alter_partition_error(ErrorCode.NOT_CONTROLLER, proposed)
         else:
             self.alter_partition(part, role, proposed)
+
+    # --- DeleteRecords (broker/delete_records.py) ---------------------------------------------
+
+    def delete_records(self, part: Partition, offset: int) -> Deferred[LowWatermarkAnswer]:
+        """Move the leader's log start offset up to ``offset`` (-1: the high watermark),
+        delete the segments wholly below it, and answer once the in-sync followers followed
+        (Kafka's ``deleteRecordsOnLeader``).  An answer with an error changed nothing."""
+        role = part.role
+        if part.offline:
+            return answered(ErrorCode.KAFKA_STORAGE_ERROR)
+        if not isinstance(role, PartitionState):
+            return answered(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if not part.config.delete:
+            return answered(ErrorCode.POLICY_VIOLATION)
+        wanted = requested_offset(offset, role.high_watermark)
+        if isinstance(wanted, ErrorCode):
+            return answered(wanted)
+        if wanted > part.log_start_offset:
+            try:
+                part.log.delete_records_before(wanted)
+                deleted = part.log.apply_retention(self.clock_ms())
+            except LogError as exc:
+                return answered(exc.error_code)
+            log.info(
+                "deleted records partition=%s log_start_offset=%d deleted_segments=%d",
+                part.name,
+                part.log_start_offset,
+                len(deleted),
+            )
+            part.wake_waiters()  # parked follower fetches carry the new log start now
+        return part.wait_for_low_watermark(wanted)
 
     # --- follower side ------------------------------------------------------------------------
 
@@ -432,8 +467,10 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
         fetch_offset: int,
         current_leader_epoch: int,
         broker_epoch: int,
+        log_start_offset: int = -1,
     ) -> FetchDecision:
-        """A follower fetched at ``fetch_offset`` (it holds everything below it)."""
+        """A follower fetched at ``fetch_offset`` (it holds everything below it); its log
+        starts at ``log_start_offset`` (Fetch v5+, -1 before: DeleteRecords' low watermark)."""
         role = part.role
         if not isinstance(role, PartitionState):
             return FetchDecision(ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -441,6 +478,8 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
         decision = role.on_follower_fetch(
             replica_id, fetch_offset, self.monotonic_ms(), epoch, broker_epoch
         )
+        if decision.error is None and log_start_offset >= 0:
+            part.on_follower_log_start(replica_id, log_start_offset)
         if decision.high_watermark_changed:
             part.high_watermark_moved()
         if decision.proposed_isr is not None:

@@ -16,6 +16,7 @@ from broker.dispatcher import ApiHandler
 from broker.handlers.acls import SecurityAdminHandlers
 from broker.handlers.admin import AdminHandlers
 from broker.handlers.basics import ApiVersionsHandler, InitProducerIdHandler
+from broker.handlers.delete_records import DeleteRecordsHandler
 from broker.handlers.fetch import FetchHandler
 from broker.handlers.groups import GroupHandlers
 from broker.handlers.list_offsets import ListOffsetsHandler
@@ -90,6 +91,7 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
         # markers on __consumer_offsets complete the group coordinator's pending offsets
         WriteTxnMarkersHandler(replicas, parts.coordinator).spec(),
         DescribeProducersHandler(replicas).spec(),
+        DeleteRecordsHandler(replicas, lambda: parts.image).spec(),
         MetadataHandler(parts.node, lambda: parts.image, parts.controller, auto_create).spec(),
         *GroupHandlers(
             parts.coordinator,

@@ -26,6 +26,7 @@ from kafka_protocol.messages import (
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteGroupsResponse,
+    DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeClusterRequest,
@@ -356,6 +357,7 @@ BROKER_RULES: Final[dict[int, Rule]] = {
     61: Rule(DescribeProducersResponse, txn_rules.describe_producers),
     65: Rule(DescribeTransactionsResponse, txn_rules.describe_transactions),
     66: Rule(ListTransactionsResponse, txn_rules.list_transactions),
+    21: Rule(DeleteRecordsResponse, api_rules.delete_records),
     **FORWARDED_RULES,
 }
 

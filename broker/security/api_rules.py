@@ -15,6 +15,8 @@ from typing import Any, Final
 from broker.security.api_authorization import Check, Passed, Verdict
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     FetchRequest,
     FetchResponse,
     FindCoordinatorRequest,
@@ -338,3 +340,31 @@ def find_coordinator(check: Check, req: FindCoordinatorRequest) -> Verdict:
         return response
 
     return Passed(replace(req, coordinator_keys=kept), amend, skip=not kept)
+
+
+# --- DeleteRecords ---------------------------------------------------------------------------
+
+
+def delete_records(check: Check, req: DeleteRecordsRequest) -> Verdict:
+    """DELETE on each topic (Kafka's ``handleDeleteRecordsRequest``)."""
+    allowed = check.topics(AclOperation.DELETE, (t.name for t in req.topics))
+    kept, refused = split_topics(req.topics, lambda t: t.name, allowed)
+    if not refused:
+        return Passed(req)
+
+    def amend(response: DeleteRecordsResponse) -> DeleteRecordsResponse:
+        response.topics.extend(
+            DeleteRecordsResponse.DeleteRecordsTopicResult(
+                name=t.name,
+                partitions=[
+                    DeleteRecordsResponse.DeleteRecordsPartitionResult(
+                        partition_index=p.partition_index, low_watermark=-1, error_code=TOPIC_DENIED
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in refused
+        )
+        return response
+
+    return Passed(replace(req, topics=kept), amend, skip=not kept)
