@@ -28,7 +28,7 @@ from broker.dispatcher import RequestDispatcher
 from broker.handlers import build_handlers
 from broker.identity import BrokerIdentity
 from broker.log.config import LogConfig
-from broker.log_dir import load_directory_id
+from broker.log_dir import LogDirectories, LogDirectory, load_directory_id
 from broker.metrics import BrokerMetrics, gauge
 from broker.partition import Partition, Registration
 from broker.replica_manager import ReplicaManager
@@ -82,11 +82,15 @@ class Broker:
         self.metrics = BrokerMetrics()
         self.replicas = ReplicaManager(
             storage,
-            config.log_dir,
+            LogDirectories(
+                [
+                    LogDirectory(str(path), load_directory_id(storage, str(path)))
+                    for path in (config.log_dir, *config.more_log_dirs)
+                ]
+            ),
             broker_id=config.node_id,
             replica_lag_time_max_ms=config.replica_lag_time_max_ms,
             producer_id_expiration_ms=config.producer_id_expiration_ms,
-            log_dir_id=load_directory_id(storage, str(config.log_dir)),
         )
         self.replicas.on_append = self._count_append
         self.replicas.on_log_dir_offline = self._log_dir_failed

@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
+from collections.abc import Iterator, Mapping
 
 from broker.log.checkpoint import write_atomically
 from broker.storage import Storage, join
@@ -118,6 +119,57 @@ class LogDirectory:
             reason,
         )
         return True
+
+
+class LogDirectories:
+    """All of this broker's log directories (``log.dirs``, JBOD): what the registration and
+    the heartbeat report, where a new partition goes, and which directory a path lies in."""
+
+    __slots__ = ("dirs",)
+
+    def __init__(self, dirs: list[LogDirectory]) -> None:
+        assert dirs, "a broker has at least one log directory"
+        ids = [d.directory_id for d in dirs]
+        if len(set(ids)) != len(ids):  # a meta.properties copied from another directory
+            raise ValueError(
+                "log directories share a directory.id: "
+                + ", ".join(f"{d.path}={uuid_text(d.directory_id)}" for d in dirs)
+            )
+        self.dirs = dirs
+
+    def __iter__(self) -> Iterator[LogDirectory]:
+        return iter(self.dirs)
+
+    def __len__(self) -> int:
+        return len(self.dirs)
+
+    @property
+    def any_online(self) -> bool:
+        return any(d.online for d in self.dirs)
+
+    def online_log_dirs(self) -> list[uuid.UUID]:
+        """What the registration reports (BrokerRegistration ``log_dirs``)."""
+        return [d.directory_id for d in self.dirs if d.online]
+
+    def offline_log_dirs(self) -> list[uuid.UUID]:
+        """What the heartbeat reports (BrokerHeartbeat ``offline_log_dirs``)."""
+        return [d.directory_id for d in self.dirs if not d.online]
+
+    def by_path(self, path: str) -> LogDirectory | None:
+        wanted = path.rstrip("/")
+        return next((d for d in self.dirs if d.path.rstrip("/") == wanted), None)
+
+    def by_id(self, directory_id: uuid.UUID) -> LogDirectory | None:
+        return next((d for d in self.dirs if d.directory_id == directory_id), None)
+
+    def placement(self, load: Mapping[str, int]) -> LogDirectory | None:
+        """Where a new partition goes: the online directory holding the fewest partitions
+        (``load``: partitions per directory path), the first listed on a tie (Kafka's
+        ``LogManager.nextLogDirs``); None when every directory is offline."""
+        online = [d for d in self.dirs if d.online]
+        if not online:
+            return None
+        return min(online, key=lambda d: load.get(d.path, 0))
 
 
 # --- partition directories --------------------------------------------------------------------

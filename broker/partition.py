@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,6 +22,7 @@ from broker.log.config import LogConfig
 from broker.log.fetched_batches import AppendedBatch
 from broker.log.log import PartitionLog
 from broker.log.txn_index import AbortedTxn, read_marker
+from broker.log_dir import LogDirectory
 from broker.producer_state import BatchMetadata, CompletedTxn, ProducerStateManager
 from broker.replication.partition_state import FollowerState, PartitionState
 from kafka_protocol.errors import ErrorCode
@@ -33,6 +35,7 @@ from kafka_protocol.record_batch import (
 Role = PartitionState | FollowerState
 NO_LEADER = -1
 _tiebreak = itertools.count()  # orders delayed produces of one required offset
+_NO_LOG_DIR = LogDirectory("", uuid.UUID(int=0))  # a partition built outside a ReplicaManager
 
 
 def _session_held() -> bool:
@@ -105,6 +108,8 @@ class Partition:
     # Whether this broker's session with the controller has lapsed (see ReplicaManager):
     # then an acks=all produce the high watermark reached is not acknowledged.
     session_lapsed: Callable[[], bool] = _session_held
+    # the log directory it lives in (broker/log_dir.py; ReplicaManager sets it)
+    log_dir: LogDirectory = field(default_factory=lambda: _NO_LOG_DIR)
     # DeleteRecords (broker/delete_records.py): the log start offsets the in-sync followers
     # last reported in their fetches (leader side), and the answers waiting for them
     follower_log_starts: dict[int, int] = field(default_factory=dict)

@@ -20,6 +20,7 @@ from broker.handlers.delete_records import DeleteRecordsHandler
 from broker.handlers.fetch import FetchHandler
 from broker.handlers.groups import GroupHandlers
 from broker.handlers.list_offsets import ListOffsetsHandler
+from broker.handlers.log_dirs import LogDirsHandlers
 from broker.handlers.metadata import AutoCreate, MetadataHandler
 from broker.handlers.offset_for_leader_epoch import OffsetForLeaderEpochHandler
 from broker.handlers.produce import ProduceHandler
@@ -92,6 +93,7 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
         WriteTxnMarkersHandler(replicas, parts.coordinator).spec(),
         DescribeProducersHandler(replicas).spec(),
         DeleteRecordsHandler(replicas, lambda: parts.image).spec(),
+        *LogDirsHandlers(replicas).specs(),
         MetadataHandler(parts.node, lambda: parts.image, parts.controller, auto_create).spec(),
         *GroupHandlers(
             parts.coordinator,

@@ -19,6 +19,7 @@ from kafka_protocol.messages import (
     AllocateProducerIdsResponse,
     AlterConfigsResponse,
     AlterPartitionResponse,
+    AlterReplicaLogDirsResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
     CreatePartitionsRequest,
@@ -34,6 +35,7 @@ from kafka_protocol.messages import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeGroupsResponse,
+    DescribeLogDirsResponse,
     DescribeProducersResponse,
     DescribeQuorumResponse,
     DescribeTransactionsResponse,
@@ -358,6 +360,8 @@ BROKER_RULES: Final[dict[int, Rule]] = {
     65: Rule(DescribeTransactionsResponse, txn_rules.describe_transactions),
     66: Rule(ListTransactionsResponse, txn_rules.list_transactions),
     21: Rule(DeleteRecordsResponse, api_rules.delete_records),
+    34: Rule(AlterReplicaLogDirsResponse, api_rules.alter_replica_log_dirs),
+    35: Rule(DescribeLogDirsResponse, api_rules.describe_log_dirs),
     **FORWARDED_RULES,
 }
 
