@@ -3,17 +3,21 @@ partition directory in it makes (``partition.metadata``).
 
 Theory of operation
 -------------------
+* **Several directories** (``log.dirs``, JBOD: :class:`LogDirectories`).  A partition lives
+  in one of them: where its files are, else (new) the online one with the fewest partitions.
 * **Identity.**  Each log directory has a ``directory.id`` (a UUID, Kafka's text form) in its
   ``meta.properties``; the broker registers it (BrokerRegistration ``log_dirs``) and names it
   in heartbeats when it fails (``offline_log_dirs``).  The id is created once, on first use.
-* **Failure.**  An I/O error (``OSError``: EIO, ENOSPC, ...) in any partition log takes the
+* **Failure.**  An I/O error (``OSError``: EIO, ENOSPC, ...) in any partition log takes its
   whole directory offline, as Kafka's ``LogDirFailureChannel`` does: every partition in it is
   abandoned (pending and delayed produces answer KAFKA_STORAGE_ERROR, the logs are closed
-  without another write) and answers KAFKA_STORAGE_ERROR until the broker restarts.  The
-  controller moves leaderships away once the heartbeat reports the directory.  Kafka halts a
-  broker whose every directory failed; this broker keeps one directory and stays up instead,
-  so that it goes on answering Metadata, reports the failure, and shows it to operators.  A
-  restart reopens the directory (recovery runs as after a crash) and registers it online.
+  without another write) and answers KAFKA_STORAGE_ERROR until the broker restarts; the
+  broker's other directories go on.  The controller moves leaderships away once the
+  heartbeat reports every directory of the broker offline (replicas are not assigned to
+  directories in the metadata).  Kafka halts a broker whose every directory failed; this
+  broker stays up instead, so that it goes on answering Metadata, reports the failure, and
+  shows it to operators.  A restart reopens the directory (recovery runs as after a crash)
+  and registers it online.
 * **Partition claims.**  ``<topic>-<partition>/partition.metadata`` names the topic id the
   directory belongs to.  A directory of another topic id (a deleted topic of the same name)
   or with a missing or unreadable file that cannot be vouched for is *set aside*, renamed

@@ -87,6 +87,27 @@ class _Replicas(Protocol):
 class LogDirMoves:
     """``ReplicaManager``'s moves of replicas between log directories (a mixin)."""
 
+    def remove_leftovers(self: _Replicas) -> None:
+        """At start: delete the future logs of moves a crash interrupted (not resumed: the
+        replica is whole where it was) and old logs a swap had not deleted yet."""
+        for log_dir in self.log_dirs:
+            try:
+                names = self.storage.listdir(log_dir.path)
+            except OSError:
+                continue  # a broken directory: found offline when a partition opens there
+            for name in names:
+                if not name.endswith((FUTURE_SUFFIX, DELETE_SUFFIX)):
+                    continue
+                doomed = join(log_dir.path, name)
+                try:
+                    for file in self.storage.listdir(doomed):
+                        self.storage.remove(join(doomed, file))
+                    self.storage.rmdir(doomed)
+                except OSError as exc:
+                    log.warning("cannot delete leftover dir=%s error=%s", doomed, exc)
+                    continue
+                log.info("deleted a leftover of a replica move dir=%s", doomed)
+
     def move_replica(self: _Replicas, topic: str, index: int, path: str) -> ErrorCode:
         """AlterReplicaLogDirs for one partition (see the module docstring)."""
         dest = self.log_dirs.by_path(path)

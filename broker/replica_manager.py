@@ -133,6 +133,7 @@ class ReplicaManager(LeaderAppends, LogMaintenance, LogDirMoves):
         self._cleaning: dict[Partition, tuple[LogCleaning, asyncio.Future[None]]] = {}
         # Replicas being moved to another log directory (log_dir_moves.py).
         self.moving: dict[Partition, FutureReplica] = {}
+        self.remove_leftovers()
 
     # --- lifecycle ----------------------------------------------------------------------------
 

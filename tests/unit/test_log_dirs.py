@@ -208,3 +208,20 @@ def test_a_follower_truncation_during_a_move_cuts_the_copy() -> None:
         rm.close()
 
     asyncio.run(main())
+
+
+def test_leftovers_of_an_interrupted_move_are_deleted_at_start() -> None:
+    storage = MemoryStorage()
+    rm = _manager(storage, PATHS[:2])
+    part = _open(rm, "kept")
+    assert part is not None
+    rm.close()
+    for leftover in ("/d1/x-0.0123-future", "/d2/y-0.4567-delete"):
+        storage.makedirs(leftover)
+        handle = storage.open(f"{leftover}/00000000000000000000.log")
+        handle.close()
+    again = _manager(storage, PATHS[:2])
+    assert not storage.exists("/d1/x-0.0123-future")
+    assert not storage.exists("/d2/y-0.4567-delete")
+    assert storage.exists(f"{part.log_dir.path}/kept-0")
+    again.close()
