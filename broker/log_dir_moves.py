@@ -73,6 +73,7 @@ class _Replicas(Protocol):
     _dirty: dict[Partition, None]
     _cleaning: dict[Partition, Any]  # a compaction pass reading the current log
     clock_ms: Callable[[], int]
+    on_log_dir_moved: Callable[[Partition], None] | None
 
     def _log_failed(self, log_dir: LogDirectory, reason: str) -> None: ...
     def _copy_step(self, part: Partition, future: FutureReplica) -> bool: ...
@@ -234,6 +235,8 @@ class LogDirMoves:
             log.warning("old log of a moved replica left behind dir=%s error=%s", doomed, exc)
         self._reopen_or_fail(part, final, dest, "")
         log.info("moved replica partition=%s to=%s", part.name, dest.path)
+        if self.on_log_dir_moved is not None and part.log_dir is dest:
+            self.on_log_dir_moved(part)
 
     def _reopen_or_fail(
         self: _Replicas, part: Partition, directory: str, log_dir: LogDirectory, why: str

@@ -106,6 +106,8 @@ class ReplicaManager(LeaderAppends, LogMaintenance, LogDirMoves):
             log_dir = LogDirectories([LogDirectory(str(log_dir), log_dir_id or uuid.uuid4())])
         self.log_dirs = log_dir
         self.on_log_dir_offline: Callable[[list[Partition]], None] | None = None
+        # Told when a replica moved to another directory (AlterReplicaLogDirs).
+        self.on_log_dir_moved: Callable[[Partition], None] | None = None
         self._offline_scheduled: set[str] = set()  # paths of directories going offline
         self._not_opened: set[tuple[str, int]] = set()  # assigned here while it was offline
         self.broker_id = broker_id

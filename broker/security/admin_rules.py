@@ -20,6 +20,7 @@ from kafka_protocol.messages import (
     AlterConfigsResponse,
     AlterPartitionResponse,
     AlterReplicaLogDirsResponse,
+    AssignReplicasToDirsResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
     CreatePartitionsRequest,
@@ -329,6 +330,11 @@ FORWARDED_RULES: Final[dict[int, Rule]] = {
     ),
     43: Rule(ElectLeadersResponse, elect_leaders),
     64: Rule(UnregisterBrokerResponse, _UNREGISTER),
+    # brokers only (KIP-858): CLUSTER_ACTION, as the controller listener's broker APIs
+    73: Rule(
+        AssignReplicasToDirsResponse,
+        cluster_operation(AclOperation.CLUSTER_ACTION, _refused(AssignReplicasToDirsResponse)),
+    ),
 }
 
 BROKER_RULES: Final[dict[int, Rule]] = {

@@ -167,3 +167,75 @@ def test_a_replica_moves_while_a_producer_writes(
         consumer.close()
     assert set(acked) <= set(read), "an acknowledged record is missing"
     assert broker.alive()
+
+
+def test_a_failed_directory_takes_only_its_partitions_away(
+    cluster: LocalCluster, admin: KafkaAdminClient
+) -> None:
+    """Last in this module: it breaks one directory of a broker.  The directory disappears
+    (renamed away, as a disk unmounted under a running broker): its next file creation fails,
+    the directory goes offline, and the controller moves the leaderships of the partitions in
+    it (their directories were assigned by AssignReplicasToDirs), not of the others."""
+    topic = "jbod-fail"
+    victim = max(cluster.brokers)
+    others = sorted(b for b in cluster.brokers if b != victim)
+    client = admin_client(cluster)
+    new = NewTopic(
+        topic,
+        num_partitions=PARTITIONS,
+        replica_assignment=[[victim, *others]] * PARTITIONS,
+        config={"internal.segment.bytes": "1024"},
+    )
+    client.create_topics([new])[topic].result(timeout=15)
+    observer = cluster.brokers[others[0]]
+
+    def partitions() -> list[dict[str, Any]]:
+        described: list[dict[str, Any]] = observer.get(f"/v1/topics/{topic}")["partitions"]
+        return described
+
+    wait_for(
+        "every replica's directory assigned",
+        lambda: all(p["log_dirs"][0] is not None for p in partitions()),
+        15,
+        cluster,
+    )
+    (answer,) = admin.describe_log_dirs(brokers=[victim])
+    placed = {
+        r["log_dir"]: {
+            p["partition_index"] for t in r["topics"] if t["name"] == topic for p in t["partitions"]
+        }
+        for r in answer["log_dirs"]
+    }
+    failing, surviving = sorted(placed, key=lambda d: min(placed[d] or {99}))
+    assert placed[failing] and placed[surviving], placed
+    Path(failing).rename(failing + ".gone")
+
+    # one record per batch: a batch must fit in a 1 KiB segment
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "batch.size": 300})
+    failed: list[KafkaError] = []
+    for i in range(400):
+        producer.produce(
+            topic,
+            b"x" * 100,
+            partition=i % PARTITIONS,
+            on_delivery=lambda err, _: failed.append(err) if err else None,
+        )
+        producer.poll(0)
+    assert producer.flush(30) == 0 and not failed, failed[:3]
+
+    def settled() -> bool:
+        by_index = {p["partition"]: p for p in partitions()}
+        return all(by_index[i]["leader"] != victim for i in placed[failing]) and all(
+            by_index[i]["leader"] == victim for i in placed[surviving]
+        )
+
+    wait_for("leaderships moved off the failed directory only", settled, 20, cluster)
+    for p in partitions():
+        if p["partition"] in placed[failing]:
+            assert victim not in p["isr"]
+    registered = {b["id"]: b for b in observer.get("/v1/cluster")["brokers"]}[victim]
+    assert len(registered["log_dirs"]) == 1 and len(registered["offline_log_dirs"]) == 1
+    (answer,) = admin.describe_log_dirs(brokers=[victim])
+    errors = {r["log_dir"]: r["error_code"] for r in answer["log_dirs"]}
+    assert errors == {failing: 56, surviving: 0}  # KAFKA_STORAGE_ERROR
+    assert cluster.brokers[victim].alive()
