@@ -13,11 +13,11 @@ Theory of operation
   abandoned (pending and delayed produces answer KAFKA_STORAGE_ERROR, the logs are closed
   without another write) and answers KAFKA_STORAGE_ERROR until the broker restarts; the
   broker's other directories go on.  The controller moves leaderships away once the
-  heartbeat reports every directory of the broker offline (replicas are not assigned to
-  directories in the metadata).  Kafka halts a broker whose every directory failed; this
-  broker stays up instead, so that it goes on answering Metadata, reports the failure, and
-  shows it to operators.  A restart reopens the directory (recovery runs as after a crash)
-  and registers it online.
+  heartbeat reports the directory: those of the replicas assigned to it
+  (broker/log_dir_assignments.py), or all of them once every directory failed.  Kafka
+  halts a broker whose every directory failed; this broker stays up instead, so that it
+  goes on answering Metadata, reports the failure, and shows it to operators.  A restart
+  reopens the directory (recovery runs as after a crash) and registers it online.
 * **Partition claims.**  ``<topic>-<partition>/partition.metadata`` names the topic id the
   directory belongs to.  A directory of another topic id (a deleted topic of the same name)
   or with a missing or unreadable file that cannot be vouched for is *set aside*, renamed
