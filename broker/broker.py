@@ -28,7 +28,7 @@ from broker.dispatcher import RequestDispatcher
 from broker.handlers import build_handlers
 from broker.identity import BrokerIdentity
 from broker.log.config import LogConfig
-from broker.log_dir import LogDirectories, LogDirectory, load_directory_id
+from broker.log_dir import open_log_directories
 from broker.log_dir_assignments import DirectoryAssignments
 from broker.metrics import BrokerMetrics, gauge
 from broker.partition import Partition, Registration
@@ -83,11 +83,8 @@ class Broker:
         self.metrics = BrokerMetrics()
         self.replicas = ReplicaManager(
             storage,
-            LogDirectories(
-                [
-                    LogDirectory(str(path), load_directory_id(storage, str(path)))
-                    for path in (config.log_dir, *config.more_log_dirs)
-                ]
+            open_log_directories(
+                storage, [str(p) for p in (config.log_dir, *config.more_log_dirs)]
             ),
             broker_id=config.node_id,
             replica_lag_time_max_ms=config.replica_lag_time_max_ms,

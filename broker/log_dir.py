@@ -32,7 +32,7 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 from broker.log.checkpoint import write_atomically
 from broker.storage import Storage, join
@@ -123,6 +123,24 @@ class LogDirectory:
             reason,
         )
         return True
+
+
+def open_log_directories(storage: Storage, paths: Sequence[str]) -> LogDirectories:
+    """The broker's ``log.dirs`` at start.  A directory whose ``meta.properties`` cannot be
+    read or written starts offline (its partitions are not opened; the registration leaves it
+    out), as Kafka starts with the directories that work; ``OSError`` if none does."""
+    dirs, errors = [], []
+    for path in paths:
+        try:
+            dirs.append(LogDirectory(path, load_directory_id(storage, path)))
+        except OSError as exc:
+            broken = LogDirectory(path, uuid.uuid4())
+            broken.fail(f"unusable at start: {exc}")
+            dirs.append(broken)
+            errors.append(exc)
+    if len(errors) == len(dirs):
+        raise errors[0]
+    return LogDirectories(dirs)
 
 
 class LogDirectories:

@@ -15,7 +15,7 @@ from broker.deferred import Deferred
 from broker.dispatcher import RequestContext
 from broker.handlers.log_dirs import LogDirsHandlers
 from broker.log.config import LogConfig
-from broker.log_dir import LogDirectories, LogDirectory, load_directory_id
+from broker.log_dir import LogDirectories, LogDirectory, load_directory_id, open_log_directories
 from broker.partition import Registration
 from broker.replica_manager import AppendOutcome, Partition, ReplicaManager
 from broker.replication.partition_state import Truncation
@@ -225,3 +225,29 @@ def test_leftovers_of_an_interrupted_move_are_deleted_at_start() -> None:
     assert not storage.exists("/d2/y-0.4567-delete")
     assert storage.exists(f"{part.log_dir.path}/kept-0")
     again.close()
+
+
+class _BrokenDisk(MemoryStorage):
+    """A memory storage where everything under one path fails with EIO."""
+
+    def __init__(self, broken: str) -> None:
+        super().__init__()
+        self.broken = broken
+
+    def makedirs(self, path: str) -> None:
+        if path.startswith(self.broken):
+            raise OSError(5, "Input/output error", path)
+        super().makedirs(path)
+
+
+def test_a_directory_broken_at_start_starts_offline_and_the_others_serve() -> None:
+    storage = _BrokenDisk("/d2")
+    dirs = open_log_directories(storage, list(PATHS))
+    assert [d.online for d in dirs] == [True, False, True]
+    assert len(dirs.online_log_dirs()) == 2 and len(dirs.offline_log_dirs()) == 1
+    rm = ReplicaManager(storage, dirs, clock_ms=lambda: 1_000)
+    parts = [_open(rm, "s", i) for i in range(4)]
+    assert {p.log_dir.path for p in parts if p is not None} == {"/d1", "/d3"}
+    rm.close()
+    with pytest.raises(OSError):
+        open_log_directories(_BrokenDisk("/"), list(PATHS))
