@@ -32,6 +32,7 @@ class BrokerConfig:
     advertised_host: str
     advertised_port: int
     log_dir: Path
+    more_log_dirs: tuple[Path, ...] = ()  # the other entries of log.dirs (JBOD)
     rack: str | None = None
     auto_topic_creation: bool = True  # auto.create.topics.enable
     num_partitions: int = 1

@@ -36,6 +36,8 @@ from kafka_protocol.messages import (
     AlterConfigsResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
+    AssignReplicasToDirsRequest,
+    AssignReplicasToDirsResponse,
     CreateAclsRequest,
     CreateAclsResponse,
     CreatePartitionsRequest,
@@ -283,6 +285,14 @@ FORWARDED: Final[tuple[ForwardedApi[Any, Any], ...]] = (
         0,
         0,
         _scram_alterations_failed,
+    ),
+    # A broker's own report of where its replicas live (KIP-858, broker/log_dir_assignments.py).
+    ForwardedApi(
+        AssignReplicasToDirsRequest,
+        AssignReplicasToDirsResponse,
+        0,
+        0,
+        lambda r, error, message: AssignReplicasToDirsResponse(error_code=error),
     ),
 )
 _BY_TYPE: Final[dict[type[Request], ForwardedApi[Any, Any]]] = {

@@ -16,9 +16,11 @@ from broker.dispatcher import ApiHandler
 from broker.handlers.acls import SecurityAdminHandlers
 from broker.handlers.admin import AdminHandlers
 from broker.handlers.basics import ApiVersionsHandler, InitProducerIdHandler
+from broker.handlers.delete_records import DeleteRecordsHandler
 from broker.handlers.fetch import FetchHandler
 from broker.handlers.groups import GroupHandlers
 from broker.handlers.list_offsets import ListOffsetsHandler
+from broker.handlers.log_dirs import LogDirsHandlers
 from broker.handlers.metadata import AutoCreate, MetadataHandler
 from broker.handlers.offset_for_leader_epoch import OffsetForLeaderEpochHandler
 from broker.handlers.produce import ProduceHandler
@@ -90,6 +92,8 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
         # markers on __consumer_offsets complete the group coordinator's pending offsets
         WriteTxnMarkersHandler(replicas, parts.coordinator).spec(),
         DescribeProducersHandler(replicas).spec(),
+        DeleteRecordsHandler(replicas, lambda: parts.image).spec(),
+        *LogDirsHandlers(replicas).specs(),
         MetadataHandler(parts.node, lambda: parts.image, parts.controller, auto_create).spec(),
         *GroupHandlers(
             parts.coordinator,

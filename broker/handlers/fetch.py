@@ -183,6 +183,7 @@ class FetchHandler:
                 fp.fetch_offset,
                 fp.current_leader_epoch,
                 self.broker_epoch_of(replica_id),
+                fp.log_start_offset,  # DeleteRecords' low watermark (broker/delete_records.py)
             )
             if decision.error is not None:
                 return _Planned(topic, fp.partition, decision.error, part)

@@ -19,6 +19,8 @@ from kafka_protocol.messages import (
     AllocateProducerIdsResponse,
     AlterConfigsResponse,
     AlterPartitionResponse,
+    AlterReplicaLogDirsResponse,
+    AssignReplicasToDirsResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
     CreatePartitionsRequest,
@@ -26,6 +28,7 @@ from kafka_protocol.messages import (
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteGroupsResponse,
+    DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeClusterRequest,
@@ -33,6 +36,7 @@ from kafka_protocol.messages import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeGroupsResponse,
+    DescribeLogDirsResponse,
     DescribeProducersResponse,
     DescribeQuorumResponse,
     DescribeTransactionsResponse,
@@ -326,6 +330,11 @@ FORWARDED_RULES: Final[dict[int, Rule]] = {
     ),
     43: Rule(ElectLeadersResponse, elect_leaders),
     64: Rule(UnregisterBrokerResponse, _UNREGISTER),
+    # brokers only (KIP-858): CLUSTER_ACTION, as the controller listener's broker APIs
+    73: Rule(
+        AssignReplicasToDirsResponse,
+        cluster_operation(AclOperation.CLUSTER_ACTION, _refused(AssignReplicasToDirsResponse)),
+    ),
 }
 
 BROKER_RULES: Final[dict[int, Rule]] = {
@@ -356,6 +365,9 @@ BROKER_RULES: Final[dict[int, Rule]] = {
     61: Rule(DescribeProducersResponse, txn_rules.describe_producers),
     65: Rule(DescribeTransactionsResponse, txn_rules.describe_transactions),
     66: Rule(ListTransactionsResponse, txn_rules.list_transactions),
+    21: Rule(DeleteRecordsResponse, api_rules.delete_records),
+    34: Rule(AlterReplicaLogDirsResponse, api_rules.alter_replica_log_dirs),
+    35: Rule(DescribeLogDirsResponse, api_rules.describe_log_dirs),
     **FORWARDED_RULES,
 }
 

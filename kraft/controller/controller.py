@@ -26,6 +26,7 @@ from kafka_protocol.messages import (
     AlterPartitionRequest,
     AlterPartitionResponse,
     AlterUserScramCredentialsRequest,
+    AssignReplicasToDirsRequest,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
@@ -46,6 +47,7 @@ from kraft.controller import (
     cluster,
     configuration,
     elections,
+    log_dirs,
     producer_ids,
     scram,
     topics,
@@ -188,6 +190,10 @@ RULES: Final[dict[type[Request], Rule]] = {
     DeleteAclsRequest: lambda c, r, image: acls.delete_acls(c.config, r, image),
     AlterUserScramCredentialsRequest: lambda c, r, image: scram.alter_user_scram_credentials(
         r, image
+    ),
+    # Where a broker's replicas live (KIP-858); the broker sends it itself (log_dirs.py).
+    AssignReplicasToDirsRequest: lambda c, r, image: log_dirs.assign_replicas_to_dirs(
+        r, image, c._unclean(image)
     ),
 }
 

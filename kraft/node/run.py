@@ -159,6 +159,7 @@ def broker_config(cfg: NodeConfig, image: Callable[[], Any] = lambda: None) -> B
         inter_broker_listener=inter_broker,
         inter_broker_security=inter_broker_client(cfg),
         log_dir=cfg.log_dirs[0],
+        more_log_dirs=cfg.log_dirs[1:],
         rack=cfg.get("broker.rack"),
         auto_topic_creation=cfg.get_bool("auto.create.topics.enable", True),
         num_partitions=cfg.get_int("num.partitions", 1),
@@ -304,7 +305,7 @@ class Node:
             host,
             port,
             bcfg.rack,
-            self.broker.replicas.directory,
+            self.broker.replicas.log_dirs,
             endpoints=self.broker.registered_endpoints(),
         )
         self.broker.log_dir_listeners.append(self.channel.log_dirs_changed)
