@@ -544,7 +544,10 @@ class ReplicaManager(LeaderAppends, LogMaintenance, LogDirMoves):
             part.log.append_as_follower(records, now_ms=now, on_batches=learn)
             role.on_append(part.log.log_end_offset)
             part.next_offset = part.log.log_end_offset
+        before = role.high_watermark
         part.producers.on_high_watermark(role.on_fetch_response(leader_high_watermark))
+        if role.high_watermark != before:
+            part.wake_waiters()  # consumers long-polling this follower (KIP-392)
 
     def truncate(self, part: Partition, truncation: Truncation) -> None:
         """Cut a follower's divergent tail (KIP-101/279) and everything derived from it."""

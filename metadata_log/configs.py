@@ -490,6 +490,15 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("allow.everyone.if.no.acl.found", _T.BOOLEAN, "false"),
     # Ours (kraft/node/autoconfigure.py): a single node generates its certificate and admin user.
     ConfigDef("security.autoconfigure", _T.BOOLEAN, "false"),
+    # Follower fetching (KIP-392, broker/replica_selector.py): the rack of this broker, and the
+    # selector a leader asks for a consumer's preferred read replica (unset: the leader).
+    ConfigDef("broker.rack", _T.STRING, None),
+    ConfigDef(
+        "replica.selector.class",
+        _T.CLASS,
+        None,
+        one_of("org.apache.kafka.common.replica.RackAwareReplicaSelector"),
+    ),
     *_broker_topic_defaults(),
 )
 

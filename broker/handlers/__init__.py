@@ -86,7 +86,13 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
             # transaction.partition.verification.enable=false: appended unverified, unawaited
             verifier=parts.transactions if parts.transactions.config.verification_enabled else None,
         ).spec(),
-        FetchHandler(replicas, parts.metrics, parts.broker_epoch_of).spec(),
+        FetchHandler(
+            replicas,
+            parts.metrics,
+            parts.broker_epoch_of,
+            lambda: parts.image,
+            cfg.replica_selector,
+        ).spec(),
         ListOffsetsHandler(replicas).spec(),
         OffsetForLeaderEpochHandler(replicas).spec(),
         # markers on __consumer_offsets complete the group coordinator's pending offsets

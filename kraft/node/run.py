@@ -51,7 +51,7 @@ from kraft.node.security_config import (
     inter_broker_client,
     security_of,
 )
-from metadata_log.configs import effective_topic_config
+from metadata_log.configs import BROKER_CONFIGS, effective_topic_config
 from metadata_log.image import ClusterImage
 
 log = logging.getLogger("kraft.node.run")
@@ -141,6 +141,14 @@ def _transaction_config(cfg: NodeConfig) -> TransactionConfig:
     )
 
 
+def _checked_string(cfg: NodeConfig, key: str) -> str | None:
+    """A string key of the config table, refused at startup when its validator refuses it."""
+    raw = cfg.get(key)
+    if raw is not None and (error := BROKER_CONFIGS[key].validate(raw)) is not None:
+        raise ConfigError(error)
+    return raw
+
+
 def broker_config(cfg: NodeConfig, image: Callable[[], Any] = lambda: None) -> BrokerConfig:
     """The broker's settings; ``image()`` is the metadata image SCRAM logins read."""
     listeners = broker_listeners(cfg, image_scram_lookup(image))
@@ -161,6 +169,7 @@ def broker_config(cfg: NodeConfig, image: Callable[[], Any] = lambda: None) -> B
         log_dir=cfg.log_dirs[0],
         more_log_dirs=cfg.log_dirs[1:],
         rack=cfg.get("broker.rack"),
+        replica_selector=_checked_string(cfg, "replica.selector.class"),
         auto_topic_creation=cfg.get_bool("auto.create.topics.enable", True),
         num_partitions=cfg.get_int("num.partitions", 1),
         default_replication_factor=cfg.get_int("default.replication.factor", 1),
