@@ -55,6 +55,7 @@ class BrokerConfig:
     listeners: tuple[BrokerListener, ...] = ()
     inter_broker_listener: str = "PLAINTEXT"  # inter.broker.listener.name
     inter_broker_security: ClientSecurity | None = None  # how this broker fetches from leaders
+    max_request_partition_size_limit: int = 2000  # DescribeTopicPartitions' page size cap
 
     @property
     def served_listeners(self) -> tuple[BrokerListener, ...]:

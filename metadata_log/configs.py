@@ -499,6 +499,8 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
         None,
         one_of("org.apache.kafka.common.replica.RackAwareReplicaSelector"),
     ),
+    # DescribeTopicPartitions (KIP-966): the most partitions one response describes.
+    ConfigDef("max.request.partition.size.limit", _T.INT, "2000", at_least(1)),
     *_broker_topic_defaults(),
 )
 

@@ -17,6 +17,7 @@ from broker.handlers.acls import SecurityAdminHandlers
 from broker.handlers.admin import AdminHandlers
 from broker.handlers.basics import ApiVersionsHandler, InitProducerIdHandler
 from broker.handlers.delete_records import DeleteRecordsHandler
+from broker.handlers.cluster_description import ClusterDescriptionHandlers
 from broker.handlers.fetch import FetchHandler
 from broker.handlers.groups import GroupHandlers
 from broker.handlers.list_offsets import ListOffsetsHandler
@@ -118,6 +119,9 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
             ).specs()
         ),
         *security.specs(),
+        *ClusterDescriptionHandlers(
+            parts.node, lambda: parts.image, authorizer, cfg.max_request_partition_size_limit
+        ).specs(),
     ]
     # every API checks what Kafka checks (broker.security.api_authorization); a no-op while
     # authorizer.class.name is unset

@@ -199,6 +199,7 @@ def broker_config(cfg: NodeConfig, image: Callable[[], Any] = lambda: None) -> B
         ),
         transactions=_transaction_config(cfg),
         broker_defaults=dict(cfg.values),
+        max_request_partition_size_limit=cfg.get_bounded_int("max.request.partition.size.limit"),
     )
 
 
