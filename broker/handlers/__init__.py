@@ -16,6 +16,7 @@ from broker.dispatcher import ApiHandler
 from broker.handlers.acls import SecurityAdminHandlers
 from broker.handlers.admin import AdminHandlers
 from broker.handlers.basics import ApiVersionsHandler, InitProducerIdHandler
+from broker.handlers.client_quotas import ClientQuotaHandlers
 from broker.handlers.fetch import FetchHandler
 from broker.handlers.groups import GroupHandlers
 from broker.handlers.list_offsets import ListOffsetsHandler
@@ -108,6 +109,7 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
             ).specs()
         ),
         *security.specs(),
+        *ClientQuotaHandlers(lambda: parts.image).specs(),
     ]
     # every API checks what Kafka checks (broker.security.api_authorization); a no-op while
     # authorizer.class.name is unset

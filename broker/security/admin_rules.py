@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from broker.controller_channel import forwarded_api
 from broker.security import api_rules, group_rules, txn_rules
 from broker.security.api_authorization import Check, Passed, Rule, Verdict
 from broker.security.api_rules import CLUSTER_DENIED, TOPIC_DENIED, replace
@@ -17,6 +18,8 @@ from kafka_protocol.messages import (
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnResponse,
     AllocateProducerIdsResponse,
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
     AlterConfigsResponse,
     AlterPartitionResponse,
     BrokerHeartbeatResponse,
@@ -28,6 +31,7 @@ from kafka_protocol.messages import (
     DeleteGroupsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeClientQuotasResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
     DescribeConfigsRequest,
@@ -304,6 +308,14 @@ _UNREGISTER = cluster_operation(
     AclOperation.ALTER, _refused(UnregisterBrokerResponse, error_message=CLUSTER_DENIED.message)
 )
 
+
+def _quota_alterations_refused(check: Check, req: AlterClientQuotasRequest) -> Verdict:
+    """AlterClientQuotas: ALTER_CONFIGS on the cluster, else every entity refused."""
+    if check.cluster(AclOperation.ALTER_CONFIGS):
+        return Passed(req)
+    return forwarded_api(req).failed(req, CLUSTER_DENIED, CLUSTER_DENIED.message)  # type: ignore[no-any-return]
+
+
 FORWARDED_RULES: Final[dict[int, Rule]] = {
     19: Rule(CreateTopicsResponse, create_topics),
     20: Rule(DeleteTopicsResponse, delete_topics),
@@ -326,6 +338,7 @@ FORWARDED_RULES: Final[dict[int, Rule]] = {
     ),
     43: Rule(ElectLeadersResponse, elect_leaders),
     64: Rule(UnregisterBrokerResponse, _UNREGISTER),
+    49: Rule(AlterClientQuotasResponse, _quota_alterations_refused),
 }
 
 BROKER_RULES: Final[dict[int, Rule]] = {
@@ -356,6 +369,13 @@ BROKER_RULES: Final[dict[int, Rule]] = {
     61: Rule(DescribeProducersResponse, txn_rules.describe_producers),
     65: Rule(DescribeTransactionsResponse, txn_rules.describe_transactions),
     66: Rule(ListTransactionsResponse, txn_rules.list_transactions),
+    48: Rule(
+        DescribeClientQuotasResponse,
+        cluster_operation(
+            AclOperation.DESCRIBE_CONFIGS,
+            _refused(DescribeClientQuotasResponse, error_message=CLUSTER_DENIED.message),
+        ),
+    ),
     **FORWARDED_RULES,
 }
 

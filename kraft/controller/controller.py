@@ -22,6 +22,7 @@ from kafka_protocol._codec import Request, Response
 from kafka_protocol.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
+    AlterClientQuotasRequest,
     AlterConfigsRequest,
     AlterPartitionRequest,
     AlterPartitionResponse,
@@ -47,6 +48,7 @@ from kraft.controller import (
     configuration,
     elections,
     producer_ids,
+    quotas,
     scram,
     topics,
 )
@@ -189,6 +191,8 @@ RULES: Final[dict[type[Request], Rule]] = {
     AlterUserScramCredentialsRequest: lambda c, r, image: scram.alter_user_scram_credentials(
         r, image
     ),
+    # Client quotas (ClientQuotaRecord), per entity.
+    AlterClientQuotasRequest: lambda c, r, image: quotas.alter_client_quotas(r, image),
 }
 
 
