@@ -490,6 +490,9 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("allow.everyone.if.no.acl.found", _T.BOOLEAN, "false"),
     # Ours (kraft/node/autoconfigure.py): a single node generates its certificate and admin user.
     ConfigDef("security.autoconfigure", _T.BOOLEAN, "false"),
+    # Client quotas (broker/quotas): the rate is measured over num windows of size seconds.
+    ConfigDef("quota.window.num", _T.INT, "11", at_least(1)),
+    ConfigDef("quota.window.size.seconds", _T.INT, "1", at_least(1)),
     *_broker_topic_defaults(),
 )
 

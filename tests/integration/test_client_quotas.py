@@ -10,11 +10,15 @@ the requests go through kafka-python's own connection manager and its own protoc
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
 from kafka.protocol.admin import (
     AlterClientQuotasRequest,
@@ -22,17 +26,24 @@ from kafka.protocol.admin import (
 )
 
 from integration.cluster_process import LocalCluster, ServerProcess, wait_for
+from integration.raw_client import RawConnection
+from kafka_protocol.messages import ApiVersionsRequest, ProduceRequest, ProduceResponse
+from kafka_protocol.record_batch import SimpleRecord, build_batch
+from kafka_protocol.types import TopicName
 
 pytestmark = pytest.mark.integration
 
 INVALID_REQUEST = 42
+QUOTA_WINDOWS = {"quota.window.num": "2", "quota.window.size.seconds": "1"}
 Entity = tuple[tuple[str, str | None], ...]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     root = Path(tmp_path_factory.mktemp("quotas"))
-    cluster = LocalCluster.create(root, 1, 3).start()
+    # 2 windows of 1 s: a quota allows a burst of ~1 s of its rate before throttling starts
+    # (with Kafka's 11 windows, 10 s of it, and another whenever that sample expires).
+    cluster = LocalCluster.create(root, 1, 3, dict(QUOTA_WINDOWS)).start()
     try:
         yield cluster
     finally:
@@ -203,3 +214,137 @@ def test_bad_input_is_refused_with_nothing_changed(cluster: LocalCluster) -> Non
     alter(admin, [(good, {"producer_byte_rate": None}), (ip, {"connection_creation_rate": None})])
     wait_for("nothing left", lambda: everything(admin) == {}, 10, cluster)
     admin.close()
+
+
+# --- enforcement ----------------------------------------------------------------------------------
+
+QUOTA_BYTES_PER_S = 256 * 1024
+VALUE = b"q" * 1024
+RUN_S = 8.0
+STEADY_FROM_S = 2.0
+
+
+def produce_flat_out(
+    bootstrap: str, topic: str, client_id: str, stop: threading.Event
+) -> list[tuple[float, int]]:
+    """Produce as fast as the producer is let; the (time, bytes) of each acknowledged message."""
+    acked: list[tuple[float, int]] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "linger.ms": 5,
+            # requests small beside a window's worth of the quota: a throttle per request
+            "queue.buffering.max.messages": 64,
+            "batch.size": 16384,
+            "acks": "all",
+        }
+    )
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is None:
+            acked.append((time.monotonic(), len(msg.value())))
+
+    while not stop.is_set():
+        try:
+            producer.produce(topic, value=VALUE, on_delivery=on_delivery)
+        except BufferError:
+            producer.poll(0.01)
+        producer.poll(0)
+    producer.flush(30)
+    return acked
+
+
+def rate_between(acked: list[tuple[float, int]], start: float, end: float) -> float:
+    return sum(n for t, n in acked if start <= t < end) / (end - start)
+
+
+def test_a_throttled_producer_keeps_to_its_quota_and_the_other_is_unaffected(
+    cluster: LocalCluster,
+) -> None:
+    broker = cluster.any_broker()
+    admin = AdminClient({"bootstrap.servers": broker.address})
+    topic = "quota-side-by-side"
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    kp = kp_admin(broker)
+    noisy: Entity = (("client-id", "noisy"),)
+    assert alter(kp, [(noisy, {"producer_byte_rate": float(QUOTA_BYTES_PER_S)})])[noisy][0] == 0
+    for b in cluster.brokers.values():  # the quota reached every broker's image
+        reader = kp_admin(b)
+        wait_for("the quota", lambda r=reader: noisy in everything(r), 10, cluster)
+        reader.close()
+    stop = threading.Event()
+    results: dict[str, list[tuple[float, int]]] = {}
+
+    def run(client_id: str) -> None:
+        results[client_id] = produce_flat_out(cluster.bootstrap, topic, client_id, stop)
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in ("noisy", "quiet")]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    time.sleep(RUN_S)
+    stop.set()
+    for t in threads:
+        t.join(60)
+    window = (started + STEADY_FROM_S, started + RUN_S)
+    noisy_rate = rate_between(results["noisy"], *window)
+    quiet_rate = rate_between(results["quiet"], *window)
+    print(
+        f"noisy {noisy_rate / 1024:.0f} KiB/s (quota {QUOTA_BYTES_PER_S / 1024:.0f}), "
+        f"quiet {quiet_rate / 1024:.0f} KiB/s"
+    )
+    assert 0.8 * QUOTA_BYTES_PER_S <= noisy_rate <= 1.2 * QUOTA_BYTES_PER_S, noisy_rate
+    assert quiet_rate >= 4 * QUOTA_BYTES_PER_S, (quiet_rate, noisy_rate)
+    alter(kp, [(noisy, {"producer_byte_rate": None})])
+    kp.close()
+
+
+def produce_request(topic: str, value: bytes) -> ProduceRequest:
+    Data = ProduceRequest.PartitionProduceData
+    return ProduceRequest(
+        acks=1,
+        timeout_ms=5000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=TopicName(topic),
+                partition_data=[Data(index=0, records=build_batch([SimpleRecord(value)]))],
+            )
+        ],
+    )
+
+
+def test_the_broker_mutes_a_throttled_connection(cluster: LocalCluster) -> None:
+    """A produce above the quota is answered with throttle_time_ms, and the broker reads
+    nothing more from the connection for that long: an ApiVersions sent right after it (never
+    throttled itself) is answered only once the throttle is over."""
+    broker = cluster.brokers[min(cluster.brokers)]
+    admin = AdminClient({"bootstrap.servers": broker.address})
+    topic = "quota-muting"
+    created = admin.create_topics(
+        [NewTopic(topic, num_partitions=1, replica_assignment=[[broker.node_id]])]
+    )
+    created[topic].result(30)
+    kp = kp_admin(broker)
+    raw_client: Entity = (("client-id", "raw-test"),)  # RawConnection's client id
+    quota = 10_000.0
+    assert alter(kp, [(raw_client, {"producer_byte_rate": quota})])[raw_client][0] == 0
+    wait_for("the quota", lambda: raw_client in everything(kp), 10, cluster)
+    windows = int(QUOTA_WINDOWS["quota.window.num"])
+    # (n - 1) windows of the quota are allowed; one second more of it owes about 1 s
+    request = produce_request(topic, b"m" * int(quota * windows))
+    conn = RawConnection(broker.address)
+    try:
+        response = conn.request(request, 7)
+        assert isinstance(response, ProduceResponse)
+        assert response.responses[0].partition_responses[0].error_code == 0
+        throttle_ms = response.throttle_time_ms
+        assert 500 <= throttle_ms <= 2500, throttle_ms
+        sent = time.monotonic()
+        conn.request(ApiVersionsRequest(), 3)
+        waited_ms = (time.monotonic() - sent) * 1000
+        assert waited_ms >= 0.8 * throttle_ms, (waited_ms, throttle_ms)
+    finally:
+        conn.close()
+        alter(kp, [(raw_client, {"producer_byte_rate": None})])
+        kp.close()
