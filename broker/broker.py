@@ -32,6 +32,8 @@ from broker.log_dir import open_log_directories
 from broker.log_dir_assignments import DirectoryAssignments
 from broker.metrics import BrokerMetrics, gauge
 from broker.partition import Partition, Registration
+from broker.quotas.manager import ClientQuotaManager, QuotaSettings
+from broker.quotas.throttle import RequestThrottle
 from broker.replica_manager import ReplicaManager
 from broker.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker.replication.partition_state import PartitionState
@@ -150,7 +152,16 @@ class Broker:
         # This process's registration; a leadership in the image counts only once the image
         # holds it (None: a single combined node, where no earlier incarnation can lead).
         self.incarnation_id: uuid.UUID | None = None
-        self.dispatcher = RequestDispatcher(build_handlers(self), self.metrics)
+        self.dispatcher = RequestDispatcher(
+            build_handlers(self),
+            self.metrics,
+            RequestThrottle(  # client quotas (broker.quotas)
+                ClientQuotaManager(
+                    lambda: self.image.client_quotas,
+                    QuotaSettings.from_config(config.broker_defaults),
+                )
+            ),
+        )
         self.listener: KafkaListener | None = None  # the primary one (config.primary_listener)
         self.listeners: dict[str, KafkaListener] = {}  # every one, by name
         self._maintenance: list[asyncio.Task[None]] = []

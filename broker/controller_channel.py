@@ -32,6 +32,8 @@ from broker.dispatcher import ApiHandler, RequestContext
 from kafka_protocol._codec import Request, Response
 from kafka_protocol.errors import ErrorCode, KafkaError
 from kafka_protocol.messages import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
     AlterUserScramCredentialsRequest,
@@ -234,6 +236,25 @@ def _scram_alterations_failed(
     )
 
 
+def _quota_alterations_failed(
+    request: AlterClientQuotasRequest, error: ErrorCode, message: str
+) -> AlterClientQuotasResponse:
+    """Every entity of the request answered ``error``."""
+    Entity = AlterClientQuotasResponse.EntityData
+    return AlterClientQuotasResponse(
+        entries=[
+            AlterClientQuotasResponse.EntryData(
+                error_code=error,
+                error_message=message,
+                entity=[
+                    Entity(entity_type=e.entity_type, entity_name=e.entity_name) for e in x.entity
+                ],
+            )
+            for x in request.entries
+        ]
+    )
+
+
 FORWARDED: Final[tuple[ForwardedApi[Any, Any], ...]] = (
     ForwardedApi(
         CreateTopicsRequest, CreateTopicsResponse, 2, 7, _topics_failed, lambda r: r.timeout_ms
@@ -293,6 +314,9 @@ FORWARDED: Final[tuple[ForwardedApi[Any, Any], ...]] = (
         0,
         0,
         lambda r, error, message: AssignReplicasToDirsResponse(error_code=error),
+    ),
+    ForwardedApi(
+        AlterClientQuotasRequest, AlterClientQuotasResponse, 0, 1, _quota_alterations_failed
     ),
 )
 _BY_TYPE: Final[dict[type[Request], ForwardedApi[Any, Any]]] = {

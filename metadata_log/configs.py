@@ -501,6 +501,9 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ),
     # DescribeTopicPartitions (KIP-966): the most partitions one response describes.
     ConfigDef("max.request.partition.size.limit", _T.INT, "2000", at_least(1)),
+    # Client quotas (broker/quotas): the rate is measured over num windows of size seconds.
+    ConfigDef("quota.window.num", _T.INT, "11", at_least(1)),
+    ConfigDef("quota.window.size.seconds", _T.INT, "1", at_least(1)),
     *_broker_topic_defaults(),
 )
 

@@ -16,8 +16,9 @@ from broker.dispatcher import ApiHandler
 from broker.handlers.acls import SecurityAdminHandlers
 from broker.handlers.admin import AdminHandlers
 from broker.handlers.basics import ApiVersionsHandler, InitProducerIdHandler
-from broker.handlers.delete_records import DeleteRecordsHandler
+from broker.handlers.client_quotas import ClientQuotaHandlers
 from broker.handlers.cluster_description import ClusterDescriptionHandlers
+from broker.handlers.delete_records import DeleteRecordsHandler
 from broker.handlers.fetch import FetchHandler
 from broker.handlers.groups import GroupHandlers
 from broker.handlers.list_offsets import ListOffsetsHandler
@@ -122,6 +123,7 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
         *ClusterDescriptionHandlers(
             parts.node, lambda: parts.image, authorizer, cfg.max_request_partition_size_limit
         ).specs(),
+        *ClientQuotaHandlers(lambda: parts.image).specs(),
     ]
     # every API checks what Kafka checks (broker.security.api_authorization); a no-op while
     # authorizer.class.name is unset

@@ -22,6 +22,7 @@ from kafka_protocol._codec import Request, Response
 from kafka_protocol.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
+    AlterClientQuotasRequest,
     AlterConfigsRequest,
     AlterPartitionRequest,
     AlterPartitionResponse,
@@ -49,6 +50,7 @@ from kraft.controller import (
     elections,
     log_dirs,
     producer_ids,
+    quotas,
     scram,
     topics,
 )
@@ -195,6 +197,8 @@ RULES: Final[dict[type[Request], Rule]] = {
     AssignReplicasToDirsRequest: lambda c, r, image: log_dirs.assign_replicas_to_dirs(
         r, image, c._unclean(image)
     ),
+    # Client quotas (ClientQuotaRecord), per entity.
+    AlterClientQuotasRequest: lambda c, r, image: quotas.alter_client_quotas(r, image),
 }
 
 
