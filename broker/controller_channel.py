@@ -34,6 +34,8 @@ from kafka_protocol.errors import ErrorCode, KafkaError
 from kafka_protocol.messages import (
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
     CreateAclsRequest,
@@ -50,6 +52,8 @@ from kafka_protocol.messages import (
     ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
 )
@@ -232,6 +236,28 @@ def _scram_alterations_failed(
     )
 
 
+def _reassignments_failed(
+    request: AlterPartitionReassignmentsRequest, error: ErrorCode, message: str
+) -> AlterPartitionReassignmentsResponse:
+    """The request and every named partition answered ``error``."""
+    Topic = AlterPartitionReassignmentsResponse.ReassignableTopicResponse
+    Partition = AlterPartitionReassignmentsResponse.ReassignablePartitionResponse
+    return AlterPartitionReassignmentsResponse(
+        error_code=error,
+        error_message=message,
+        responses=[
+            Topic(
+                name=t.name,
+                partitions=[
+                    Partition(partition_index=p.partition_index, error_code=error)
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ],
+    )
+
+
 FORWARDED: Final[tuple[ForwardedApi[Any, Any], ...]] = (
     ForwardedApi(
         CreateTopicsRequest, CreateTopicsResponse, 2, 7, _topics_failed, lambda r: r.timeout_ms
@@ -283,6 +309,24 @@ FORWARDED: Final[tuple[ForwardedApi[Any, Any], ...]] = (
         0,
         0,
         _scram_alterations_failed,
+    ),
+    ForwardedApi(
+        AlterPartitionReassignmentsRequest,
+        AlterPartitionReassignmentsResponse,
+        0,
+        1,
+        _reassignments_failed,
+        lambda r: r.timeout_ms,
+    ),
+    ForwardedApi(
+        ListPartitionReassignmentsRequest,
+        ListPartitionReassignmentsResponse,
+        0,
+        0,
+        lambda r, error, message: ListPartitionReassignmentsResponse(
+            error_code=error, error_message=message
+        ),
+        lambda r: r.timeout_ms,
     ),
 )
 _BY_TYPE: Final[dict[type[Request], ForwardedApi[Any, Any]]] = {

@@ -18,6 +18,7 @@ from kafka_protocol.messages import (
     AddPartitionsToTxnResponse,
     AllocateProducerIdsResponse,
     AlterConfigsResponse,
+    AlterPartitionReassignmentsResponse,
     AlterPartitionResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
@@ -49,6 +50,7 @@ from kafka_protocol.messages import (
     LeaveGroupResponse,
     ListGroupsResponse,
     ListOffsetsResponse,
+    ListPartitionReassignmentsResponse,
     ListTransactionsResponse,
     MetadataResponse,
     OffsetCommitResponse,
@@ -326,6 +328,21 @@ FORWARDED_RULES: Final[dict[int, Rule]] = {
     ),
     43: Rule(ElectLeadersResponse, elect_leaders),
     64: Rule(UnregisterBrokerResponse, _UNREGISTER),
+    # Kafka's authorizeClusterOperation: ALTER to move partitions, DESCRIBE to list moves.
+    45: Rule(
+        AlterPartitionReassignmentsResponse,
+        cluster_operation(
+            AclOperation.ALTER,
+            _refused(AlterPartitionReassignmentsResponse, error_message=CLUSTER_DENIED.message),
+        ),
+    ),
+    46: Rule(
+        ListPartitionReassignmentsResponse,
+        cluster_operation(
+            AclOperation.DESCRIBE,
+            _refused(ListPartitionReassignmentsResponse, error_message=CLUSTER_DENIED.message),
+        ),
+    ),
 }
 
 BROKER_RULES: Final[dict[int, Rule]] = {

@@ -23,6 +23,7 @@ from kafka_protocol.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
     AlterConfigsRequest,
+    AlterPartitionReassignmentsRequest,
     AlterPartitionRequest,
     AlterPartitionResponse,
     AlterUserScramCredentialsRequest,
@@ -37,6 +38,7 @@ from kafka_protocol.messages import (
     DeleteTopicsRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
+    ListPartitionReassignmentsRequest,
     UnregisterBrokerRequest,
 )
 from kafka_protocol.metadata import PartitionChangeRecord
@@ -47,6 +49,7 @@ from kraft.controller import (
     configuration,
     elections,
     producer_ids,
+    reassignment,
     scram,
     topics,
 )
@@ -188,6 +191,13 @@ RULES: Final[dict[type[Request], Rule]] = {
     DeleteAclsRequest: lambda c, r, image: acls.delete_acls(c.config, r, image),
     AlterUserScramCredentialsRequest: lambda c, r, image: scram.alter_user_scram_credentials(
         r, image
+    ),
+    # KIP-455 partition reassignment (a null target cancels one).
+    AlterPartitionReassignmentsRequest: lambda c, r, image: (
+        reassignment.alter_partition_reassignments(r, image, c._unclean(image))
+    ),
+    ListPartitionReassignmentsRequest: lambda c, r, image: (
+        reassignment.list_partition_reassignments(r, image)
     ),
 }
 
