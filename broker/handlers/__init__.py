@@ -31,6 +31,7 @@ from broker.handlers.txn_markers import (
 from broker.identity import BrokerIdentity
 from broker.metrics import BrokerMetrics
 from broker.replica_manager import ReplicaManager
+from broker.replication.throttle import ReplicationThrottles
 from broker.security.admin_rules import BROKER_RULES
 from broker.security.api_authorization import guard
 from broker.security.authorization import BrokerAuthorizer
@@ -51,6 +52,8 @@ class BrokerParts(Protocol):
     def image(self) -> ClusterImage: ...
     @property
     def replicas(self) -> ReplicaManager: ...
+    @property
+    def replication_throttles(self) -> ReplicationThrottles: ...
     @property
     def coordinator(self) -> GroupCoordinator: ...
     @property
@@ -84,7 +87,12 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
             # transaction.partition.verification.enable=false: appended unverified, unawaited
             verifier=parts.transactions if parts.transactions.config.verification_enabled else None,
         ).spec(),
-        FetchHandler(replicas, parts.metrics, parts.broker_epoch_of).spec(),
+        FetchHandler(
+            replicas,
+            parts.metrics,
+            parts.broker_epoch_of,
+            throttle=parts.replication_throttles.leader,
+        ).spec(),
         ListOffsetsHandler(replicas).spec(),
         OffsetForLeaderEpochHandler(replicas).spec(),
         # markers on __consumer_offsets complete the group coordinator's pending offsets
