@@ -351,7 +351,7 @@ class ReplicaManager(LeaderAppends, LogMaintenance, LogDirMoves):
         role, now = part.role, self.monotonic_ms()
         if reg.leader == self.broker_id:
             if isinstance(role, PartitionState) and role.leader_epoch == reg.leader_epoch:
-                role.replicas = reg.replicas
+                role.update_replicas(reg.replicas)
                 if role.on_alter_partition_response(reg.isr, reg.leader_epoch, reg.partition_epoch):
                     part.high_watermark_moved()
                 part.low_watermark_maybe_moved()  # the ISR may have lost a follower

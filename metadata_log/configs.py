@@ -505,6 +505,16 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("quota.window.num", _T.INT, "11", at_least(1)),
     ConfigDef("quota.window.size.seconds", _T.INT, "1", at_least(1)),
     *_broker_topic_defaults(),
+    # Replication throttles (KIP-73, broker/replication/throttle.py): bytes per second, dynamic
+    # per broker or cluster-wide; the rate is measured over window.num windows.
+    ConfigDef(
+        "leader.replication.throttled.rate", _T.LONG, str(LONG_MAX), at_least(0), dynamic=True
+    ),
+    ConfigDef(
+        "follower.replication.throttled.rate", _T.LONG, str(LONG_MAX), at_least(0), dynamic=True
+    ),
+    ConfigDef("replication.quota.window.num", _T.INT, "11", at_least(1)),
+    ConfigDef("replication.quota.window.size.seconds", _T.INT, "1", at_least(1)),
 )
 
 

@@ -35,6 +35,7 @@ from broker.handlers.txn_markers import (
 from broker.identity import BrokerIdentity
 from broker.metrics import BrokerMetrics
 from broker.replica_manager import ReplicaManager
+from broker.replication.throttle import ReplicationThrottles
 from broker.security.admin_rules import BROKER_RULES
 from broker.security.api_authorization import guard
 from broker.security.authorization import BrokerAuthorizer
@@ -55,6 +56,8 @@ class BrokerParts(Protocol):
     def image(self) -> ClusterImage: ...
     @property
     def replicas(self) -> ReplicaManager: ...
+    @property
+    def replication_throttles(self) -> ReplicationThrottles: ...
     @property
     def coordinator(self) -> GroupCoordinator: ...
     @property
@@ -94,6 +97,7 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
             parts.broker_epoch_of,
             lambda: parts.image,
             cfg.replica_selector,
+            throttle=parts.replication_throttles.leader,
         ).spec(),
         ListOffsetsHandler(replicas).spec(),
         OffsetForLeaderEpochHandler(replicas).spec(),

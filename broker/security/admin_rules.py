@@ -21,6 +21,7 @@ from kafka_protocol.messages import (
     AlterClientQuotasRequest,
     AlterClientQuotasResponse,
     AlterConfigsResponse,
+    AlterPartitionReassignmentsResponse,
     AlterPartitionResponse,
     AlterReplicaLogDirsResponse,
     AssignReplicasToDirsResponse,
@@ -57,6 +58,7 @@ from kafka_protocol.messages import (
     LeaveGroupResponse,
     ListGroupsResponse,
     ListOffsetsResponse,
+    ListPartitionReassignmentsResponse,
     ListTransactionsResponse,
     MetadataResponse,
     OffsetCommitResponse,
@@ -348,6 +350,21 @@ FORWARDED_RULES: Final[dict[int, Rule]] = {
         cluster_operation(AclOperation.CLUSTER_ACTION, _refused(AssignReplicasToDirsResponse)),
     ),
     49: Rule(AlterClientQuotasResponse, _quota_alterations_refused),
+    # Kafka's authorizeClusterOperation: ALTER to move partitions, DESCRIBE to list moves.
+    45: Rule(
+        AlterPartitionReassignmentsResponse,
+        cluster_operation(
+            AclOperation.ALTER,
+            _refused(AlterPartitionReassignmentsResponse, error_message=CLUSTER_DENIED.message),
+        ),
+    ),
+    46: Rule(
+        ListPartitionReassignmentsResponse,
+        cluster_operation(
+            AclOperation.DESCRIBE,
+            _refused(ListPartitionReassignmentsResponse, error_message=CLUSTER_DENIED.message),
+        ),
+    ),
 }
 
 BROKER_RULES: Final[dict[int, Rule]] = {

@@ -24,6 +24,7 @@ from kafka_protocol.messages import (
     AllocateProducerIdsResponse,
     AlterClientQuotasRequest,
     AlterConfigsRequest,
+    AlterPartitionReassignmentsRequest,
     AlterPartitionRequest,
     AlterPartitionResponse,
     AlterUserScramCredentialsRequest,
@@ -39,6 +40,7 @@ from kafka_protocol.messages import (
     DeleteTopicsRequest,
     ElectLeadersRequest,
     IncrementalAlterConfigsRequest,
+    ListPartitionReassignmentsRequest,
     UnregisterBrokerRequest,
 )
 from kafka_protocol.metadata import PartitionChangeRecord
@@ -51,6 +53,7 @@ from kraft.controller import (
     log_dirs,
     producer_ids,
     quotas,
+    reassignment,
     scram,
     topics,
 )
@@ -199,6 +202,13 @@ RULES: Final[dict[type[Request], Rule]] = {
     ),
     # Client quotas (ClientQuotaRecord), per entity.
     AlterClientQuotasRequest: lambda c, r, image: quotas.alter_client_quotas(r, image),
+    # KIP-455 partition reassignment (a null target cancels one).
+    AlterPartitionReassignmentsRequest: lambda c, r, image: (
+        reassignment.alter_partition_reassignments(r, image, c._unclean(image))
+    ),
+    ListPartitionReassignmentsRequest: lambda c, r, image: (
+        reassignment.list_partition_reassignments(r, image)
+    ),
 }
 
 

@@ -25,6 +25,7 @@ from kraft.rest.openapi_parts import json_body as _json_body
 from kraft.rest.openapi_parts import op as _op
 from kraft.rest.openapi_parts import query as _query
 from kraft.rest.openapi_parts import ref as _ref
+from kraft.rest.openapi_reassignments import REASSIGNMENT_SCHEMAS, reassignment_paths
 from kraft.rest.openapi_security import (
     SECURITY_SCHEMAS,
     SECURITY_SCHEMES,
@@ -671,12 +672,18 @@ def openapi_document(version: str) -> dict[str, Any]:
                     **_record_paths(),
                     **_group_paths(),
                     **transaction_paths(),
+                    **reassignment_paths(),
                     **security_paths(),
                 }
             )
         ),
         "components": {
-            "schemas": {**SCHEMAS, **SECURITY_SCHEMAS, **TRANSACTION_SCHEMAS},
+            "schemas": {
+                **SCHEMAS,
+                **SECURITY_SCHEMAS,
+                **TRANSACTION_SCHEMAS,
+                **REASSIGNMENT_SCHEMAS,
+            },
             "securitySchemes": SECURITY_SCHEMES,
         },
         "security": [{"basicAuth": []}],
