@@ -16,6 +16,7 @@ from broker.dispatcher import ApiHandler
 from broker.handlers.acls import SecurityAdminHandlers
 from broker.handlers.admin import AdminHandlers
 from broker.handlers.basics import ApiVersionsHandler, InitProducerIdHandler
+from broker.handlers.consumer_groups import ConsumerGroupHandlers
 from broker.handlers.fetch import FetchHandler
 from broker.handlers.groups import GroupHandlers
 from broker.handlers.list_offsets import ListOffsetsHandler
@@ -95,6 +96,10 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
             parts.coordinator,
             lambda broker, listener: parts.endpoint_of(broker, parts.node.listener_for(listener)),
             parts.transactions.coordinator_of,
+        ).specs(),
+        *ConsumerGroupHandlers(
+            parts.coordinator,
+            lambda topic_id: t.name if (t := parts.image.topics.by_id.get(topic_id)) else None,
         ).specs(),
         ApiVersionsHandler(parts.api_versions).spec(),
         *SaslHandlers().specs(),

@@ -21,6 +21,8 @@ from kafka_protocol.messages import (
     AlterPartitionResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
@@ -356,6 +358,8 @@ BROKER_RULES: Final[dict[int, Rule]] = {
     61: Rule(DescribeProducersResponse, txn_rules.describe_producers),
     65: Rule(DescribeTransactionsResponse, txn_rules.describe_transactions),
     66: Rule(ListTransactionsResponse, txn_rules.list_transactions),
+    68: Rule(ConsumerGroupHeartbeatResponse, group_rules.consumer_group_heartbeat),
+    69: Rule(ConsumerGroupDescribeResponse, group_rules.consumer_group_describe),
     **FORWARDED_RULES,
 }
 
