@@ -81,6 +81,9 @@ class ConsumerGroups:
                 if driven.timer is not None:
                     driven.timer.cancel()
 
+    def loaded_groups(self) -> list[tuple[str, ConsumerGroup]]:
+        return sorted((g, d.group) for g, d in self.groups.items() if not d.group.dead)
+
     def get(self, group_id: str) -> ConsumerGroup | None:
         driven = self.groups.get(group_id)
         return None if driven is None or driven.group.dead else driven.group

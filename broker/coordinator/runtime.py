@@ -124,6 +124,7 @@ class GroupCoordinator(CoordinatorPartitions[OwnedPartition]):
         self._expiry: asyncio.Task[None] | None = None
         self.classic = ClassicGroups(self, config.groups)
         self.consumer = ConsumerGroups(self, self.classic, config.consumer_groups, self.topic_of)
+        self.classic.is_consumer_group = lambda group_id: self.consumer.get(group_id) is not None
         # KIP-890: asked before a TxnOffsetCommit's append whether the partition is in the
         # producer's transaction (the broker sets its transaction coordinator here)
         self.verifier: TransactionVerifier | None = None
