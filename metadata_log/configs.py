@@ -441,6 +441,26 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("group.max.session.timeout.ms", _T.INT, "1800000", at_least(1)),
     ConfigDef("group.initial.rebalance.delay.ms", _T.INT, "3000", at_least(0)),
     ConfigDef("group.max.size", _T.INT, "2147483647", at_least(1)),
+    # KIP-848 consumer groups (Kafka's GroupCoordinatorConfig); assignors by class or short name
+    ConfigDef("group.consumer.session.timeout.ms", _T.INT, "45000", at_least(1)),
+    ConfigDef("group.consumer.min.session.timeout.ms", _T.INT, "45000", at_least(1)),
+    ConfigDef("group.consumer.max.session.timeout.ms", _T.INT, "60000", at_least(1)),
+    ConfigDef("group.consumer.heartbeat.interval.ms", _T.INT, "5000", at_least(1)),
+    ConfigDef("group.consumer.min.heartbeat.interval.ms", _T.INT, "5000", at_least(1)),
+    ConfigDef("group.consumer.max.heartbeat.interval.ms", _T.INT, "15000", at_least(1)),
+    ConfigDef("group.consumer.max.size", _T.INT, "2147483647", at_least(1)),
+    ConfigDef(
+        "group.consumer.assignors",
+        _T.LIST,
+        "org.apache.kafka.coordinator.group.assignor.UniformAssignor,"
+        "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
+        each_one_of(
+            "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+            "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
+            "uniform",
+            "range",
+        ),
+    ),
     ConfigDef("log.retention.check.interval.ms", _T.LONG, "300000", at_least(100)),
     ConfigDef("log.retention.ms", _T.LONG, None, dynamic=True),
     ConfigDef("log.retention.minutes", _T.INT, None, dynamic=True),

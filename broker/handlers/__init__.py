@@ -18,6 +18,7 @@ from broker.handlers.admin import AdminHandlers
 from broker.handlers.basics import ApiVersionsHandler, InitProducerIdHandler
 from broker.handlers.client_quotas import ClientQuotaHandlers
 from broker.handlers.cluster_description import ClusterDescriptionHandlers
+from broker.handlers.consumer_groups import ConsumerGroupHandlers
 from broker.handlers.delete_records import DeleteRecordsHandler
 from broker.handlers.fetch import FetchHandler
 from broker.handlers.groups import GroupHandlers
@@ -111,6 +112,10 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
             parts.coordinator,
             lambda broker, listener: parts.endpoint_of(broker, parts.node.listener_for(listener)),
             parts.transactions.coordinator_of,
+        ).specs(),
+        *ConsumerGroupHandlers(
+            parts.coordinator,
+            lambda topic_id: t.name if (t := parts.image.topics.by_id.get(topic_id)) else None,
         ).specs(),
         ApiVersionsHandler(parts.api_versions).spec(),
         *SaslHandlers().specs(),

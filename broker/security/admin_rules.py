@@ -27,6 +27,8 @@ from kafka_protocol.messages import (
     AssignReplicasToDirsResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
@@ -405,6 +407,8 @@ BROKER_RULES: Final[dict[int, Rule]] = {
             _refused(DescribeClientQuotasResponse, error_message=CLUSTER_DENIED.message),
         ),
     ),
+    68: Rule(ConsumerGroupHeartbeatResponse, group_rules.consumer_group_heartbeat),
+    69: Rule(ConsumerGroupDescribeResponse, group_rules.consumer_group_describe),
     **FORWARDED_RULES,
 }
 
