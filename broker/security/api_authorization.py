@@ -50,6 +50,9 @@ The table, as Kafka 3.x checks (``KafkaApis``, ``ControllerApis``, ``AuthHelper`
                            DescribeTopicPartitionsRequestHandler): named refused, listing omits
     DescribeQuorum         DESCRIBE CLUSTER (then forwarded)   CLUSTER_AUTHORIZATION_FAILED
     UnregisterBroker       ALTER CLUSTER
+    DeleteRecords          DELETE TOPIC                        TOPIC_AUTHORIZATION_FAILED
+    DescribeLogDirs        DESCRIBE CLUSTER (v3+: top-level)   CLUSTER_AUTHORIZATION_FAILED
+    AlterReplicaLogDirs    ALTER CLUSTER                       CLUSTER_AUTHORIZATION_FAILED
     controller listener:   BrokerRegistration, BrokerHeartbeat, Fetch (metadata), FetchSnapshot,
                            AlterPartition, AllocateProducerIds: CLUSTER_ACTION CLUSTER;
                            DescribeQuorum: DESCRIBE CLUSTER    CLUSTER_AUTHORIZATION_FAILED
