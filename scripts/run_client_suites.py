@@ -47,15 +47,16 @@ checked out at the versions installed here (``pip show kafka-python aiokafka``;
 * ``--librdkafka DIR``: a librdkafka tree *built* with its tests (``./configure
   --disable-gssapi --disable-zstd --disable-curl && make libs && make -C tests test-runner``,
   ~5 minutes on 2 cores; with RapidJSON's headers installed (``rapidjson-dev``) first, or
-  0053-stats, 0101-fetch_from_follower and 0110-batch_size skip themselves).  Its ``tests/sasl_test.py`` runs the suite on trivup clusters in
-  several security set-ups; the same set-ups are run here against our broker with the
-  ``test.conf`` and ``SSL_*`` environment that ``LibrdkafkaTestApp.py`` writes, flags
-  ``-p1 -L -Q`` as its ``make sasl`` target (but 0142-reauthentication's sub-tests, which
-  ``-Q`` would skip, run without it), and a test selection per set-up (see
-  :data:`LIBRDKAFKA_SUITES`).  librdkafka's tests are those of the newest tag stored
-  (v2.15.0) when the installed library is 2.16.0.  Its broker speaks TLS 1.2 at most, as
-  trivup's does.  A failed 0097-ssl_verify is reported with the known causes its log shows
-  (``client_suites/rdk_diagnosis.py``: librdkafka's handshake race, OpenSSL's alert number).
+  0053-stats, 0101-fetch_from_follower and 0110-batch_size skip themselves).  Its
+  ``tests/sasl_test.py`` runs the suite on trivup clusters in several security set-ups; the
+  same set-ups are run here against our broker with the ``test.conf`` and ``SSL_*`` environment
+  that ``LibrdkafkaTestApp.py`` writes, flags ``-p1 -L -Q`` as its ``make sasl`` target (but
+  0142-reauthentication's sub-tests, which ``-Q`` would skip, run without it), and a test
+  selection per set-up (see :data:`LIBRDKAFKA_SUITES`).  librdkafka's tests are those of the
+  newest tag stored (v2.15.0) when the installed library is 2.16.0.  Its broker speaks TLS 1.2
+  at most, as trivup's does.  A failed 0097-ssl_verify is reported with the known causes its
+  log shows (``client_suites/rdk_diagnosis.py``: librdkafka's handshake race, OpenSSL's alert
+  number).
 
 Each client gets its own broker, ``python -m kraft.cli dev`` with the settings its CI's
 broker has (listeners PLAINTEXT, SSL, MTLS (SSL, ``ssl.client.auth=required``),
