@@ -28,6 +28,7 @@ from kraft.cli import (
     cluster,
     elect,
     groups,
+    quotas,
     records,
     storage,
     topics,
@@ -215,6 +216,7 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     cluster.add_parser(sub, common)
     users.add_parser(sub, common)
     acls.add_parser(sub, common)
+    quotas.add_parser(sub, common)
     elect.add_parser(sub)
     certs.add_parser(sub)
 

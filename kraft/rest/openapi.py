@@ -25,6 +25,7 @@ from kraft.rest.openapi_parts import json_body as _json_body
 from kraft.rest.openapi_parts import op as _op
 from kraft.rest.openapi_parts import query as _query
 from kraft.rest.openapi_parts import ref as _ref
+from kraft.rest.openapi_quotas import QUOTA_SCHEMAS, quota_paths
 from kraft.rest.openapi_security import (
     SECURITY_SCHEMAS,
     SECURITY_SCHEMES,
@@ -667,11 +668,12 @@ def openapi_document(version: str) -> dict[str, Any]:
                     **_group_paths(),
                     **transaction_paths(),
                     **security_paths(),
+                    **quota_paths(),
                 }
             )
         ),
         "components": {
-            "schemas": {**SCHEMAS, **SECURITY_SCHEMAS, **TRANSACTION_SCHEMAS},
+            "schemas": {**SCHEMAS, **SECURITY_SCHEMAS, **TRANSACTION_SCHEMAS, **QUOTA_SCHEMAS},
             "securitySchemes": SECURITY_SCHEMES,
         },
         "security": [{"basicAuth": []}],

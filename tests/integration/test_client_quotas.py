@@ -10,6 +10,9 @@ the requests go through kafka-python's own connection manager and its own protoc
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,7 +28,7 @@ from kafka.protocol.admin import (
     DescribeClientQuotasRequest,
 )
 
-from integration.cluster_process import LocalCluster, ServerProcess, wait_for
+from integration.cluster_process import LocalCluster, ServerProcess, rest_call, wait_for
 from integration.raw_client import RawConnection
 from kafka_protocol.messages import ApiVersionsRequest, ProduceRequest, ProduceResponse
 from kafka_protocol.record_batch import SimpleRecord, build_batch
@@ -348,3 +351,100 @@ def test_the_broker_mutes_a_throttled_connection(cluster: LocalCluster) -> None:
         conn.close()
         alter(kp, [(raw_client, {"producer_byte_rate": None})])
         kp.close()
+
+
+# --- REST and CLI -------------------------------------------------------------------------------
+
+
+def kraft_cli(node: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kraft.cli", *args, "--admin", node.admin, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_rest_and_cli(cluster: LocalCluster) -> None:
+    a, b = list(cluster.brokers.values())[:2]
+    body = {
+        "entity": {"user": "carol", "client-id": None},
+        "set": {"producer_byte_rate": 2048, "request_percentage": 25.5},
+    }
+    assert rest_call(a, "POST", "/v1/quotas", body) == (
+        200,
+        {
+            "entity": {"client-id": None, "user": "carol"},
+            "quotas": {"producer_byte_rate": 2048.0, "request_percentage": 25.5},
+        },
+    )
+    wait_for("b's copy", lambda: rest_call(b, "GET", "/v1/quotas?user=carol")[1], 10, cluster)
+    assert rest_call(b, "GET", "/v1/quotas?user=carol&client-id=<default>") == (
+        200,
+        [
+            {
+                "entity": {"client-id": None, "user": "carol"},
+                "quotas": {"producer_byte_rate": 2048.0, "request_percentage": 25.5},
+            }
+        ],
+    )
+    assert rest_call(b, "GET", "/v1/quotas?user=*&strict=true") == (200, [])
+    # bad input: 400 with Kafka's error, nothing changed
+    for bad in (
+        {"entity": {"user": "carol"}, "set": {"no_such_quota": 1}},
+        {"entity": {"user": "carol"}, "set": {"producer_byte_rate": -1}},
+        {"entity": {"group": "g"}, "set": {"producer_byte_rate": 1}},
+    ):
+        status, answer = rest_call(a, "POST", "/v1/quotas", bad)
+        assert (status, answer["error"]) == (400, "INVALID_REQUEST"), answer
+    for bad_body in ({"entity": {}}, {"entity": {"user": "x"}, "set": {"k": "1"}}, {"x": 1}):
+        assert rest_call(a, "POST", "/v1/quotas", bad_body)[0] == 400
+    assert rest_call(a, "GET", "/v1/quotas?group=g")[0] == 400
+    assert (
+        rest_call(a, "GET", "/v1/quotas?user=carol")[1][0]["quotas"]["producer_byte_rate"] == 2048
+    )
+    # the CLI (kafka-configs.sh --alter / --describe)
+    done = kraft_cli(
+        a,
+        "quotas",
+        "alter",
+        "--quota-user",
+        "carol",
+        "--client-id",
+        "<default>",
+        "--add-config",
+        "consumer_byte_rate=4096",
+        "--delete-config",
+        "request_percentage",
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["quotas"] == {
+        "consumer_byte_rate": 4096.0,
+        "producer_byte_rate": 2048.0,
+    }
+    shown = kraft_cli(b, "quotas", "describe", "--quota-user", "carol")
+    wait_for(
+        "the CLI's change on b",
+        lambda: (
+            "consumer_byte_rate"
+            in kraft_cli(b, "quotas", "describe", "--quota-user", "carol").stdout
+        ),
+        10,
+        cluster,
+    )
+    refused = kraft_cli(a, "quotas", "alter", "--client-id", "x", "--add-config", "bogus=1")
+    assert refused.returncode != 0 and "INVALID_REQUEST" in refused.stderr + refused.stdout
+    assert shown.returncode == 0
+    done = kraft_cli(
+        a,
+        "quotas",
+        "alter",
+        "--quota-user",
+        "carol",
+        "--client-id",
+        "<default>",
+        "--delete-config",
+        "consumer_byte_rate,producer_byte_rate",
+    )
+    assert done.returncode == 0 and json.loads(done.stdout)["quotas"] == {}, done
