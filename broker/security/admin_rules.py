@@ -21,14 +21,20 @@ from kafka_protocol.messages import (
     AlterClientQuotasRequest,
     AlterClientQuotasResponse,
     AlterConfigsResponse,
+    AlterPartitionReassignmentsResponse,
     AlterPartitionResponse,
+    AlterReplicaLogDirsResponse,
+    AssignReplicasToDirsResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteGroupsResponse,
+    DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeClientQuotasResponse,
@@ -37,6 +43,7 @@ from kafka_protocol.messages import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeGroupsResponse,
+    DescribeLogDirsResponse,
     DescribeProducersResponse,
     DescribeQuorumResponse,
     DescribeTransactionsResponse,
@@ -53,6 +60,7 @@ from kafka_protocol.messages import (
     LeaveGroupResponse,
     ListGroupsResponse,
     ListOffsetsResponse,
+    ListPartitionReassignmentsResponse,
     ListTransactionsResponse,
     MetadataResponse,
     OffsetCommitResponse,
@@ -338,7 +346,27 @@ FORWARDED_RULES: Final[dict[int, Rule]] = {
     ),
     43: Rule(ElectLeadersResponse, elect_leaders),
     64: Rule(UnregisterBrokerResponse, _UNREGISTER),
+    # brokers only (KIP-858): CLUSTER_ACTION, as the controller listener's broker APIs
+    73: Rule(
+        AssignReplicasToDirsResponse,
+        cluster_operation(AclOperation.CLUSTER_ACTION, _refused(AssignReplicasToDirsResponse)),
+    ),
     49: Rule(AlterClientQuotasResponse, _quota_alterations_refused),
+    # Kafka's authorizeClusterOperation: ALTER to move partitions, DESCRIBE to list moves.
+    45: Rule(
+        AlterPartitionReassignmentsResponse,
+        cluster_operation(
+            AclOperation.ALTER,
+            _refused(AlterPartitionReassignmentsResponse, error_message=CLUSTER_DENIED.message),
+        ),
+    ),
+    46: Rule(
+        ListPartitionReassignmentsResponse,
+        cluster_operation(
+            AclOperation.DESCRIBE,
+            _refused(ListPartitionReassignmentsResponse, error_message=CLUSTER_DENIED.message),
+        ),
+    ),
 }
 
 BROKER_RULES: Final[dict[int, Rule]] = {
@@ -369,6 +397,9 @@ BROKER_RULES: Final[dict[int, Rule]] = {
     61: Rule(DescribeProducersResponse, txn_rules.describe_producers),
     65: Rule(DescribeTransactionsResponse, txn_rules.describe_transactions),
     66: Rule(ListTransactionsResponse, txn_rules.list_transactions),
+    21: Rule(DeleteRecordsResponse, api_rules.delete_records),
+    34: Rule(AlterReplicaLogDirsResponse, api_rules.alter_replica_log_dirs),
+    35: Rule(DescribeLogDirsResponse, api_rules.describe_log_dirs),
     48: Rule(
         DescribeClientQuotasResponse,
         cluster_operation(
@@ -376,6 +407,8 @@ BROKER_RULES: Final[dict[int, Rule]] = {
             _refused(DescribeClientQuotasResponse, error_message=CLUSTER_DENIED.message),
         ),
     ),
+    68: Rule(ConsumerGroupHeartbeatResponse, group_rules.consumer_group_heartbeat),
+    69: Rule(ConsumerGroupDescribeResponse, group_rules.consumer_group_describe),
     **FORWARDED_RULES,
 }
 

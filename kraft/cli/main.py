@@ -29,6 +29,7 @@ from kraft.cli import (
     elect,
     groups,
     quotas,
+    reassign,
     records,
     storage,
     topics,
@@ -218,6 +219,7 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     acls.add_parser(sub, common)
     quotas.add_parser(sub, common)
     elect.add_parser(sub)
+    reassign.add_parser(sub)
     certs.add_parser(sub)
 
 
