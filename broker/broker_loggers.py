@@ -3,7 +3,7 @@ live (Kafka's ``RuntimeLoggerManager`` over log4j).
 
 A DescribeConfigs of ``BROKER_LOGGER "<node id>"`` lists every logger the process has created,
 ``root`` first, each with its effective level in log4j's words (TRACE, DEBUG, INFO, WARN, ERROR,
-FATAL).  An IncrementalAlterConfigs of it is answered by the broker it names, never forwarded
+FATAL).  An incremental config change of it is answered by the broker it names, never forwarded
 to the controller (the admin clients send it to that broker, as Kafka routes it): SET gives a
 logger a level, DELETE unsets it so that it inherits its parent's again.  As in Kafka, the
 resource name must be this node's id (INVALID_REQUEST), the logger must exist and the level be
@@ -18,11 +18,11 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeGuard
+from typing import Any, Final, NamedTuple
 
+from broker.controller_channel import forwarded_api
 from kafka_protocol._codec import Request, Response
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.messages import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
 from metadata_log.configs import ConfigEntry, ConfigSource, ConfigType
 from metadata_log.image import ConfigResourceType
 
@@ -47,8 +47,7 @@ class LoggerChange:
     value: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class LoggerError:
+class LoggerError(NamedTuple):
     error_code: ErrorCode
     message: str
 
@@ -166,45 +165,48 @@ def alter(
     return None
 
 
-# --- IncrementalAlterConfigs: the BROKER_LOGGER resources here, the rest to the controller ------
+# --- incremental config changes: BROKER_LOGGER resources here, the rest to the controller ------
+# Spelled by api key and through the forwarding table (broker.controller_channel), which owns
+# the request and response types: that table is the one place a forwarded API is named.
 
-Resource = IncrementalAlterConfigsRequest.AlterConfigsResource
-Result = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+CONFIG_CHANGES_KEY: Final = 44  # Kafka's api key of incremental config changes
 
 
-def names_loggers(request: Request) -> TypeGuard[IncrementalAlterConfigsRequest]:
-    """Whether ``request`` is a config change naming a BROKER_LOGGER resource."""
-    return isinstance(request, IncrementalAlterConfigsRequest) and any(
-        r.resource_type == ConfigResourceType.BROKER_LOGGER for r in request.resources
+def names_loggers(request: Request) -> bool:
+    """Whether ``request`` is an incremental config change naming a BROKER_LOGGER resource."""
+    return request.API_KEY == CONFIG_CHANGES_KEY and any(
+        r.resource_type == ConfigResourceType.BROKER_LOGGER
+        for r in request.resources  # type: ignore[attr-defined]
     )
 
 
 async def change_levels(
-    request: IncrementalAlterConfigsRequest,
+    request: Any,
     version: int,
     forward: Callable[[Request, int], Awaitable[Response]],
     node_id: int,
-) -> IncrementalAlterConfigsResponse:
+) -> Response:
     """Answer the BROKER_LOGGER resources here and forward the others (if any); the results
     in the request's order."""
-    mine = [r for r in request.resources if r.resource_type == ConfigResourceType.BROKER_LOGGER]
-    others = [r for r in request.resources if r.resource_type != ConfigResourceType.BROKER_LOGGER]
-    results: list[Result] = []
+    api = forwarded_api(request)
+    logger_type = ConfigResourceType.BROKER_LOGGER
+    mine = [r for r in request.resources if r.resource_type == logger_type]
+    others = [r for r in request.resources if r.resource_type != logger_type]
+    results: list[Any] = []
     if others:
-        answer = await forward(dataclasses.replace(request, resources=others), version)
-        assert isinstance(answer, IncrementalAlterConfigsResponse)
+        answer: Any = await forward(dataclasses.replace(request, resources=others), version)
         results.extend(answer.responses)
     for resource in mine:
         changes = [LoggerChange(c.name, c.config_operation, c.value) for c in resource.configs]
         error = alter(node_id, resource.resource_name, changes, request.validate_only)
-        results.append(
-            Result(
-                error_code=ErrorCode.NONE if error is None else error.error_code,
-                error_message=None if error is None else error.message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-            )
-        )
+        code, message = (ErrorCode.NONE, "") if error is None else error
+        # the table's one-error answer of this resource alone
+        (result,) = api.failed(
+            dataclasses.replace(request, resources=[resource]), code, message
+        ).responses
+        result.error_message = message or None
+        results.append(result)
     order = {(r.resource_type, r.resource_name): i for i, r in enumerate(request.resources)}
     results.sort(key=lambda r: order.get((r.resource_type, r.resource_name), len(order)))
-    return IncrementalAlterConfigsResponse(responses=results)
+    response: Response = api.response_type(responses=results)
+    return response
