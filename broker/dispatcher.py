@@ -144,6 +144,10 @@ class RequestDispatcher:
                 )
                 raise CloseConnection
         ctx = RequestContext(header, session, time.perf_counter(), self._loop_time())
+        if self.throttle is not None:
+            body = self.throttle.bounded(
+                body, principal=session.principal, client_id=header.client_id
+            )
         try:
             result = handler.handle(ctx, body)
         except CloseAfterResponse as close:

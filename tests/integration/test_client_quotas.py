@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
 from kafka.protocol.admin import (
@@ -448,3 +448,58 @@ def test_rest_and_cli(cluster: LocalCluster) -> None:
         "consumer_byte_rate,producer_byte_rate",
     )
     assert done.returncode == 0 and json.loads(done.stdout)["quotas"] == {}, done
+
+
+def read_everything(bootstrap: str, topic: str, client_id: str, count: int) -> float:
+    """Seconds a confluent-kafka consumer takes to read ``count`` records from offset 0."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "group.id": f"g-{client_id}",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    seen = 0
+    started = time.monotonic()
+    try:
+        while seen < count:
+            assert time.monotonic() - started < 60, f"{client_id} read {seen} of {count}"
+            for msg in consumer.consume(500, 1.0):
+                assert msg.error() is None, msg.error()
+                seen += 1
+        return time.monotonic() - started
+    finally:
+        consumer.close()
+
+
+def test_a_consumer_fetch_quota_slows_only_its_client(cluster: LocalCluster) -> None:
+    broker = cluster.brokers[max(cluster.brokers)]
+    admin = AdminClient({"bootstrap.servers": broker.address})
+    topic = "quota-fetch"
+    admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[broker.node_id]])])[
+        topic
+    ].result(30)
+    count = 1024  # 1 MiB of values
+    # batches well below the quota's window: a fetch returns its first batch whole (KIP-74),
+    # and a batch above what the windows allow would be throttled whole every time (as in Kafka)
+    producer = Producer({"bootstrap.servers": broker.address, "linger.ms": 5, "batch.size": 16384})
+    for _ in range(count):
+        producer.produce(topic, value=VALUE)
+    assert producer.flush(30) == 0
+    kp = kp_admin(broker)
+    slow: Entity = (("client-id", "slow-reader"),)
+    quota = 256 * 1024.0
+    assert alter(kp, [(slow, {"consumer_byte_rate": quota})])[slow][0] == 0
+    wait_for("the quota", lambda: slow in everything(kp), 10, cluster)
+    try:
+        fast_s = read_everything(broker.address, topic, "fast-reader", count)
+        slow_s = read_everything(broker.address, topic, "slow-reader", count)
+    finally:
+        alter(kp, [(slow, {"consumer_byte_rate": None})])
+        kp.close()
+    print(f"1 MiB read in {slow_s:.2f} s under a 256 KiB/s quota, {fast_s:.2f} s without")
+    # one window's worth comes at once, the rest at the quota: about 3 s
+    assert 0.8 * (count * len(VALUE) - quota) / quota <= slow_s <= 8, slow_s
+    assert fast_s < slow_s / 2, (fast_s, slow_s)
