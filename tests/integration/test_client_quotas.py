@@ -30,7 +30,12 @@ from kafka.protocol.admin import (
 
 from integration.cluster_process import LocalCluster, ServerProcess, rest_call, wait_for
 from integration.raw_client import RawConnection
-from kafka_protocol.messages import ApiVersionsRequest, ProduceRequest, ProduceResponse
+from kafka_protocol.messages import (
+    ApiVersionsRequest,
+    MetadataRequest,
+    ProduceRequest,
+    ProduceResponse,
+)
 from kafka_protocol.record_batch import SimpleRecord, build_batch
 from kafka_protocol.types import TopicName
 
@@ -503,3 +508,23 @@ def test_a_consumer_fetch_quota_slows_only_its_client(cluster: LocalCluster) -> 
     # one window's worth comes at once, the rest at the quota: about 3 s
     assert 0.8 * (count * len(VALUE) - quota) / quota <= slow_s <= 8, slow_s
     assert fast_s < slow_s / 2, (fast_s, slow_s)
+
+
+def test_request_percentage_throttles_on_handler_time(cluster: LocalCluster) -> None:
+    """A tiny request_percentage: a Metadata answer carries a throttle (handler time is
+    measured against the quota, whatever the API)."""
+    broker = cluster.any_broker()
+    kp = kp_admin(broker)
+    raw_client: Entity = (("client-id", "raw-test"),)
+    assert alter(kp, [(raw_client, {"request_percentage": 0.001})])[raw_client][0] == 0
+    wait_for("the quota", lambda: raw_client in everything(kp), 10, cluster)
+    conn = RawConnection(broker.address)
+    try:
+        # one Metadata request takes well over 0.001 % of the measured second: throttled (and
+        # the connection muted for that long, so nothing more is sent on it)
+        answer = conn.request(MetadataRequest(topics=None), 9)
+        assert answer.throttle_time_ms > 0, answer.throttle_time_ms
+    finally:
+        conn.close()
+        alter(kp, [(raw_client, {"request_percentage": None})])
+        kp.close()
