@@ -269,8 +269,10 @@ class RequestDispatcher:
             handler_s=cost.handler_s,
             now_ms=now_s * 1000.0,
         )
-        if throttle.ms > 0:
-            until = now_s + throttle.ms / 1000.0
+        # a throttle the handler gave (controller_mutation_rate) mutes the connection too
+        mute_ms = max(throttle.ms, getattr(response, "throttle_time_ms", 0) or 0)
+        if mute_ms > 0:
+            until = now_s + mute_ms / 1000.0
             ctx.session.muted_until_s = max(ctx.session.muted_until_s, until)
         return throttle
 

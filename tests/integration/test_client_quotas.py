@@ -25,6 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
 from kafka.protocol.admin import (
     AlterClientQuotasRequest,
+    CreateTopicsRequest,
     DescribeClientQuotasRequest,
 )
 
@@ -528,3 +529,39 @@ def test_request_percentage_throttles_on_handler_time(cluster: LocalCluster) -> 
         conn.close()
         alter(kp, [(raw_client, {"request_percentage": None})])
         kp.close()
+
+
+def test_controller_mutation_rate_refuses_topics_beyond_the_bucket(cluster: LocalCluster) -> None:
+    """CreateTopics v6+ is strict (KIP-599): with 1 partition/s and 2 windows of 1 s the bucket
+    holds 2; a third topic may still take it below zero, a fourth is refused."""
+    broker = cluster.any_broker()
+    kp = kp_admin(broker)
+    mutator: Entity = (("client-id", "mutator"),)
+    assert alter(kp, [(mutator, {"controller_mutation_rate": 1.0})])[mutator][0] == 0
+    wait_for("the quota", lambda: mutator in everything(kp), 10, cluster)
+    client = KafkaAdminClient(
+        bootstrap_servers=broker.address, client_id="mutator", request_timeout_ms=10000
+    )
+    C = CreateTopicsRequest
+    request = C(
+        topics=[
+            C.CreatableTopic(name=f"mutation-{i}", num_partitions=1, replication_factor=1)
+            for i in range(4)
+        ],
+        timeout_ms=10000,
+    )
+    try:
+        manager = client._manager  # no public call returns the per-topic errors
+        answer = manager.run(manager.send, request, broker.node_id)
+    finally:
+        client.close()
+        alter(kp, [(mutator, {"controller_mutation_rate": None})])
+        kp.close()
+    assert answer.version >= 6
+    assert [(t.name, t.error_code) for t in answer.topics] == [
+        ("mutation-0", 0),
+        ("mutation-1", 0),
+        ("mutation-2", 0),
+        ("mutation-3", 89),  # THROTTLING_QUOTA_EXCEEDED
+    ]
+    assert answer.throttle_time_ms > 0
