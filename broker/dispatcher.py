@@ -9,6 +9,10 @@ Unsupported versions: an ApiVersions request at a version we do not serve is ans
 with UNSUPPORTED_VERSION and our ranges, so that the client retries lower (KIP-511).  Any other
 api key or version outside the advertised table closes the connection, as Kafka does; a frame
 that does not decode does too.  Neither affects other connections.
+
+Client quotas (:mod:`broker.quotas.throttle`), while any quota exists: a request's cost is
+recorded once its response is ready; a throttled answer carries ``throttle_time_ms`` and the
+session is muted (``Session.muted_until_s``, read by the connection) for that long.
 """
 
 from __future__ import annotations
@@ -144,7 +148,9 @@ class RequestDispatcher:
                 )
                 raise CloseConnection
         ctx = RequestContext(header, session, time.perf_counter(), self._loop_time())
-        if self.throttle is not None:
+        quotas = self.throttle is not None and self.throttle.active
+        if quotas:
+            assert self.throttle is not None
             body = self.throttle.bounded(
                 body, principal=session.principal, client_id=header.client_id
             )
@@ -154,7 +160,7 @@ class RequestDispatcher:
             chunks = self._encode(handler, ctx, close.response)
             return self._close_later(chunks, close.delay_ms)
         cost = None
-        if self.throttle is not None:
+        if quotas:
             cost = _Cost(body, len(frame), time.perf_counter() - ctx.received_s)
         return self._finish(handler, ctx, cost, result)
 

@@ -61,6 +61,11 @@ class RequestThrottle:
     def __init__(self, manager: ClientQuotaManager) -> None:
         self.manager = manager
 
+    @property
+    def active(self) -> bool:
+        """Whether any client quota exists (none: requests pay nothing for quotas)."""
+        return bool(self.manager.quotas())
+
     def bounded(self, request: Request, *, principal: str, client_id: str | None) -> Request:
         """``request`` as the handler should see it: a consumer Fetch under a fetch quota asks
         for at most what the quota allows in one measured span (Kafka's
