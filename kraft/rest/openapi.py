@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from kraft.rest.common import MAX_BODY_BYTES, MAX_JSON_DEPTH
+from kraft.rest.openapi_log_dirs import LOG_DIRS_SCHEMAS, log_dirs_paths
 from kraft.rest.openapi_parts import (
     INT,
     INT32,
@@ -672,11 +673,17 @@ def openapi_document(version: str) -> dict[str, Any]:
                     **_group_paths(),
                     **transaction_paths(),
                     **security_paths(),
+                    **log_dirs_paths(),
                 }
             )
         ),
         "components": {
-            "schemas": {**SCHEMAS, **SECURITY_SCHEMAS, **TRANSACTION_SCHEMAS},
+            "schemas": {
+                **SCHEMAS,
+                **SECURITY_SCHEMAS,
+                **TRANSACTION_SCHEMAS,
+                **LOG_DIRS_SCHEMAS,
+            },
             "securitySchemes": SECURITY_SCHEMES,
         },
         "security": [{"basicAuth": []}],
