@@ -32,15 +32,19 @@ from broker.log_dir import open_log_directories
 from broker.log_dir_assignments import DirectoryAssignments
 from broker.metrics import BrokerMetrics, gauge
 from broker.partition import Partition, Registration
+from broker.quotas.manager import ClientQuotaManager, QuotaSettings
+from broker.quotas.throttle import RequestThrottle
 from broker.replica_manager import ReplicaManager
 from broker.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker.replication.partition_state import PartitionState
+from broker.replication.throttle import ReplicationThrottles
 from broker.server import KafkaListener
 from broker.storage import Storage
 from broker.transaction.coordinator import TransactionCoordinator
 from broker.transaction.producer_ids import ProducerIdAllocator
 from broker.transaction.records import TRANSACTION_STATE_TOPIC
 from broker.transaction.remote import BrokerConnections
+from kafka_protocol.clock import monotonic_ms
 from kafka_protocol.messages import ApiVersionsResponse
 from metadata_log.configs import effective_topic_config
 from metadata_log.delta import MetadataDelta
@@ -106,6 +110,10 @@ class Broker:
         self.replicas.on_log_dir_moved = self._report_directory
         # Told when the log directory fails (the broker's lifecycle heartbeats at once).
         self.log_dir_listeners: list[Callable[[], None]] = []
+        # leader.* / follower.replication.throttled.* from the image (KIP-73)
+        self.replication_throttles = ReplicationThrottles(
+            config.node_id, lambda: self.image, config.broker_defaults, monotonic_ms
+        )
         self.fetchers = ReplicaFetcherManager(
             self.replicas,
             self.endpoint_of,
@@ -116,6 +124,7 @@ class Broker:
                 response_max_bytes=config.replica_fetch_response_max_bytes,
                 on_corrupt_batch=self.metrics.corrupt_batches.labels("follower_fetch").inc,
                 security=config.inter_broker_security,
+                throttle=self.replication_throttles.follower,
             ),
         )
         self.coordinator = GroupCoordinator(
@@ -150,7 +159,16 @@ class Broker:
         # This process's registration; a leadership in the image counts only once the image
         # holds it (None: a single combined node, where no earlier incarnation can lead).
         self.incarnation_id: uuid.UUID | None = None
-        self.dispatcher = RequestDispatcher(build_handlers(self), self.metrics)
+        self.dispatcher = RequestDispatcher(
+            build_handlers(self),
+            self.metrics,
+            RequestThrottle(  # client quotas (broker.quotas)
+                ClientQuotaManager(
+                    lambda: self.image.client_quotas,
+                    QuotaSettings.from_config(config.broker_defaults),
+                )
+            ),
+        )
         self.listener: KafkaListener | None = None  # the primary one (config.primary_listener)
         self.listeners: dict[str, KafkaListener] = {}  # every one, by name
         self._maintenance: list[asyncio.Task[None]] = []

@@ -351,7 +351,7 @@ class ReplicaManager(LeaderAppends, LogMaintenance, LogDirMoves):
         role, now = part.role, self.monotonic_ms()
         if reg.leader == self.broker_id:
             if isinstance(role, PartitionState) and role.leader_epoch == reg.leader_epoch:
-                role.replicas = reg.replicas
+                role.update_replicas(reg.replicas)
                 if role.on_alter_partition_response(reg.isr, reg.leader_epoch, reg.partition_epoch):
                     part.high_watermark_moved()
                 part.low_watermark_maybe_moved()  # the ISR may have lost a follower
@@ -544,7 +544,10 @@ class ReplicaManager(LeaderAppends, LogMaintenance, LogDirMoves):
             part.log.append_as_follower(records, now_ms=now, on_batches=learn)
             role.on_append(part.log.log_end_offset)
             part.next_offset = part.log.log_end_offset
+        before = role.high_watermark
         part.producers.on_high_watermark(role.on_fetch_response(leader_high_watermark))
+        if role.high_watermark != before:
+            part.wake_waiters()  # consumers long-polling this follower (KIP-392)
 
     def truncate(self, part: Partition, truncation: Truncation) -> None:
         """Cut a follower's divergent tail (KIP-101/279) and everything derived from it."""

@@ -48,6 +48,7 @@ from metadata_log.acls import (
     PatternType,
     ResourceType,
 )
+from metadata_log.client_quotas import ClientQuotas, quota_records, sort_key
 from metadata_log.records import MetadataRecord
 from metadata_log.scram import SCRAM_MECHANISM_IDS, ScramCredential, ScramKey
 
@@ -392,6 +393,8 @@ class ClusterImage:
     # (Kafka: ScramImage).
     acls: Mapping[uuid.UUID, AclEntry] = field(default_factory=frozen_map)
     scram: Mapping[ScramKey, ScramCredential] = field(default_factory=frozen_map)
+    # Client quotas by entity (Kafka: ClientQuotasImage), see metadata_log.client_quotas.
+    client_quotas: ClientQuotas = field(default_factory=frozen_map)
 
     EMPTY: ClassVar[ClusterImage]
 
@@ -404,6 +407,7 @@ class ClusterImage:
             or self.features
             or self.acls
             or self.scram
+            or self.client_quotas
         )
 
     @property
@@ -460,6 +464,8 @@ class ClusterImage:
         out.extend(acl_record(acl_id, self.acls[acl_id]) for acl_id in sorted(self.acls))
         for user, mechanism in sorted(self.scram):
             out.append(scram_record(user, mechanism, self.scram[user, mechanism]))
+        for entity in sorted(self.client_quotas, key=sort_key):
+            out.extend(quota_records(entity, self.client_quotas[entity]))
         return out
 
 

@@ -26,6 +26,7 @@ from kraft.rest.openapi_parts import json_body as _json_body
 from kraft.rest.openapi_parts import op as _op
 from kraft.rest.openapi_parts import query as _query
 from kraft.rest.openapi_parts import ref as _ref
+from kraft.rest.openapi_reassignments import REASSIGNMENT_SCHEMAS, reassignment_paths
 from kraft.rest.openapi_security import (
     SECURITY_SCHEMAS,
     SECURITY_SCHEMES,
@@ -672,6 +673,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                     **_record_paths(),
                     **_group_paths(),
                     **transaction_paths(),
+                    **reassignment_paths(),
                     **security_paths(),
                     **log_dirs_paths(),
                 }
@@ -683,6 +685,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                 **SECURITY_SCHEMAS,
                 **TRANSACTION_SCHEMAS,
                 **LOG_DIRS_SCHEMAS,
+                **REASSIGNMENT_SCHEMAS,
             },
             "securitySchemes": SECURITY_SCHEMES,
         },
