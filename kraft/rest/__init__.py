@@ -51,6 +51,7 @@ from kraft.rest.groups import (
     reset_group_offsets,
     setup_groups,
 )
+from kraft.rest.log_dirs import get_log_dirs
 from kraft.rest.quotas import alter_quotas, list_quotas
 from kraft.rest.reassignments import (
     cancel_reassignments,
@@ -115,6 +116,7 @@ ROUTES: Final = (
     ("DELETE", "/v1/acls", delete_acls),
     ("GET", "/v1/quotas", list_quotas),
     ("POST", "/v1/quotas", alter_quotas),
+    ("GET", "/v1/brokers/{id}/log-dirs", get_log_dirs),
     ("GET", "/metrics", get_metrics),
     ("GET", "/v1/openapi.json", get_openapi),
 )

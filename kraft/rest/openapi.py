@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from kraft.rest.common import MAX_BODY_BYTES, MAX_JSON_DEPTH
+from kraft.rest.openapi_log_dirs import LOG_DIRS_SCHEMAS, log_dirs_paths
 from kraft.rest.openapi_parts import (
     INT,
     INT32,
@@ -676,6 +677,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                     **reassignment_paths(),
                     **security_paths(),
                     **quota_paths(),
+                    **log_dirs_paths(),
                 }
             )
         ),
@@ -684,6 +686,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                 **SCHEMAS,
                 **SECURITY_SCHEMAS,
                 **TRANSACTION_SCHEMAS,
+                **LOG_DIRS_SCHEMAS,
                 **REASSIGNMENT_SCHEMAS,
                 **QUOTA_SCHEMAS,
             },
