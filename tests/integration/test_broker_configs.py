@@ -3,7 +3,8 @@
 
 BROKER: dynamic configs per broker ("<id>") and for the cluster default (""), kept in the
 metadata log; each broker describes its own, a per-broker value winning over the default.
-confluent-kafka's ``AdminClient`` and kafka-python's ``KafkaAdminClient`` both refuse an empty
+confluent-kafka's ``AdminClient``, kafka-python's ``KafkaAdminClient`` and aiokafka's
+``AIOKafkaAdminClient`` (BROKER only) describe them.  The first two refuse an empty
 resource name locally (librdkafka: "Invalid ConfigResource"; kafka-python: "Broker resource
 names must be an integer"), so the cluster default goes through kafka-python's protocol classes
 on its own connection, as kafka-configs.sh ``--entity-default`` sends it.
@@ -15,11 +16,15 @@ confluent-kafka 2.16.1's ``ConfigResource.Type`` has no BROKER_LOGGER, so only k
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource as AioResource
+from aiokafka.admin.config_resource import ConfigResourceType as AioType
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from kafka.admin import AlterConfigOp, KafkaAdminClient
 from kafka.admin import ConfigResource as KpResource
@@ -91,6 +96,24 @@ def set_default(node: ServerProcess, changes: dict[str, str | None]) -> int:
     return response.responses[0].error_code
 
 
+def aiokafka_value(cluster: LocalCluster, broker_id: int) -> str | None:
+    """``KEY`` of one broker, as aiokafka's AIOKafkaAdminClient.describe_configs reads it."""
+
+    async def describe() -> str | None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+        await admin.start()
+        try:
+            resource = AioResource(AioType.BROKER, str(broker_id), {KEY: None})
+            (response,) = await admin.describe_configs([resource])
+        finally:
+            await admin.close()
+        (resource_result,) = response.resources
+        entries = {e[0]: e[1] for e in resource_result[4]}
+        return entries.get(KEY)
+
+    return asyncio.run(describe())
+
+
 def confluent_value(admin: AdminClient, broker_id: int) -> tuple[str | None, int]:
     resource = ConfigResource("BROKER", str(broker_id))
     entry = admin.describe_configs([resource])[resource].result(10)[KEY]
@@ -139,6 +162,8 @@ def test_per_broker_and_cluster_default_configs(cluster: LocalCluster) -> None:
         10,
         cluster,
     )
+    # aiokafka's admin (BROKER resources only) sees it too, and changes it back
+    assert aiokafka_value(cluster, c) == "1800000"
     # a broker describes only itself (Kafka: INVALID_REQUEST "Unexpected broker id")
     assert described(node_b, BROKER, str(a))[0] == INVALID_REQUEST
     # bad input: an unknown key is refused, nothing changed
