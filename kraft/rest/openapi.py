@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from kraft.rest.common import MAX_BODY_BYTES, MAX_JSON_DEPTH
+from kraft.rest.openapi_log_dirs import LOG_DIRS_SCHEMAS, log_dirs_paths
 from kraft.rest.openapi_parts import (
     INT,
     INT32,
@@ -25,6 +26,7 @@ from kraft.rest.openapi_parts import json_body as _json_body
 from kraft.rest.openapi_parts import op as _op
 from kraft.rest.openapi_parts import query as _query
 from kraft.rest.openapi_parts import ref as _ref
+from kraft.rest.openapi_quotas import QUOTA_SCHEMAS, quota_paths
 from kraft.rest.openapi_reassignments import REASSIGNMENT_SCHEMAS, reassignment_paths
 from kraft.rest.openapi_security import (
     SECURITY_SCHEMAS,
@@ -674,6 +676,8 @@ def openapi_document(version: str) -> dict[str, Any]:
                     **transaction_paths(),
                     **reassignment_paths(),
                     **security_paths(),
+                    **quota_paths(),
+                    **log_dirs_paths(),
                 }
             )
         ),
@@ -682,7 +686,9 @@ def openapi_document(version: str) -> dict[str, Any]:
                 **SCHEMAS,
                 **SECURITY_SCHEMAS,
                 **TRANSACTION_SCHEMAS,
+                **LOG_DIRS_SCHEMAS,
                 **REASSIGNMENT_SCHEMAS,
+                **QUOTA_SCHEMAS,
             },
             "securitySchemes": SECURITY_SCHEMES,
         },
