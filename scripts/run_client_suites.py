@@ -17,8 +17,8 @@ tests on one controller and three brokers as its CI's scenarios, kafka-python's
 * aiokafka: ``tests/test_transactional_producer.py``, ``tests/test_transactional_consumer.py``
   and the four transactional ACL tests of ``tests/test_sasl.py`` (deselected from the
   security selection);
-* librdkafka (PLAINTEXT): 0103-transactions (a run per sub-test function, less the one
-  that needs DeleteRecords), 0129-fetch_aborted_msgs and 0061-consumer_lag
+* librdkafka (PLAINTEXT): 0103-transactions (a run per sub-test function),
+  0129-fetch_aborted_msgs and 0061-consumer_lag
   (read_committed lag of a transactional producer), on one controller and three brokers
   (``kraft server``: 0103 creates its topics with replication factor 3); not
   0098-consumer-txn (a Java producer).
