@@ -18,6 +18,7 @@ from broker.handlers.admin import AdminHandlers
 from broker.handlers.basics import ApiVersionsHandler, InitProducerIdHandler
 from broker.handlers.fetch import FetchHandler
 from broker.handlers.groups import GroupHandlers
+from broker.handlers.leader_hints import LeaderHints
 from broker.handlers.list_offsets import ListOffsetsHandler
 from broker.handlers.metadata import AutoCreate, MetadataHandler
 from broker.handlers.offset_for_leader_epoch import OffsetForLeaderEpochHandler
@@ -77,12 +78,17 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
     replicas = parts.replicas
     authorizer = BrokerAuthorizer.from_config(cfg.broker_defaults, lambda: parts.image)
     security = SecurityAdminHandlers(authorizer, lambda: parts.image)
+    hints = LeaderHints(  # KIP-951: the leader's address on the listener the client used
+        lambda: parts.image,
+        lambda broker, listener: parts.endpoint_of(broker, parts.node.listener_for(listener)),
+    )
     handlers = [
         ProduceHandler(
             replicas,
             parts.metrics,
             # transaction.partition.verification.enable=false: appended unverified, unawaited
             verifier=parts.transactions if parts.transactions.config.verification_enabled else None,
+            hints=hints,
         ).spec(),
         FetchHandler(
             replicas,
@@ -90,6 +96,7 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
             parts.broker_epoch_of,
             lambda: parts.image,
             cfg.replica_selector,
+            hints,
         ).spec(),
         ListOffsetsHandler(replicas).spec(),
         OffsetForLeaderEpochHandler(replicas).spec(),

@@ -28,6 +28,7 @@ from kafka_protocol.messages import (
     FetchResponse,
     ListOffsetsRequest,
     MetadataRequest,
+    ProduceRequest,
     RequestHeader,
 )
 from kafka_protocol.metadata import PartitionRecord, RegisterBrokerRecord, TopicRecord
@@ -60,7 +61,17 @@ def _broker(selector: str | None) -> Broker:
     )
     broker = Broker(config, MemoryStorage(), _NoController(), ClusterImage.EMPTY, "c")  # type: ignore[arg-type]
     records: list[MetadataRecord] = [
-        RegisterBrokerRecord(broker_id=BrokerId(b), rack=rack, fenced=False, broker_epoch=10 + b)
+        RegisterBrokerRecord(
+            broker_id=BrokerId(b),
+            rack=rack,
+            fenced=False,
+            broker_epoch=10 + b,
+            end_points=[
+                RegisterBrokerRecord.BrokerEndpoint(
+                    name="PLAINTEXT", host=f"b{b}.example", port=9092, security_protocol=0
+                )
+            ],
+        )
         for b, rack in RACKS.items()
     ]
     for name, topic_id, replicas in (("led", LED, [2, 3, 1]), ("followed", FOLLOWED, [1, 2, 3])):
@@ -97,8 +108,7 @@ def _wire_response(resp: Any, version: int) -> FetchResponse:
     return decoded
 
 
-def _fetch(
-    broker: Broker,
+def _request(
     version: int,
     topic: str,
     topic_id: uuid.UUID,
@@ -107,7 +117,7 @@ def _fetch(
     replica_id: int = -1,
     rack: str = "",
     epoch: int = -1,
-) -> FetchResponse.PartitionData:
+) -> FetchRequest:
     partition = FetchRequest.FetchPartition(
         partition=0, fetch_offset=offset, partition_max_bytes=1 << 20, current_leader_epoch=epoch
     )
@@ -129,6 +139,21 @@ def _fetch(
         req.replica_state = FetchRequest.ReplicaState(replica_id=BrokerId(replica_id))
     else:
         req.replica_id = BrokerId(replica_id)
+    return req
+
+
+def _fetch(
+    broker: Broker,
+    version: int,
+    topic: str,
+    topic_id: uuid.UUID,
+    offset: int = 0,
+    *,
+    replica_id: int = -1,
+    rack: str = "",
+    epoch: int = -1,
+) -> FetchResponse.PartitionData:
+    req = _request(version, topic, topic_id, offset, replica_id=replica_id, rack=rack, epoch=epoch)
     ctx, decoded = _wire_request(req, version)
     resp = broker.dispatcher.handlers[1].handle(ctx, decoded)
     assert isinstance(resp, FetchResponse), "max_wait_ms=0 answers at once"
@@ -202,6 +227,24 @@ def test_an_unknown_topic_id_is_answered_unknown_topic_id(version: int) -> None:
     data = _fetch(broker, version, "", stranger)
     assert data.error_code == ErrorCode.UNKNOWN_TOPIC_ID
     assert data.high_watermark == -1 and not data.records
+
+
+@pytest.mark.parametrize("version", [12, 15, 16, 17])
+def test_from_v16_not_leader_names_the_leader_and_its_address(version: int) -> None:
+    """KIP-951: a replica fetching "followed" from here (its leader is broker 1)."""
+    broker = _with_data()
+    ctx, req = _wire_request(_request(version, "followed", FOLLOWED, 0, replica_id=3), version)
+    resp = broker.dispatcher.handlers[1].handle(ctx, req)
+    answer = _wire_response(resp, version)
+    (data,) = answer.responses[0].partitions
+    assert data.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    leader = (data.current_leader.leader_id, data.current_leader.leader_epoch)
+    endpoints = [(e.node_id, e.host, e.port, e.rack) for e in answer.node_endpoints]
+    if version >= 16:
+        assert leader == (1, 0)
+        assert endpoints == [(1, "b1.example", 9092, "rack-b")]
+    else:
+        assert leader == (-1, -1) and endpoints == []
 
 
 def test_the_replica_id_moves_into_replica_state_at_v15() -> None:
@@ -359,3 +402,33 @@ def test_api_versions_advertises_kafka_4_versions_and_kafka_python_infers_4_0() 
     # older versions stay: Produce 0 (librdkafka's compression check), Fetch 4, ListOffsets 1
     assert (table[0][0], table[1][0], table[2][0], table[3][0]) == (0, 4, 1, 0)
     assert infer_broker_version_from_api_versions(table) == (4, 0)
+
+
+@pytest.mark.parametrize("version", [9, 10, 11])
+def test_from_produce_v10_not_leader_names_the_leader_and_its_address(version: int) -> None:
+    broker = _with_data()
+    req = ProduceRequest(
+        acks=1,
+        timeout_ms=1000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=TopicName("followed"),
+                partition_data=[
+                    ProduceRequest.PartitionProduceData(index=0, records=memoryview(_batch()))
+                ],
+            )
+        ],
+    )
+
+    async def main() -> Any:
+        return _ask(broker, 0, req, version)
+
+    answer = asyncio.run(main())
+    (p,) = answer.responses[0].partition_responses
+    assert p.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    leader = (p.current_leader.leader_id, p.current_leader.leader_epoch)
+    endpoints = [(e.node_id, e.host, e.port, e.rack) for e in answer.node_endpoints]
+    if version >= 10:
+        assert leader == (1, 0) and endpoints == [(1, "b1.example", 9092, "rack-b")]
+    else:
+        assert leader == (-1, -1) and endpoints == []
