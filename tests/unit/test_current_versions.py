@@ -26,6 +26,7 @@ from kafka_protocol.messages import (
     ApiVersionsRequest,
     FetchRequest,
     FetchResponse,
+    FindCoordinatorRequest,
     ListOffsetsRequest,
     MetadataRequest,
     ProduceRequest,
@@ -432,3 +433,16 @@ def test_from_produce_v10_not_leader_names_the_leader_and_its_address(version: i
         assert leader == (1, 0) and endpoints == [(1, "b1.example", 9092, "rack-b")]
     else:
         assert leader == (-1, -1) and endpoints == []
+
+
+@pytest.mark.parametrize("version", [4, 5, 6])
+def test_find_coordinator_refuses_share_group_keys(version: int) -> None:
+    """v6 adds share-group keys (KIP-932); without a share coordinator Kafka answers
+    INVALID_REQUEST for them, as for any key type before v6."""
+    broker = _broker(None)
+    req = FindCoordinatorRequest(key_type=2, coordinator_keys=["g:topic:0", "h:topic:1"])
+    answer = _ask(broker, 10, req, version)
+    assert [(c.key, c.error_code) for c in answer.coordinators] == [
+        ("g:topic:0", ErrorCode.INVALID_REQUEST),
+        ("h:topic:1", ErrorCode.INVALID_REQUEST),
+    ]
