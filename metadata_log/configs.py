@@ -441,6 +441,26 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("group.max.session.timeout.ms", _T.INT, "1800000", at_least(1)),
     ConfigDef("group.initial.rebalance.delay.ms", _T.INT, "3000", at_least(0)),
     ConfigDef("group.max.size", _T.INT, "2147483647", at_least(1)),
+    # KIP-848 consumer groups (Kafka's GroupCoordinatorConfig); assignors by class or short name
+    ConfigDef("group.consumer.session.timeout.ms", _T.INT, "45000", at_least(1)),
+    ConfigDef("group.consumer.min.session.timeout.ms", _T.INT, "45000", at_least(1)),
+    ConfigDef("group.consumer.max.session.timeout.ms", _T.INT, "60000", at_least(1)),
+    ConfigDef("group.consumer.heartbeat.interval.ms", _T.INT, "5000", at_least(1)),
+    ConfigDef("group.consumer.min.heartbeat.interval.ms", _T.INT, "5000", at_least(1)),
+    ConfigDef("group.consumer.max.heartbeat.interval.ms", _T.INT, "15000", at_least(1)),
+    ConfigDef("group.consumer.max.size", _T.INT, "2147483647", at_least(1)),
+    ConfigDef(
+        "group.consumer.assignors",
+        _T.LIST,
+        "org.apache.kafka.coordinator.group.assignor.UniformAssignor,"
+        "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
+        each_one_of(
+            "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+            "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
+            "uniform",
+            "range",
+        ),
+    ),
     ConfigDef("log.retention.check.interval.ms", _T.LONG, "300000", at_least(100)),
     ConfigDef("log.retention.ms", _T.LONG, None, dynamic=True),
     ConfigDef("log.retention.minutes", _T.INT, None, dynamic=True),
@@ -499,7 +519,22 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
         None,
         one_of("org.apache.kafka.common.replica.RackAwareReplicaSelector"),
     ),
+    # DescribeTopicPartitions (KIP-966): the most partitions one response describes.
+    ConfigDef("max.request.partition.size.limit", _T.INT, "2000", at_least(1)),
+    # Client quotas (broker/quotas): the rate is measured over num windows of size seconds.
+    ConfigDef("quota.window.num", _T.INT, "11", at_least(1)),
+    ConfigDef("quota.window.size.seconds", _T.INT, "1", at_least(1)),
     *_broker_topic_defaults(),
+    # Replication throttles (KIP-73, broker/replication/throttle.py): bytes per second, dynamic
+    # per broker or cluster-wide; the rate is measured over window.num windows.
+    ConfigDef(
+        "leader.replication.throttled.rate", _T.LONG, str(LONG_MAX), at_least(0), dynamic=True
+    ),
+    ConfigDef(
+        "follower.replication.throttled.rate", _T.LONG, str(LONG_MAX), at_least(0), dynamic=True
+    ),
+    ConfigDef("replication.quota.window.num", _T.INT, "11", at_least(1)),
+    ConfigDef("replication.quota.window.size.seconds", _T.INT, "1", at_least(1)),
 )
 
 

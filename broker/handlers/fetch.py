@@ -61,6 +61,7 @@ from broker.partition import Partition
 from broker.replica_manager import ReplicaManager
 from broker.replica_selector import FollowerView, preferred_read_replica
 from broker.replication.partition_state import PartitionState
+from broker.replication.throttle import ReplicationQuota
 from kafka_protocol._codec import Chunk, FileRegion
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import FetchRequest, FetchResponse
@@ -141,6 +142,7 @@ class FetchHandler:
         broker_epoch_of: Callable[[int], int],
         image: Callable[[], ClusterImage],
         replica_selector: str | None = None,
+        throttle: ReplicationQuota | None = None,
         hints: LeaderHints | None = None,
     ) -> None:
         self.replicas = replicas
@@ -148,6 +150,7 @@ class FetchHandler:
         self.broker_epoch_of = broker_epoch_of  # a follower's registration, from the image
         self.image = image
         self.replica_selector = replica_selector
+        self.throttle = throttle  # leader.replication.throttled.* (broker.replication.throttle)
         self.hints = hints  # KIP-951 (None: no hints)
 
     def spec(self) -> ApiHandler:
@@ -270,10 +273,13 @@ class FetchHandler:
                 fp.fetch_offset,
                 fp.current_leader_epoch,
                 self.broker_epoch_of(replica_id),
+                fp.log_start_offset,  # DeleteRecords' low watermark (broker/delete_records.py)
             )
             if decision.error is not None:
                 return _Planned(topic, fp.partition, decision.error, part)
             limit = part.log_end_offset
+            if self._throttled(part, replica_id):
+                return _Planned(topic, fp.partition, ErrorCode.NONE, part)
         if fp.fetch_offset >= limit or (max_bytes <= 0 and not first):
             return _Planned(topic, fp.partition, ErrorCode.NONE, part)
         try:
@@ -282,6 +288,10 @@ class FetchHandler:
             return _Planned(topic, fp.partition, ErrorCode.OFFSET_OUT_OF_RANGE, part)
         except LogError as exc:
             return _Planned(topic, fp.partition, exc.error_code, part)
+        # Counted when planned: a follower's min_bytes is 1, so a plan with bytes is sent.
+        throttle = self.throttle if replica_id >= 0 else None
+        if throttle is not None and throttle.is_throttled(topic, fp.partition):
+            throttle.record(chunk.size_bytes)
         aborted = None
         if read_committed and chunk.size_bytes:
             try:
@@ -311,6 +321,15 @@ class FetchHandler:
             lambda b: reg.rack if (reg := brokers.get(b)) is not None else None,
             self.replicas.clock_ms(),
         )
+
+    def _throttled(self, part: Partition, replica_id: int) -> bool:
+        """A follower out of the ISR gets nothing from a throttled partition while the leader
+        quota is exceeded (Kafka's ``shouldLeaderThrottle``)."""
+        if self.throttle is None:
+            return False
+        role = part.role
+        in_sync = isinstance(role, PartitionState) and replica_id in role.isr
+        return self.throttle.holds_back(part.topic, part.index, in_sync)
 
     def _records(self, p: _Planned) -> Chunk:
         if p.slice is None or p.slice.size_bytes == 0 or p.part is None:

@@ -187,8 +187,22 @@ class GroupHandlers:
                 group_type="classic",
             )
             for group_id, (state, protocol_type) in sorted(found.items())
-            if (not states or state.lower() in states) and (not types or "classic" in types)
+            if (not states or state.lower() in states)
+            and (not types or "classic" in types)
+            and coordinator.consumer.get(group_id) is None
         ]
+        listed += [  # KIP-848 consumer groups: type "consumer", protocol type "consumer"
+            ListGroupsResponse.ListedGroup(
+                group_id=GroupId(group_id),
+                protocol_type="consumer",
+                group_state=group.state.value,
+                group_type="consumer",
+            )
+            for group_id, group in coordinator.consumer.loaded_groups()
+            if (not states or group.state.value.lower() in states)
+            and (not types or "consumer" in types)
+        ]
+        listed.sort(key=lambda g: g.group_id)
         return ListGroupsResponse(groups=listed)
 
     def describe_groups(

@@ -51,6 +51,11 @@ from kraft.rest.groups import (
     reset_group_offsets,
     setup_groups,
 )
+from kraft.rest.reassignments import (
+    cancel_reassignments,
+    list_reassignments,
+    start_reassignments,
+)
 from kraft.rest.records import produce_records, read_records, setup_records
 from kraft.rest.topics import (
     add_partitions,
@@ -90,6 +95,9 @@ ROUTES: Final = (
     ("POST", "/v1/topics/{name}/records", produce_records),
     ("GET", "/v1/topics/{name}/partitions/{partition}/records", read_records),
     ("GET", "/v1/topics/{name}/partitions/{partition}/producers", describe_producers),
+    ("POST", "/v1/topics/{name}/reassignments", start_reassignments),
+    ("GET", "/v1/topics/{name}/reassignments", list_reassignments),
+    ("DELETE", "/v1/topics/{name}/reassignments", cancel_reassignments),
     ("GET", "/v1/groups", list_groups),
     ("GET", "/v1/groups/{group}", describe_group),
     ("DELETE", "/v1/groups/{group}", delete_group),

@@ -80,6 +80,11 @@ ACCESS: Final[dict[tuple[str, str], Access | None]] = {
     ("GET", "/v1/users"): Access(_O.DESCRIBE, _R.CLUSTER, CLUSTER),
     ("POST", "/v1/users"): Access(_O.ALTER, _R.CLUSTER, CLUSTER),
     ("DELETE", "/v1/users/{name}"): Access(_O.ALTER, _R.CLUSTER, CLUSTER),
+    # Partition reassignment: Kafka's AlterPartitionReassignments needs ALTER on the cluster,
+    # ListPartitionReassignments DESCRIBE.
+    ("POST", "/v1/topics/{name}/reassignments"): Access(_O.ALTER, _R.CLUSTER, CLUSTER),
+    ("GET", "/v1/topics/{name}/reassignments"): Access(_O.DESCRIBE, _R.CLUSTER, CLUSTER),
+    ("DELETE", "/v1/topics/{name}/reassignments"): Access(_O.ALTER, _R.CLUSTER, CLUSTER),
     ("GET", "/v1/acls"): Access(_O.DESCRIBE, _R.CLUSTER, CLUSTER),
     ("POST", "/v1/acls"): Access(_O.ALTER, _R.CLUSTER, CLUSTER),
     ("DELETE", "/v1/acls"): Access(_O.ALTER, _R.CLUSTER, CLUSTER),
