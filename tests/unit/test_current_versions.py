@@ -248,14 +248,28 @@ def test_from_v16_not_leader_names_the_leader_and_its_address(version: int) -> N
         assert leader == (-1, -1) and endpoints == []
 
 
-def test_the_replica_id_moves_into_replica_state_at_v15() -> None:
+@pytest.mark.parametrize("version", [12, 15, 17])
+def test_a_follower_is_known_by_replica_id_or_from_v15_by_replica_state(version: int) -> None:
+    """Past the high watermark only a follower reads (to the log end), and its fetch moves
+    the high watermark: the replica id must be read from where the version carries it."""
     broker = _with_data()
     led = broker.replicas.get("led", 0)
     assert led is not None
-    # at v15 a top-level replica id is not on the wire: a consumer, bounded by the high
-    # watermark, and no follower state changes
-    data = _fetch(broker, 15, "led", LED, RECORDS)
-    assert data.error_code == ErrorCode.NONE and not data.records
+
+    async def append_more() -> None:
+        broker.replicas.append_nowait(led, RecordBatch(memoryview(_batch())))
+        for _ in range(4):
+            await asyncio.sleep(0)
+
+    asyncio.run(append_more())
+    assert (led.high_watermark, led.log_end_offset) == (RECORDS, 2 * RECORDS)
+    consumer = _fetch(broker, version, "led", LED, RECORDS)
+    assert consumer.error_code == ErrorCode.NONE and not consumer.records
+    follower = _fetch(broker, version, "led", LED, RECORDS, replica_id=3)
+    assert follower.error_code == ErrorCode.NONE and _count(follower.records) == RECORDS
+    _fetch(broker, version, "led", LED, 2 * RECORDS, replica_id=3)
+    _fetch(broker, version, "led", LED, 2 * RECORDS, replica_id=1)
+    assert led.high_watermark == 2 * RECORDS
 
 
 @pytest.mark.parametrize("version", [4, 10])
