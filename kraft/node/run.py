@@ -130,9 +130,20 @@ def _consumer_group_config(cfg: NodeConfig) -> ConsumerGroupConfig:
     min/max keys, as Kafka's GroupCoordinatorConfig requires."""
     session = cfg.get_bounded_int("group.consumer.session.timeout.ms")
     heartbeat = cfg.get_bounded_int("group.consumer.heartbeat.interval.ms")
-    for key, value in (("session.timeout.ms", session), ("heartbeat.interval.ms", heartbeat)):
-        low = cfg.get_bounded_int(f"group.consumer.min.{key}")
-        high = cfg.get_bounded_int(f"group.consumer.max.{key}")
+    for key, value, low, high in (
+        (
+            "session.timeout.ms",
+            session,
+            cfg.get_bounded_int("group.consumer.min.session.timeout.ms"),
+            cfg.get_bounded_int("group.consumer.max.session.timeout.ms"),
+        ),
+        (
+            "heartbeat.interval.ms",
+            heartbeat,
+            cfg.get_bounded_int("group.consumer.min.heartbeat.interval.ms"),
+            cfg.get_bounded_int("group.consumer.max.heartbeat.interval.ms"),
+        ),
+    ):
         if not low <= value <= high:
             raise ConfigError(f"group.consumer.{key}={value} must be within {low}-{high}")
     if heartbeat >= session:
