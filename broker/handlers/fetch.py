@@ -260,6 +260,12 @@ class FetchHandler:
         if scope.client_rack is not None and self.replica_selector is not None:
             preferred = self._preferred_replica(part, scope.client_rack, fp.fetch_offset)
             if preferred is not None:
+                log.debug(
+                    "partition=%s consumer rack=%s sent to replica=%d",
+                    part.name,
+                    scope.client_rack,
+                    preferred,
+                )
                 return _Planned(topic, fp.partition, ErrorCode.NONE, part, preferred=preferred)
         if fp.fetch_offset > part.log_end_offset or fp.fetch_offset < part.log_start_offset:
             return _Planned(topic, fp.partition, ErrorCode.OFFSET_OUT_OF_RANGE, part)
@@ -308,8 +314,11 @@ class FetchHandler:
         if not isinstance(role, PartitionState):
             return None  # only the leader redirects
         brokers = self.image().brokers
+        starts = part.follower_log_starts
         followers = [
-            FollowerView(b, b in role.isr, s.log_end_offset, s.last_caught_up_time_ms)
+            FollowerView(
+                b, b in role.isr, s.log_end_offset, s.last_caught_up_time_ms, starts.get(b, -1)
+            )
             for b, s in role.followers.items()
         ]
         return preferred_read_replica(
