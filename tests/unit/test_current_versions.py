@@ -460,3 +460,23 @@ def test_find_coordinator_refuses_share_group_keys(version: int) -> None:
         ("g:topic:0", ErrorCode.INVALID_REQUEST),
         ("h:topic:1", ErrorCode.INVALID_REQUEST),
     ]
+
+
+def test_replica_selector_class_is_checked_at_startup(tmp_path: Path) -> None:
+    """The one selector there is is accepted; anything else stops the broker from starting."""
+    from kraft.node.config import ConfigError, load_config
+    from kraft.node.dev_cluster_files import ClusterIdentity, node_properties, render_properties
+    from kraft.node.dev_cluster_plan import plan_cluster
+    from kraft.node.run import broker_config
+
+    plan = plan_cluster(1, 1, 9092, 8080)
+    identity = ClusterIdentity("MkU3OEVBNTcwNTJENDM2Qk", "s3cret", 3)
+    path = tmp_path / "broker.properties"
+    props = node_properties(plan.brokers[0], plan, identity, tmp_path, {})
+    path.write_text(render_properties(props, "test"))
+    chosen = broker_config(load_config(path, {"replica.selector.class": RACK_AWARE_SELECTOR}, {}))
+    assert (chosen.replica_selector, chosen.rack) == (RACK_AWARE_SELECTOR, "rack-1")
+    assert broker_config(load_config(path, {}, {})).replica_selector is None
+    bad = {"replica.selector.class": "com.example.MySelector"}
+    with pytest.raises(ConfigError, match=r"replica\.selector\.class"):
+        broker_config(load_config(path, bad, {}))
