@@ -22,6 +22,8 @@ lowered) so that a rebalance takes a heartbeat or two, not seconds.  What is pro
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,7 +34,7 @@ from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, Pro
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 from kafka.admin import KafkaAdminClient
 
-from integration.cluster_process import LocalCluster, admin_client
+from integration.cluster_process import LocalCluster, admin_client, rest_call
 from integration.raw_client import RawConnection
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
@@ -225,12 +227,54 @@ def test_admin_clients_show_the_group_type_and_assignments(cluster: LocalCluster
     finally:
         kafka_python.close()
     assert (group, "consumer") in asyncio.run(aiokafka_list(cluster))
+    check_rest_and_cli(cluster, group)
     c1.close()
     c2.close()
     deleted = admin.delete_consumer_groups([group])[group]
     deleted.result(10)
     listed = {g.group_id for g in admin.list_consumer_groups().result(10).valid}
     assert group not in listed
+
+
+def check_rest_and_cli(cluster: LocalCluster, group: str) -> None:
+    """REST and ``kraft groups`` show the type, the epochs and each member's current and target
+    assignment (the controller's admin API asks the brokers too)."""
+    controller = next(iter(cluster.controllers.values()))
+    status, listed = rest_call(controller, "GET", "/v1/groups")
+    assert status == 200 and {g["group_id"]: g["group_type"] for g in listed}[group] == "consumer"
+    status, described = rest_call(cluster.any_broker(), "GET", f"/v1/groups/{group}")
+    assert status == 200, described
+    assert (described["group_type"], described["state"]) == ("consumer", "Stable")
+    assert described["protocol"] == "uniform"
+    assert described["group_epoch"] == described["assignment_epoch"] >= 2
+    for m in described["members"]:
+        assert m["assignment"] == m["target_assignment"]
+        assert m["member_epoch"] == described["group_epoch"]
+    assigned = sorted(
+        p for m in described["members"] for a in m["assignment"] for p in a["partitions"]
+    )
+    assert assigned == list(range(PARTITIONS))
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kraft.cli",
+            "groups",
+            "describe",
+            group,
+            "--members",
+            "--admin",
+            controller.admin,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert cli.returncode == 0, cli.stderr
+    header, *rows = cli.stdout.split("\n")
+    assert "MEMBER-EPOCH" in header and "TARGET-ASSIGNMENT" in header
+    assert sum(f"{TOPIC}(" in row for row in rows) == 2
 
 
 async def aiokafka_list(cluster: LocalCluster) -> list[tuple[str, str]]:

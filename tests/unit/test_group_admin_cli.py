@@ -228,14 +228,22 @@ def test_list(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
     groups = [
         {"group_id": "g", "state": "Stable", "protocol_type": "consumer", "coordinator": 2},
         {"group_id": "h", "state": "Empty", "protocol_type": "consumer", "coordinator": 3},
+        {
+            "group_id": "k",
+            "state": "Reconciling",
+            "protocol_type": "consumer",
+            "coordinator": 4,
+            "group_type": "consumer",
+        },
     ]
     api.reply("GET", "/v1/groups", (200, groups))
     assert run(["groups", "list"], api) == 0
     lines = [line.split() for line in capsys.readouterr().out.splitlines()]
     assert lines == [
-        ["GROUP", "STATE", "PROTOCOL-TYPE", "COORDINATOR"],
-        ["g", "Stable", "consumer", "2"],
-        ["h", "Empty", "consumer", "3"],
+        ["GROUP", "TYPE", "STATE", "PROTOCOL-TYPE", "COORDINATOR"],
+        ["g", "classic", "Stable", "consumer", "2"],
+        ["h", "classic", "Empty", "consumer", "3"],
+        ["k", "consumer", "Reconciling", "consumer", "4"],
     ]
 
 
