@@ -26,13 +26,8 @@ from dataclasses import dataclass, field
 from broker.coordinator.classic_groups import ClassicGroups
 from broker.coordinator.owned import OwnedPartition, OwnedPartitions
 from broker.coordinator.records import encode_group
-from broker.group.consumer import (
-    ConsumerGroup,
-    ConsumerGroupConfig,
-    HeartbeatError,
-    TopicLookup,
-    validate,
-)
+from broker.group.consumer import ConsumerGroup, ConsumerGroupConfig, TopicLookup
+from broker.group.consumer_heartbeat import HeartbeatError, validate
 from broker.group.consumer_records import Record
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import ConsumerGroupHeartbeatRequest as Heartbeat
