@@ -177,6 +177,25 @@ class ConsumerGroups:
                 group_id = driven.group.group_id
                 log.warning("storing consumer group %s failed: %s", group_id, error.name)
 
+    def empty_groups(self, owned: OwnedPartition) -> list[str]:
+        """The partition's consumer groups without members (deleted once their offsets are
+        gone, as Kafka's ``cleanupGroupMetadata`` does)."""
+        return [
+            g
+            for g, d in self.groups.items()
+            if d.owned is owned and not d.group.dead and not d.group.members
+        ]
+
+    def take_deleted(self, group_id: str) -> list[Record]:
+        """An empty group goes: its tombstones (with any records not written yet) for the
+        caller to append with the rest of its batch."""
+        driven = self.groups.pop(group_id)
+        error, records = driven.group.delete()
+        assert error is ErrorCode.NONE, error
+        if driven.timer is not None:
+            driven.timer.cancel()
+        return driven.unwritten + records
+
     # --- admin --------------------------------------------------------------------------------
 
     async def delete(self, group_id: str) -> ErrorCode | None:

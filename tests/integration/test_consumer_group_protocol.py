@@ -340,6 +340,32 @@ def test_classic_requests_and_consumer_heartbeats_do_not_mix(cluster: LocalClust
     classic.close()
 
 
+def test_a_static_member_comes_back_to_its_partitions(cluster: LocalCluster) -> None:
+    """``group.instance.id``: a closing static member only steps out (member epoch -2), its
+    partitions wait for it while the other member keeps its own, and the restarted instance gets
+    them back under its new member id without a rebalance."""
+    group = "static"
+    first = consumer(cluster, group, **{"group.instance.id": "instance-1"})
+    other = consumer(cluster, group, **{"group.instance.id": "instance-2"})
+    reader = Reader(first, other)
+    reader.until("a balanced split", lambda: len(owned(first)) == len(owned(other)) == 3)
+    held, others = owned(first), owned(other)
+    first.close()
+    reader.consumers.remove(first)
+    deadline = time.monotonic() + 1.5  # three heartbeats of the other member
+    reader.until("time to pass", lambda: time.monotonic() > deadline)
+    assert owned(other) == others
+    again = consumer(cluster, group, **{"group.instance.id": "instance-1"})
+    reader.consumers.append(again)
+    reader.until("the instance to get its partitions back", lambda: owned(again) == held)
+    assert owned(other) == others
+    admin = admin_client(cluster)
+    described = admin.describe_consumer_groups([group])[group].result(10)
+    assert sorted(m.group_instance_id for m in described.members) == ["instance-1", "instance-2"]
+    again.close()
+    other.close()
+
+
 def raw_describe(cluster: LocalCluster, group: str) -> ConsumerGroupDescribeResponse.DescribedGroup:
     """The group as its coordinator's ConsumerGroupDescribe answers (the others say
     NOT_COORDINATOR)."""
