@@ -9,6 +9,9 @@ lowered) so that a rebalance takes a heartbeat or two, not seconds.  What is pro
 * commits carry the member epoch: librdkafka's commits succeed, a restarted consumer resumes
   exactly where the last one committed, and a commit with a stale epoch or an unknown member
   gets STALE_MEMBER_EPOCH / UNKNOWN_MEMBER_ID;
+* a member asking for ``range`` (``group.remote.assignor``) gets contiguous ranges;
+* a static member (``group.instance.id``) that restarts gets its partitions back, the other
+  member keeping its own throughout;
 * the admin clients see the new group type: confluent's describe (ConsumerGroupDescribe: type
   CONSUMER, the uniform assignor, each member's current and target assignment) and list,
   kafka-python's and aiokafka's ListGroups (group_type "consumer"); an empty group is deleted;
@@ -284,6 +287,19 @@ async def aiokafka_list(cluster: LocalCluster) -> list[tuple[str, str]]:
         return [(g[0], g[1]) for g in await client.list_consumer_groups()]
     finally:
         await client.close()
+
+
+def test_members_ask_for_the_range_assignor(cluster: LocalCluster) -> None:
+    """``group.remote.assignor=range``: contiguous ranges, and describe names the assignor."""
+    group = "ranged"
+    c1 = consumer(cluster, group, **{"group.remote.assignor": "range"})
+    c2 = consumer(cluster, group, **{"group.remote.assignor": "range"})
+    Reader(c1, c2).until("a balanced split", lambda: len(owned(c1)) == len(owned(c2)) == 3)
+    assert sorted([sorted(owned(c1)), sorted(owned(c2))]) == [[0, 1, 2], [3, 4, 5]]
+    admin = admin_client(cluster)
+    assert admin.describe_consumer_groups([group])[group].result(10).partition_assignor == "range"
+    c1.close()
+    c2.close()
 
 
 def test_classic_requests_and_consumer_heartbeats_do_not_mix(cluster: LocalCluster) -> None:
