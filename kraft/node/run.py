@@ -130,15 +130,28 @@ def _consumer_group_config(cfg: NodeConfig) -> ConsumerGroupConfig:
     min/max keys, as Kafka's GroupCoordinatorConfig requires."""
     session = cfg.get_bounded_int("group.consumer.session.timeout.ms")
     heartbeat = cfg.get_bounded_int("group.consumer.heartbeat.interval.ms")
-    for key, value in (("session.timeout.ms", session), ("heartbeat.interval.ms", heartbeat)):
-        low = cfg.get_bounded_int(f"group.consumer.min.{key}")
-        high = cfg.get_bounded_int(f"group.consumer.max.{key}")
+    bounds = {
+        "session.timeout.ms": (
+            session,
+            cfg.get_bounded_int("group.consumer.min.session.timeout.ms"),
+            cfg.get_bounded_int("group.consumer.max.session.timeout.ms"),
+        ),
+        "heartbeat.interval.ms": (
+            heartbeat,
+            cfg.get_bounded_int("group.consumer.min.heartbeat.interval.ms"),
+            cfg.get_bounded_int("group.consumer.max.heartbeat.interval.ms"),
+        ),
+    }
+    for key, (value, low, high) in bounds.items():
         if not low <= value <= high:
             raise ConfigError(f"group.consumer.{key}={value} must be within {low}-{high}")
     if heartbeat >= session:
         raise ConfigError("group.consumer.heartbeat.interval.ms must be below the session timeout")
-    raw = cfg.get("group.consumer.assignors") or BROKER_CONFIGS["group.consumer.assignors"].default
-    names = [CLASS_NAMES[a.strip()] for a in (raw or "").split(",") if a.strip()]
+    definition = BROKER_CONFIGS["group.consumer.assignors"]
+    raw = cfg.get("group.consumer.assignors") or definition.default or ""
+    if (error := definition.validate(raw)) is not None:
+        raise ConfigError(f"group.consumer.assignors={raw!r}: {error}")
+    names = [CLASS_NAMES[a.strip()] for a in raw.split(",") if a.strip()]
     if not names:
         raise ConfigError("group.consumer.assignors must name at least one assignor")
     return ConsumerGroupConfig(

@@ -18,6 +18,8 @@ lowered) so that a rebalance takes a heartbeat or two, not seconds.  What is pro
 * a classic JoinGroup to a consumer group gets INCONSISTENT_GROUP_PROTOCOL, a classic
   Heartbeat GROUP_ID_NOT_FOUND, and a ConsumerGroupHeartbeat to a live classic group
   GROUP_ID_NOT_FOUND;
+* bad heartbeats (an invalid epoch, no member id, no subscription, an unknown assignor, an
+  unknown member) get Kafka's errors and messages, and no group is created;
 * ``kill -9`` of the coordinator: the new coordinator loads the group from its KIP-848 records
   in ``__consumer_offsets``: the same member keeps its id, epoch and partitions and consumes on.
 """
@@ -380,6 +382,60 @@ def test_a_static_member_comes_back_to_its_partitions(cluster: LocalCluster) -> 
     assert sorted(m.group_instance_id for m in described.members) == ["instance-1", "instance-2"]
     again.close()
     other.close()
+
+
+def test_bad_heartbeats_get_kafkas_errors_and_change_nothing(cluster: LocalCluster) -> None:
+    """Refused before the group is touched: no group is created, the broker stays up."""
+    base = {
+        "group_id": "refused",
+        "member_id": "m",
+        "member_epoch": 0,
+        "rebalance_timeout_ms": 10_000,
+        "subscribed_topic_names": [TOPIC],
+        "topic_partitions": [],
+    }
+    cases: list[tuple[dict[str, object], ErrorCode, str]] = [
+        ({"member_epoch": -3}, ErrorCode.INVALID_REQUEST, "MemberEpoch is invalid."),
+        ({"member_id": ""}, ErrorCode.INVALID_REQUEST, "MemberId can't be empty."),
+        (
+            {"subscribed_topic_names": []},
+            ErrorCode.INVALID_REQUEST,
+            "SubscribedTopicNames must be set in first request.",
+        ),
+        ({"server_assignor": "sticky"}, ErrorCode.UNSUPPORTED_ASSIGNOR, "ServerAssignor sticky"),
+        ({"member_epoch": 5}, ErrorCode.UNKNOWN_MEMBER_ID, "Member m is not a member"),
+    ]
+    admin = admin_client(cluster)  # its FindCoordinator creates __consumer_offsets if need be
+    # librdkafka waits for the coordinator, then falls back to DescribeGroups: Dead
+    dead = admin.describe_consumer_groups(["refused"])["refused"].result(30)
+    assert dead.state is ConsumerGroupState.DEAD
+    for broker in cluster.brokers.values():
+        conn = RawConnection(broker.address)
+        try:
+            for changes, error, message in cases:
+                response = conn.request(ConsumerGroupHeartbeatRequest(**{**base, **changes}), 1)
+                if response.error_code == ErrorCode.NOT_COORDINATOR:
+                    break
+                assert response.error_code == error, (changes, response)
+                assert (response.error_message or "").startswith(message), response
+        finally:
+            conn.close()
+    assert raw_describe_error(cluster, "refused") == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def raw_describe_error(cluster: LocalCluster, group: str) -> int:
+    """The coordinator's ConsumerGroupDescribe error for ``group``."""
+    for broker in cluster.brokers.values():
+        if not broker.alive():
+            continue
+        conn = RawConnection(broker.address)
+        try:
+            response = conn.request(ConsumerGroupDescribeRequest(group_ids=[group]), 0)
+        finally:
+            conn.close()
+        if response.groups[0].error_code != ErrorCode.NOT_COORDINATOR:
+            return int(response.groups[0].error_code)
+    raise AssertionError(f"no broker coordinates {group}")
 
 
 def raw_describe(cluster: LocalCluster, group: str) -> ConsumerGroupDescribeResponse.DescribedGroup:
