@@ -13,7 +13,8 @@ Checked after every step:
 * safety: no partition is owned by two clients at once, and the group's own view agrees
   (``owner_epochs`` crash-stops otherwise: the test's stop handler turns that into a failure);
 * the group's records, replayed into a fresh ``StoredConsumerGroups`` and restored, give the same
-  group (epochs, members' current assignments, targets): a failover loses nothing;
+  group (epochs, members' current assignments, targets): a failover loses nothing; and the
+  machine fails over now and then, carrying on with the restored group;
 * liveness, at the end: a few rounds of heartbeats make the group Stable with every subscribed
   partition owned by exactly one subscribed client, balanced within one partition when every
   member subscribes to the same topics.
@@ -195,6 +196,17 @@ class ReconciliationMachine(RuleBasedStateMachine):
         for other in list(self.live.values()):
             self.heartbeat(other, True)
         self.log += self.group.tick(self.now)
+
+    @rule()
+    def failover(self) -> None:
+        """A new coordinator: the group rebuilt from its records carries on."""
+        stored = StoredConsumerGroups()
+        for key, value in self.log:
+            record = decode(key, value)
+            assert isinstance(record, ConsumerGroupRecord)
+            stored.apply(record.key_version, record.key, record.value)
+        if "g" in stored.groups:
+            self.group = ConsumerGroup.restore("g", stored.groups["g"], CONFIG, self.now)
 
     @invariant()
     def no_partition_owned_twice(self) -> None:
