@@ -32,10 +32,16 @@ from broker.dispatcher import ApiHandler, RequestContext
 from kafka_protocol._codec import Request, Response
 from kafka_protocol.errors import ErrorCode, KafkaError
 from kafka_protocol.messages import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
+    AssignReplicasToDirsRequest,
+    AssignReplicasToDirsResponse,
     CreateAclsRequest,
     CreateAclsResponse,
     CreatePartitionsRequest,
@@ -50,6 +56,8 @@ from kafka_protocol.messages import (
     ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
     UnregisterBrokerRequest,
     UnregisterBrokerResponse,
 )
@@ -97,6 +105,9 @@ class ForwardedApi(Generic[Q, R]):
     timeout_ms: Callable[[Q], int] | None = None  # the request's own deadline, if it has one
     # Forwarded at ``max_version`` whatever the client's version (see the ElectLeaders entry).
     pinned: bool = False
+    # Sent by brokers themselves: served on the controller listener only, never by a broker to
+    # its clients (Kafka's ``ApiMessageType.ListenerType.CONTROLLER``-only APIs).
+    internal: bool = False
 
     @property
     def api_key(self) -> int:
@@ -232,6 +243,47 @@ def _scram_alterations_failed(
     )
 
 
+def _quota_alterations_failed(
+    request: AlterClientQuotasRequest, error: ErrorCode, message: str
+) -> AlterClientQuotasResponse:
+    """Every entity of the request answered ``error``."""
+    Entity = AlterClientQuotasResponse.EntityData
+    return AlterClientQuotasResponse(
+        entries=[
+            AlterClientQuotasResponse.EntryData(
+                error_code=error,
+                error_message=message,
+                entity=[
+                    Entity(entity_type=e.entity_type, entity_name=e.entity_name) for e in x.entity
+                ],
+            )
+            for x in request.entries
+        ]
+    )
+
+
+def _reassignments_failed(
+    request: AlterPartitionReassignmentsRequest, error: ErrorCode, message: str
+) -> AlterPartitionReassignmentsResponse:
+    """The request and every named partition answered ``error``."""
+    Topic = AlterPartitionReassignmentsResponse.ReassignableTopicResponse
+    Partition = AlterPartitionReassignmentsResponse.ReassignablePartitionResponse
+    return AlterPartitionReassignmentsResponse(
+        error_code=error,
+        error_message=message,
+        responses=[
+            Topic(
+                name=t.name,
+                partitions=[
+                    Partition(partition_index=p.partition_index, error_code=error)
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ],
+    )
+
+
 FORWARDED: Final[tuple[ForwardedApi[Any, Any], ...]] = (
     ForwardedApi(
         CreateTopicsRequest, CreateTopicsResponse, 2, 7, _topics_failed, lambda r: r.timeout_ms
@@ -284,6 +336,36 @@ FORWARDED: Final[tuple[ForwardedApi[Any, Any], ...]] = (
         0,
         _scram_alterations_failed,
     ),
+    # A broker's own report of where its replicas live (KIP-858, broker/log_dir_assignments.py).
+    ForwardedApi(
+        AssignReplicasToDirsRequest,
+        AssignReplicasToDirsResponse,
+        0,
+        0,
+        lambda r, error, message: AssignReplicasToDirsResponse(error_code=error),
+        internal=True,
+    ),
+    ForwardedApi(
+        AlterClientQuotasRequest, AlterClientQuotasResponse, 0, 1, _quota_alterations_failed
+    ),
+    ForwardedApi(
+        AlterPartitionReassignmentsRequest,
+        AlterPartitionReassignmentsResponse,
+        0,
+        1,
+        _reassignments_failed,
+        lambda r: r.timeout_ms,
+    ),
+    ForwardedApi(
+        ListPartitionReassignmentsRequest,
+        ListPartitionReassignmentsResponse,
+        0,
+        0,
+        lambda r, error, message: ListPartitionReassignmentsResponse(
+            error_code=error, error_message=message
+        ),
+        lambda r: r.timeout_ms,
+    ),
 )
 _BY_TYPE: Final[dict[type[Request], ForwardedApi[Any, Any]]] = {
     api.request_type: api for api in FORWARDED
@@ -297,9 +379,12 @@ def forwarded_api(request: Request) -> ForwardedApi[Any, Any]:
     return api
 
 
-def forwarded_handlers(forward: Callable[[Request, int], Awaitable[Response]]) -> list[ApiHandler]:
+def forwarded_handlers(
+    forward: Callable[[Request, int], Awaitable[Response]], *, internal: bool = True
+) -> list[ApiHandler]:
     """One handler per table entry, each passing (request, client version) to ``forward``: the
-    forwarding of a broker, or the controller listener's rule runner."""
+    forwarding of a broker (``internal`` False: not the brokers' own APIs), or the controller
+    listener's rule runner."""
 
     def handle(ctx: RequestContext, request: Request) -> Awaitable[Response]:
         return forward(request, ctx.api_version)
@@ -307,6 +392,7 @@ def forwarded_handlers(forward: Callable[[Request, int], Awaitable[Response]]) -
     return [
         ApiHandler(api.api_key, api.min_version, api.max_version, handle, api.name)
         for api in FORWARDED
+        if internal or not api.internal
     ]
 
 
@@ -428,3 +514,56 @@ def item_errors(response: Response) -> list[ItemError]:
     else:
         raise AssertionError(f"no per-item errors read from {response.NAME}")
     return [ItemError(i.error_code, i.error_message) for i in items]
+
+
+def config_changes(
+    resource_type: ConfigResourceType,
+    changes: Mapping[str, Mapping[str, str | None]],
+) -> Request:
+    """Incremental changes of several resources of one type: a value sets, None deletes."""
+    Op = IncrementalAlterConfigsRequest.AlterableConfig
+    resources = [
+        IncrementalAlterConfigsRequest.AlterConfigsResource(
+            resource_type=int(resource_type),
+            resource_name=name,
+            configs=[
+                Op(name=k, config_operation=CONFIG_DELETE if v is None else CONFIG_SET, value=v)
+                for k, v in values.items()
+            ],
+        )
+        for name, values in changes.items()
+    ]
+    return IncrementalAlterConfigsRequest(resources=resources)
+
+
+def partition_reassignments(
+    topic: str, targets: Mapping[int, Sequence[int] | None], timeout_ms: int
+) -> AlterPartitionReassignmentsRequest:
+    """Move partitions of ``topic`` to new replicas (None: cancel the move in progress)."""
+    Partition = AlterPartitionReassignmentsRequest.ReassignablePartition
+    return AlterPartitionReassignmentsRequest(
+        timeout_ms=timeout_ms,
+        topics=[
+            AlterPartitionReassignmentsRequest.ReassignableTopic(
+                name=TopicName(topic),
+                partitions=[
+                    Partition(
+                        partition_index=p,
+                        replicas=None if r is None else [BrokerId(b) for b in r],
+                    )
+                    for p, r in sorted(targets.items())
+                ],
+            )
+        ],
+    )
+
+
+def reassignment_listing(
+    topic: str, partitions: Sequence[int], timeout_ms: int
+) -> ListPartitionReassignmentsRequest:
+    """The moves in progress among ``partitions`` of ``topic``."""
+    Topics = ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics
+    return ListPartitionReassignmentsRequest(
+        timeout_ms=timeout_ms,
+        topics=[Topics(name=TopicName(topic), partition_indexes=list(partitions))],
+    )

@@ -510,7 +510,31 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("allow.everyone.if.no.acl.found", _T.BOOLEAN, "false"),
     # Ours (kraft/node/autoconfigure.py): a single node generates its certificate and admin user.
     ConfigDef("security.autoconfigure", _T.BOOLEAN, "false"),
+    # Follower fetching (KIP-392, broker/replica_selector.py): the rack of this broker, and the
+    # selector a leader asks for a consumer's preferred read replica (unset: the leader).
+    ConfigDef("broker.rack", _T.STRING, None),
+    ConfigDef(
+        "replica.selector.class",
+        _T.CLASS,
+        None,
+        one_of("org.apache.kafka.common.replica.RackAwareReplicaSelector"),
+    ),
+    # DescribeTopicPartitions (KIP-966): the most partitions one response describes.
+    ConfigDef("max.request.partition.size.limit", _T.INT, "2000", at_least(1)),
+    # Client quotas (broker/quotas): the rate is measured over num windows of size seconds.
+    ConfigDef("quota.window.num", _T.INT, "11", at_least(1)),
+    ConfigDef("quota.window.size.seconds", _T.INT, "1", at_least(1)),
     *_broker_topic_defaults(),
+    # Replication throttles (KIP-73, broker/replication/throttle.py): bytes per second, dynamic
+    # per broker or cluster-wide; the rate is measured over window.num windows.
+    ConfigDef(
+        "leader.replication.throttled.rate", _T.LONG, str(LONG_MAX), at_least(0), dynamic=True
+    ),
+    ConfigDef(
+        "follower.replication.throttled.rate", _T.LONG, str(LONG_MAX), at_least(0), dynamic=True
+    ),
+    ConfigDef("replication.quota.window.num", _T.INT, "11", at_least(1)),
+    ConfigDef("replication.quota.window.size.seconds", _T.INT, "1", at_least(1)),
 )
 
 

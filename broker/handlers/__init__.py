@@ -16,10 +16,14 @@ from broker.dispatcher import ApiHandler
 from broker.handlers.acls import SecurityAdminHandlers
 from broker.handlers.admin import AdminHandlers
 from broker.handlers.basics import ApiVersionsHandler, InitProducerIdHandler
+from broker.handlers.client_quotas import ClientQuotaHandlers
+from broker.handlers.cluster_description import ClusterDescriptionHandlers
 from broker.handlers.consumer_groups import ConsumerGroupHandlers
+from broker.handlers.delete_records import DeleteRecordsHandler
 from broker.handlers.fetch import FetchHandler
 from broker.handlers.groups import GroupHandlers
 from broker.handlers.list_offsets import ListOffsetsHandler
+from broker.handlers.log_dirs import LogDirsHandlers
 from broker.handlers.metadata import AutoCreate, MetadataHandler
 from broker.handlers.offset_for_leader_epoch import OffsetForLeaderEpochHandler
 from broker.handlers.produce import ProduceHandler
@@ -32,6 +36,7 @@ from broker.handlers.txn_markers import (
 from broker.identity import BrokerIdentity
 from broker.metrics import BrokerMetrics
 from broker.replica_manager import ReplicaManager
+from broker.replication.throttle import ReplicationThrottles
 from broker.security.admin_rules import BROKER_RULES
 from broker.security.api_authorization import guard
 from broker.security.authorization import BrokerAuthorizer
@@ -52,6 +57,8 @@ class BrokerParts(Protocol):
     def image(self) -> ClusterImage: ...
     @property
     def replicas(self) -> ReplicaManager: ...
+    @property
+    def replication_throttles(self) -> ReplicationThrottles: ...
     @property
     def coordinator(self) -> GroupCoordinator: ...
     @property
@@ -85,12 +92,21 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
             # transaction.partition.verification.enable=false: appended unverified, unawaited
             verifier=parts.transactions if parts.transactions.config.verification_enabled else None,
         ).spec(),
-        FetchHandler(replicas, parts.metrics, parts.broker_epoch_of).spec(),
+        FetchHandler(
+            replicas,
+            parts.metrics,
+            parts.broker_epoch_of,
+            lambda: parts.image,
+            cfg.replica_selector,
+            throttle=parts.replication_throttles.leader,
+        ).spec(),
         ListOffsetsHandler(replicas).spec(),
         OffsetForLeaderEpochHandler(replicas).spec(),
         # markers on __consumer_offsets complete the group coordinator's pending offsets
         WriteTxnMarkersHandler(replicas, parts.coordinator).spec(),
         DescribeProducersHandler(replicas).spec(),
+        DeleteRecordsHandler(replicas, lambda: parts.image).spec(),
+        *LogDirsHandlers(replicas).specs(),
         MetadataHandler(parts.node, lambda: parts.image, parts.controller, auto_create).spec(),
         *GroupHandlers(
             parts.coordinator,
@@ -113,6 +129,10 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
             ).specs()
         ),
         *security.specs(),
+        *ClusterDescriptionHandlers(
+            parts.node, lambda: parts.image, authorizer, cfg.max_request_partition_size_limit
+        ).specs(),
+        *ClientQuotaHandlers(lambda: parts.image).specs(),
     ]
     # every API checks what Kafka checks (broker.security.api_authorization); a no-op while
     # authorizer.class.name is unset

@@ -36,6 +36,7 @@ from broker.kafka_client import AuthenticationError, Backoff, KafkaClientError, 
 from broker.log.epochs import EpochEndOffset
 from broker.log.errors import CorruptBatchError, LogError
 from broker.replication.partition_state import FollowerState
+from broker.replication.throttle import ReplicationQuota
 from broker.security.client_security import ClientSecurity
 from kafka_protocol._codec import FileRegion
 from kafka_protocol.errors import ErrorCode
@@ -70,6 +71,8 @@ class FetcherConfig:
     # How to connect to leaders: inter.broker.listener.name's protocol and
     # sasl.mechanism.inter.broker.protocol (None: PLAINTEXT)
     security: ClientSecurity | None = None
+    # follower.replication.throttled.* (KIP-73): None, never throttled
+    throttle: ReplicationQuota | None = None
 
 
 @dataclass(slots=True)
@@ -78,6 +81,7 @@ class _Fetching:
     leader_epoch: int
     needs_truncation: bool = True
     backoff_until: float = 0.0
+    in_sync: bool = False  # the last fetch reached the leader's high watermark
 
 
 Endpoint = Callable[[int], tuple[str, int] | None]  # leader id -> its inter-broker address
@@ -292,7 +296,7 @@ class LeaderFetcher:
         planned: dict[Key, _Fetching] = {}
         by_topic: dict[str, list[FetchRequest.FetchPartition]] = {}
         for f in batch:
-            if self._current(f) is None:
+            if self._current(f) is None or self._held_back(f):
                 continue
             part = f.part
             planned[(part.topic, part.index)] = f
@@ -333,6 +337,16 @@ class LeaderFetcher:
                 if fetching is not None:
                     self._apply_fetched(fetching, data)
 
+    def _held_back(self, fetching: _Fetching) -> bool:
+        """A lagging throttled partition waits while the follower quota is exceeded (Kafka's
+        ``shouldFollowerThrottle``): it sits out until the rate is back within the bound."""
+        throttle, part = self.config.throttle, fetching.part
+        if throttle is None or not throttle.holds_back(part.topic, part.index, fetching.in_sync):
+            return False
+        wait_s = max(throttle.wait_ms(), 1) / 1000
+        fetching.backoff_until = asyncio.get_running_loop().time() + wait_s
+        return True
+
     def _apply_fetched(self, fetching: _Fetching, data: FetchResponse.PartitionData) -> None:
         if self._current(fetching) is None:
             return
@@ -371,6 +385,10 @@ class LeaderFetcher:
             return
         if 0 <= part.log_start_offset < data.log_start_offset <= part.high_watermark:
             part.log.delete_records_before(data.log_start_offset)  # follow the leader's start
+        fetching.in_sync = part.log_end_offset >= data.high_watermark
+        throttle = self.config.throttle
+        if throttle is not None and throttle.is_throttled(part.topic, part.index):
+            throttle.record(len(view))
 
     def _out_of_range(self, fetching: _Fetching, leader_log_start: int) -> None:
         """Our log end is outside the leader's log: above its end (it truncated: find the

@@ -197,6 +197,17 @@ class PartitionState(_Role):
         state.maybe_increment_high_watermark()
         return state
 
+    def update_replicas(self, replicas: Iterable[int]) -> None:
+        """The replica set changed at the same leader epoch (a reassignment adding replicas,
+        KIP-455): new followers are tracked from their first fetch (not caught up yet); those
+        gone stop counting. Kafka's ``Partition.updateAssignmentAndIsr``."""
+        self.replicas = tuple(replicas)
+        for r in self.replicas:
+            if r != self.replica_id and r not in self.followers:
+                self.followers[r] = ReplicaState(last_caught_up_time_ms=0)
+        for r in [r for r in self.followers if r not in self.replicas]:
+            del self.followers[r]
+
     # --- invariants ----------------------------------------------------------------------------
 
     @property

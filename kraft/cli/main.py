@@ -28,6 +28,7 @@ from kraft.cli import (
     cluster,
     elect,
     groups,
+    reassign,
     records,
     storage,
     topics,
@@ -216,6 +217,7 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     users.add_parser(sub, common)
     acls.add_parser(sub, common)
     elect.add_parser(sub)
+    reassign.add_parser(sub)
     certs.add_parser(sub)
 
 

@@ -25,7 +25,10 @@ Checks, in Kafka's order; the first that fails answers the partition (the first,
    restart): INELIGIBLE_REPLICA, or OPERATION_NOT_ATTEMPTED for v0-1 clients, which predate it.
 
 An accepted change is one PartitionChangeRecord with the new ISR (and recovery state); the leader
-and its epoch stay, the partition epoch grows by one on replay. The answer is the registration
+and its epoch stay, the partition epoch grows by one on replay. On a partition under
+reassignment an ISR holding every target replica also completes the reassignment
+(``reassignment``); if that removes the requester, the leader moves and the requester is answered
+NEW_LEADER_ELECTED (FENCED_LEADER_EPOCH for v0-1). The answer is the registration
 after the change (or the current one, with no record, when nothing changes). A partition named
 twice in one request sees the first change, as if the requests came one after the other.
 
@@ -41,6 +44,7 @@ from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import AlterPartitionRequest, AlterPartitionResponse
 from kafka_protocol.metadata import PartitionChangeRecord
 from kafka_protocol.types import BrokerId
+from kraft.controller import reassignment
 from kraft.controller.partitions import PartitionChanges, active_brokers, elect_leader
 from kraft.controller.result import ZERO_UUID, ControllerResult
 from metadata_log.image import ClusterImage, LeaderRecoveryState, PartitionImage, TopicImage
@@ -109,6 +113,12 @@ def _alter_one(
     record = _change(state.image, topic.topic_id, partition_id, partition, request)
     if record is not None:
         partition = state.add(topic, partition_id, partition, record)
+        if partition.leader != state.broker_id:
+            # The ISR change completed a reassignment that removed the requester: it must
+            # learn of the new leader from the metadata (Kafka answers the same; v0-1 clients
+            # predate NEW_LEADER_ELECTED).
+            error = ErrorCode.NEW_LEADER_ELECTED if by_id else ErrorCode.FENCED_LEADER_EPOCH
+            return PartitionResult(partition_index=partition_id, error_code=error)
     return PartitionResult(
         partition_index=partition_id,
         error_code=ErrorCode.NONE,
@@ -180,6 +190,15 @@ def _change(
 ) -> PartitionChangeRecord | None:
     """The record for an accepted request, or None when it changes nothing."""
     isr = tuple(b for b, _ in _new_isr(request))
+    if reassignment.in_progress(partition):
+        return reassignment.isr_change(
+            topic_id,
+            partition_id,
+            partition,
+            isr,
+            active_brokers(image),
+            request.leader_recovery_state,
+        )
     # Every ISR member, the leader included, was checked active: the leader stays.
     assert elect_leader(partition, isr, active_brokers(image)) == partition.leader
     record = PartitionChangeRecord(partition_id=partition_id, topic_id=topic_id)

@@ -130,19 +130,20 @@ def _consumer_group_config(cfg: NodeConfig) -> ConsumerGroupConfig:
     min/max keys, as Kafka's GroupCoordinatorConfig requires."""
     session = cfg.get_bounded_int("group.consumer.session.timeout.ms")
     heartbeat = cfg.get_bounded_int("group.consumer.heartbeat.interval.ms")
-    bounds = {
-        "session.timeout.ms": (
+    for key, value, low, high in (
+        (
+            "session.timeout.ms",
             session,
             cfg.get_bounded_int("group.consumer.min.session.timeout.ms"),
             cfg.get_bounded_int("group.consumer.max.session.timeout.ms"),
         ),
-        "heartbeat.interval.ms": (
+        (
+            "heartbeat.interval.ms",
             heartbeat,
             cfg.get_bounded_int("group.consumer.min.heartbeat.interval.ms"),
             cfg.get_bounded_int("group.consumer.max.heartbeat.interval.ms"),
         ),
-    }
-    for key, (value, low, high) in bounds.items():
+    ):
         if not low <= value <= high:
             raise ConfigError(f"group.consumer.{key}={value} must be within {low}-{high}")
     if heartbeat >= session:
@@ -180,6 +181,14 @@ def _transaction_config(cfg: NodeConfig) -> TransactionConfig:
     )
 
 
+def _checked_string(cfg: NodeConfig, key: str) -> str | None:
+    """A string key of the config table, refused at startup when its validator refuses it."""
+    raw = cfg.get(key)
+    if raw is not None and (error := BROKER_CONFIGS[key].validate(raw)) is not None:
+        raise ConfigError(error)
+    return raw
+
+
 def broker_config(cfg: NodeConfig, image: Callable[[], Any] = lambda: None) -> BrokerConfig:
     """The broker's settings; ``image()`` is the metadata image SCRAM logins read."""
     listeners = broker_listeners(cfg, image_scram_lookup(image))
@@ -198,7 +207,9 @@ def broker_config(cfg: NodeConfig, image: Callable[[], Any] = lambda: None) -> B
         inter_broker_listener=inter_broker,
         inter_broker_security=inter_broker_client(cfg),
         log_dir=cfg.log_dirs[0],
+        more_log_dirs=cfg.log_dirs[1:],
         rack=cfg.get("broker.rack"),
+        replica_selector=_checked_string(cfg, "replica.selector.class"),
         auto_topic_creation=cfg.get_bool("auto.create.topics.enable", True),
         num_partitions=cfg.get_int("num.partitions", 1),
         default_replication_factor=cfg.get_int("default.replication.factor", 1),
@@ -229,6 +240,7 @@ def broker_config(cfg: NodeConfig, image: Callable[[], Any] = lambda: None) -> B
         ),
         transactions=_transaction_config(cfg),
         broker_defaults=dict(cfg.values),
+        max_request_partition_size_limit=cfg.get_bounded_int("max.request.partition.size.limit"),
     )
 
 
@@ -344,7 +356,7 @@ class Node:
             host,
             port,
             bcfg.rack,
-            self.broker.replicas.directory,
+            self.broker.replicas.log_dirs,
             endpoints=self.broker.registered_endpoints(),
         )
         self.broker.log_dir_listeners.append(self.channel.log_dirs_changed)

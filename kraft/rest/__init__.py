@@ -51,6 +51,12 @@ from kraft.rest.groups import (
     reset_group_offsets,
     setup_groups,
 )
+from kraft.rest.log_dirs import get_log_dirs
+from kraft.rest.reassignments import (
+    cancel_reassignments,
+    list_reassignments,
+    start_reassignments,
+)
 from kraft.rest.records import produce_records, read_records, setup_records
 from kraft.rest.topics import (
     add_partitions,
@@ -90,6 +96,9 @@ ROUTES: Final = (
     ("POST", "/v1/topics/{name}/records", produce_records),
     ("GET", "/v1/topics/{name}/partitions/{partition}/records", read_records),
     ("GET", "/v1/topics/{name}/partitions/{partition}/producers", describe_producers),
+    ("POST", "/v1/topics/{name}/reassignments", start_reassignments),
+    ("GET", "/v1/topics/{name}/reassignments", list_reassignments),
+    ("DELETE", "/v1/topics/{name}/reassignments", cancel_reassignments),
     ("GET", "/v1/groups", list_groups),
     ("GET", "/v1/groups/{group}", describe_group),
     ("DELETE", "/v1/groups/{group}", delete_group),
@@ -104,6 +113,7 @@ ROUTES: Final = (
     ("GET", "/v1/acls", list_acls),
     ("POST", "/v1/acls", create_acls),
     ("DELETE", "/v1/acls", delete_acls),
+    ("GET", "/v1/brokers/{id}/log-dirs", get_log_dirs),
     ("GET", "/metrics", get_metrics),
     ("GET", "/v1/openapi.json", get_openapi),
 )

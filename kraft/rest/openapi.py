@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from kraft.rest.common import MAX_BODY_BYTES, MAX_JSON_DEPTH
+from kraft.rest.openapi_log_dirs import LOG_DIRS_SCHEMAS, log_dirs_paths
 from kraft.rest.openapi_parts import (
     INT,
     INT32,
@@ -25,6 +26,7 @@ from kraft.rest.openapi_parts import json_body as _json_body
 from kraft.rest.openapi_parts import op as _op
 from kraft.rest.openapi_parts import query as _query
 from kraft.rest.openapi_parts import ref as _ref
+from kraft.rest.openapi_reassignments import REASSIGNMENT_SCHEMAS, reassignment_paths
 from kraft.rest.openapi_security import (
     SECURITY_SCHEMAS,
     SECURITY_SCHEMES,
@@ -258,6 +260,11 @@ SCHEMAS: Final[dict[str, Schema]] = {
         log_start_offset=_nullable({**INT, "description": "null: not hosted by this node"}),
         high_watermark=_nullable(INT),
         log_end_offset=_nullable(INT),
+        log_dirs={
+            "type": "array",
+            "items": _nullable(STR),
+            "description": "each replica's log directory id (null: not assigned)",
+        },
     ),
     "Topic": _obj(
         ["name", "configs", "partitions"],
@@ -682,12 +689,20 @@ def openapi_document(version: str) -> dict[str, Any]:
                     **_record_paths(),
                     **_group_paths(),
                     **transaction_paths(),
+                    **reassignment_paths(),
                     **security_paths(),
+                    **log_dirs_paths(),
                 }
             )
         ),
         "components": {
-            "schemas": {**SCHEMAS, **SECURITY_SCHEMAS, **TRANSACTION_SCHEMAS},
+            "schemas": {
+                **SCHEMAS,
+                **SECURITY_SCHEMAS,
+                **TRANSACTION_SCHEMAS,
+                **LOG_DIRS_SCHEMAS,
+                **REASSIGNMENT_SCHEMAS,
+            },
             "securitySchemes": SECURITY_SCHEMES,
         },
         "security": [{"basicAuth": []}],
