@@ -8,7 +8,7 @@ lowered) so that a rebalance takes a heartbeat or two, not seconds.  What is pro
   time (never two), the assignment ends balanced, and every record is consumed;
 * commits carry the member epoch: librdkafka's commits succeed, a restarted consumer resumes
   exactly where the last one committed, and a commit with a stale epoch or an unknown member
-  gets STALE_MEMBER_EPOCH / UNKNOWN_MEMBER_ID;
+  gets STALE_MEMBER_EPOCH / UNKNOWN_MEMBER_ID, and so does an OffsetFetch v9 naming them;
 * a member asking for ``range`` (``group.remote.assignor``) gets contiguous ranges;
 * a static member (``group.instance.id``) that restarts gets its partitions back, the other
   member keeping its own throughout;
@@ -49,6 +49,7 @@ from kafka_protocol.messages import (
     HeartbeatRequest,
     JoinGroupRequest,
     OffsetCommitRequest,
+    OffsetFetchRequest,
 )
 
 pytestmark = pytest.mark.integration
@@ -199,6 +200,17 @@ def check_commit_errors(cluster: LocalCluster, group: str) -> None:
             )
             response = conn.request(req, 8)
             assert response.topics[0].partitions[0].error_code == error
+        # OffsetFetch v9 carries the member too: the same checks, a group-level error
+        G = OffsetFetchRequest.OffsetFetchRequestGroup
+        for member_id, epoch, fetch_error in (
+            (member.member_id, 9999, ErrorCode.STALE_MEMBER_EPOCH),
+            ("nobody", 1, ErrorCode.UNKNOWN_MEMBER_ID),
+            (None, -1, ErrorCode.NONE),  # not a member (an admin client): allowed
+        ):
+            fetch = OffsetFetchRequest(
+                groups=[G(group_id=group, member_id=member_id, member_epoch=epoch, topics=None)]
+            )
+            assert conn.request(fetch, 9).groups[0].error_code == fetch_error
     finally:
         conn.close()
 
