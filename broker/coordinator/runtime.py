@@ -259,16 +259,18 @@ class GroupCoordinator(CoordinatorPartitions[OwnedPartition]):
         instance_id: str | None,
         commits: Sequence[OffsetCommit],
         expire_timestamp_ms: int = -1,
+        api_version: int = 9,
     ) -> dict[TopicPartition, ErrorCode]:
         """OffsetCommit: every partition's outcome (the request-level errors are repeated per
-        partition, as Kafka answers them)."""
+        partition, as Kafka answers them).  A member of a KIP-848 group is checked by its member
+        epoch, and must use v9+ (``api_version``), as Kafka's ``validateOffsetCommit``."""
         keys = [(c.topic, c.partition) for c in commits]
         owned = self.owned_for(group_id)
         if isinstance(owned, ErrorCode):
             return dict.fromkeys(keys, owned)
         consumer_group = self.consumer.get(group_id)
         if consumer_group is not None:  # member epochs (KIP-848)
-            rejected = consumer_group.validate_offset_commit(member_id, generation)
+            rejected = consumer_group.validate_offset_commit(member_id, generation, api_version)
         else:
             rejected = self.classic.check_commit(group_id, member_id, generation, instance_id)
         if rejected is not None:

@@ -79,6 +79,7 @@ from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import ConsumerGroupHeartbeatRequest as Heartbeat
 from kafka_protocol.messages import ConsumerGroupHeartbeatResponse as HeartbeatResponse
 
+OFFSET_COMMIT_MEMBER_EPOCH_VERSION = 9
 TopicLookup = Callable[[str], tuple[TopicId, int] | None]  # name -> (id, partition count)
 
 
@@ -466,14 +467,19 @@ class ConsumerGroup:
 
     # --- offsets and admin --------------------------------------------------------------------
 
-    def validate_offset_commit(self, member_id: str, member_epoch: int) -> ErrorCode | None:
-        """Kafka's ``ConsumerGroup.validateOffsetCommit`` (the OffsetCommit version is not
-        checked: this broker's OffsetCommit may not reach v9 yet)."""
+    def validate_offset_commit(
+        self, member_id: str, member_epoch: int, api_version: int
+    ) -> ErrorCode | None:
+        """Kafka's ``ConsumerGroup.validateOffsetCommit``: anyone may commit to an empty
+        group without an epoch; a member commits with its current epoch, in OffsetCommit v9+
+        (UNSUPPORTED_VERSION before: only v9 carries a member epoch)."""
         if member_epoch < 0 and not self.members:
             return None
         member = self.members.get(member_id)
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
+        if api_version < OFFSET_COMMIT_MEMBER_EPOCH_VERSION:
+            return ErrorCode.UNSUPPORTED_VERSION
         if member_epoch != member.member_epoch:
             return ErrorCode.STALE_MEMBER_EPOCH
         return None

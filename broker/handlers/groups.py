@@ -317,6 +317,7 @@ class GroupHandlers:
             req.group_instance_id,
             commits,
             expire,
+            ctx.api_version,  # KIP-848 members must commit with v9+
         )
         topics = _each_partition_answered(
             req.topics,

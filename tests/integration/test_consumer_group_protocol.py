@@ -198,8 +198,19 @@ def check_commit_errors(cluster: LocalCluster, group: str) -> None:
                     )
                 ],
             )
-            response = conn.request(req, 8)
+            response = conn.request(req, 9)
             assert response.topics[0].partitions[0].error_code == error
+        # a member's commit needs v9 (the version that carries member epochs), as Kafka's
+        epoch = raw_describe(cluster, group).members[0].member_epoch
+        v8 = OffsetCommitRequest(
+            group_id=group,
+            generation_id_or_member_epoch=epoch,
+            member_id=member.member_id,
+            topics=req.topics,
+        )
+        assert conn.request(v8, 8).topics[0].partitions[0].error_code == (
+            ErrorCode.UNSUPPORTED_VERSION
+        )
         # OffsetFetch v9 carries the member too: the same checks, a group-level error
         G = OffsetFetchRequest.OffsetFetchRequestGroup
         for member_id, epoch, fetch_error in (
