@@ -6,6 +6,8 @@ lowered) so that a rebalance takes a heartbeat or two, not seconds.  What is pro
 
 * two consumers share a topic: on a join and on a leave each partition goes to one member at a
   time (never two), the assignment ends balanced, and every record is consumed;
+* a member killed with ``kill -9`` is removed after its session timeout, not before, and the
+  survivor then owns every partition;
 * commits carry the member epoch: librdkafka's commits succeed, a restarted consumer resumes
   exactly where the last one committed, and a commit with a stale epoch or an unknown member
   gets STALE_MEMBER_EPOCH / UNKNOWN_MEMBER_ID, and so does an OffsetFetch v9 naming them;
@@ -150,6 +152,52 @@ def test_two_consumers_share_a_topic_and_rebalance_on_join_and_leave(
     reader.consumers.remove(c2)
     reader.until("c1 to own every partition again", lambda: owned(c1) == set(range(PARTITIONS)))
     c1.close()
+
+
+CRASHING_MEMBER = """
+import sys, time
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+              "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+c.subscribe([sys.argv[3]])
+while True:
+    c.poll(0.1)
+    print(len(c.assignment()), flush=True)
+"""
+
+
+def test_a_crashed_member_is_expired_after_its_session(cluster: LocalCluster) -> None:
+    """``kill -9`` of a member (no leave): the coordinator removes it once
+    ``group.consumer.session.timeout.ms`` (6 s here) has passed, and the survivor gets every
+    partition; not before (the crashed member's partitions are not handed out early)."""
+    group = "crashing"
+    survivor = consumer(cluster, group)
+    crasher = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_MEMBER, cluster.bootstrap, group, TOPIC],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        reader = Reader(survivor)
+        reader.until("a split with the other process", lambda: len(owned(survivor)) == 3)
+        assert crasher.stdout is not None
+        while crasher.stdout.readline().strip() != "3":
+            pass
+        crasher.kill()
+        crasher.wait()
+        killed_at = time.monotonic()
+        reader.until(
+            "the survivor to get everything",
+            lambda: owned(survivor) == set(range(PARTITIONS)),
+            timeout_s=WAIT_S,
+        )
+        assert time.monotonic() - killed_at >= 4.0  # the 6 s session, less heartbeat phases
+    finally:
+        if crasher.poll() is None:
+            crasher.kill()
+            crasher.wait()
+        survivor.close()
 
 
 def test_commits_carry_member_epochs_and_a_restart_resumes_there(cluster: LocalCluster) -> None:
