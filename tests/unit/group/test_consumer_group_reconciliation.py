@@ -456,3 +456,33 @@ def test_a_static_member_rejoins_with_its_partitions_and_nobody_rebalances() -> 
     with pytest.raises(HeartbeatError) as fenced:
         group.heartbeat(stale, "c", "/h", 0, lambda n: (TOPICS[n], 4), "")
     assert fenced.value.error is ErrorCode.FENCED_INSTANCE_ID
+
+
+def test_a_topic_created_after_the_subscription_is_assigned_at_the_next_heartbeat() -> None:
+    """The subscribed topics' metadata is looked up on every heartbeat: a topic that appears
+    (or grows) bumps the group epoch and is assigned without the member asking again."""
+    topics: dict[str, tuple[TopicId, int]] = {}
+    group = ConsumerGroup("g", CONFIG)
+    join = Heartbeat(
+        group_id="g",
+        member_id="m",
+        member_epoch=0,
+        rebalance_timeout_ms=5_000,
+        subscribed_topic_names=["later"],
+        topic_partitions=[],
+    )
+    response, _ = group.heartbeat(join, "c", "/h", 0, topics.get, "")
+    assert response.assignment is not None and response.assignment.topic_partitions == []
+    topics["later"] = (TOPICS["a"], 2)
+    beat = Heartbeat(group_id="g", member_id="m", member_epoch=response.member_epoch)
+    response, _ = group.heartbeat(beat, "c", "/h", 0, topics.get, "")
+    assert response.assignment is not None
+    assert [(tp.topic_id, tp.partitions) for tp in response.assignment.topic_partitions] == [
+        (TOPICS["a"], [0, 1])
+    ]
+    topics["later"] = (TOPICS["a"], 3)
+    beat = Heartbeat(group_id="g", member_id="m", member_epoch=response.member_epoch)
+    response, _ = group.heartbeat(beat, "c", "/h", 0, topics.get, "")
+    assert response.assignment is not None
+    assert response.assignment.topic_partitions[0].partitions == [0, 1, 2]
+    assert group.group_epoch == 3
