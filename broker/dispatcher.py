@@ -9,6 +9,10 @@ Unsupported versions: an ApiVersions request at a version we do not serve is ans
 with UNSUPPORTED_VERSION and our ranges, so that the client retries lower (KIP-511).  Any other
 api key or version outside the advertised table closes the connection, as Kafka does; a frame
 that does not decode does too.  Neither affects other connections.
+
+Client quotas (:mod:`broker.quotas.throttle`), while any quota exists: a request's cost is
+recorded once its response is ready; a throttled answer carries ``throttle_time_ms`` and the
+session is muted (``Session.muted_until_s``, read by the connection) for that long.
 """
 
 from __future__ import annotations
@@ -144,13 +148,19 @@ class RequestDispatcher:
                 )
                 raise CloseConnection
         ctx = RequestContext(header, session, time.perf_counter(), self._loop_time())
+        quotas = self.throttle is not None and self.throttle.active
+        if quotas:
+            assert self.throttle is not None
+            body = self.throttle.bounded(
+                body, principal=session.principal, client_id=header.client_id
+            )
         try:
             result = handler.handle(ctx, body)
         except CloseAfterResponse as close:
             chunks = self._encode(handler, ctx, close.response)
             return self._close_later(chunks, close.delay_ms)
         cost = None
-        if self.throttle is not None:
+        if quotas:
             cost = _Cost(body, len(frame), time.perf_counter() - ctx.received_s)
         return self._finish(handler, ctx, cost, result)
 
@@ -265,8 +275,10 @@ class RequestDispatcher:
             handler_s=cost.handler_s,
             now_ms=now_s * 1000.0,
         )
-        if throttle.ms > 0:
-            until = now_s + throttle.ms / 1000.0
+        # a throttle the handler gave (controller_mutation_rate) mutes the connection too
+        mute_ms = max(throttle.ms, getattr(response, "throttle_time_ms", 0) or 0)
+        if mute_ms > 0:
+            until = now_s + mute_ms / 1000.0
             ctx.session.muted_until_s = max(ctx.session.muted_until_s, until)
         return throttle
 

@@ -35,6 +35,8 @@ from broker.handlers.txn_markers import (
 )
 from broker.identity import BrokerIdentity
 from broker.metrics import BrokerMetrics
+from broker.quotas.manager import QuotaSettings
+from broker.quotas.mutations import MutationQuotaGuard, MutationQuotas
 from broker.replica_manager import ReplicaManager
 from broker.replication.throttle import ReplicationThrottles
 from broker.security.admin_rules import BROKER_RULES
@@ -136,4 +138,13 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
     ]
     # every API checks what Kafka checks (broker.security.api_authorization); a no-op while
     # authorizer.class.name is unset
+    # controller_mutation_rate (KIP-599) on topic creations, deletions and partition increases
+    mutation_quotas = MutationQuotaGuard(
+        MutationQuotas(
+            lambda: parts.image.client_quotas, QuotaSettings.from_config(cfg.broker_defaults)
+        ),
+        lambda: parts.image,
+        cfg.num_partitions,
+    )
+    handlers = mutation_quotas.guard(handlers)
     return guard(handlers, BROKER_RULES, authorizer, lambda: parts.image, auto_create.enabled)

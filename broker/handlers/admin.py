@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from broker import broker_loggers
 from broker.controller_channel import Forwarder, forwarded_handlers
 from broker.dispatcher import ApiHandler, RequestContext
 from broker.identity import BrokerIdentity, ImageSource
@@ -49,7 +50,12 @@ class AdminHandlers:
         ]
 
     async def forward(self, request: Request, version: int) -> Response:
-        """Every forwarded API: the active controller's answer, at the client's version."""
+        """Every forwarded API: the active controller's answer, at the client's version
+        (BROKER_LOGGER changes are this broker's own: ``broker.broker_loggers``)."""
+        if broker_loggers.names_loggers(request):
+            return await broker_loggers.change_levels(
+                request, version, self.controller.forward, self.node.node_id
+            )
         return await self.controller.forward(request, version)
 
     # --- descriptions -------------------------------------------------------------------------
@@ -91,6 +97,11 @@ class AdminHandlers:
             if name not in ("", str(self.node.node_id)):
                 return _error(resource_type, name, ErrorCode.INVALID_REQUEST, "not this broker")
             return effective_broker_config(self._broker_sources())
+        if resource_type == ConfigResourceType.BROKER_LOGGER:
+            loggers = broker_loggers.described(self.node.node_id, name)
+            if isinstance(loggers, broker_loggers.LoggerError):
+                return _error(resource_type, name, loggers.error_code, loggers.message)
+            return loggers
         return _error(resource_type, name, ErrorCode.INVALID_REQUEST, "unsupported resource type")
 
     def _broker_sources(self) -> BrokerConfigSources:

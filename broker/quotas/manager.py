@@ -87,6 +87,15 @@ class ClientQuotaManager:
         rate.record(value, now_ms)
         return throttle_time_ms(rate, found.bound, now_ms)
 
+    def max_value_in_window(self, quota_type: QuotaType, user: str, client_id: str) -> float | None:
+        """The most one request may add without being throttled for it alone: the quota over
+        the shortest measured span, ``quota.window.num - 1`` windows (None: no quota)."""
+        found = resolve(self.quotas(), user, client_id, quota_type.value)
+        if found is None:
+            return None
+        settings = self.settings
+        return found.bound * max(settings.samples - 1, 1) * settings.window_seconds
+
     def unrecord(
         self, quota_type: QuotaType, user: str, client_id: str, value: float, now_ms: float
     ) -> None:

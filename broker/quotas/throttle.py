@@ -19,6 +19,7 @@ WriteTxnMarkers) and the handshake (ApiVersions, SASL) are never throttled.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Final
 
@@ -60,6 +61,31 @@ class RequestThrottle:
     def __init__(self, manager: ClientQuotaManager) -> None:
         self.manager = manager
 
+    @property
+    def active(self) -> bool:
+        """Whether any client quota exists (none: requests pay nothing for quotas)."""
+        return bool(self.manager.quotas())
+
+    def bounded(self, request: Request, *, principal: str, client_id: str | None) -> Request:
+        """``request`` as the handler should see it: a consumer Fetch under a fetch quota asks
+        for at most what the quota allows in one measured span (Kafka's
+        ``getMaxValueInQuotaWindow``), so that one response can never be throttled whole, again
+        and again (a throttled fetch is answered empty and its bytes taken back)."""
+        if request.API_KEY != FETCH_KEY:
+            return request
+        assert isinstance(request, FetchRequest)
+        if is_follower_fetch(request):
+            return request
+        cap = self.manager.max_value_in_window(
+            QuotaType.FETCH, quota_user(principal), client_id or ""
+        )
+        if cap is None or request.max_bytes <= cap:
+            return request
+        max_bytes = max(int(cap), 1)
+        return dataclasses.replace(
+            request, max_bytes=max_bytes, min_bytes=min(request.min_bytes, max_bytes)
+        )
+
     def decide(
         self,
         request: Request,
@@ -93,8 +119,6 @@ class RequestThrottle:
                 self.manager.unrecord(QuotaType.FETCH, user, client, response_bytes, now_ms)
                 assert isinstance(response, FetchResponse)
                 return Throttle(ms, _empty_fetch(response, ms))
-        if ms <= 0 or response is None:
-            return Throttle(max(ms, 0))
         return Throttle(ms)
 
 

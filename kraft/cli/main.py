@@ -28,6 +28,7 @@ from kraft.cli import (
     cluster,
     elect,
     groups,
+    quotas,
     reassign,
     records,
     storage,
@@ -216,6 +217,7 @@ def add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     cluster.add_parser(sub, common)
     users.add_parser(sub, common)
     acls.add_parser(sub, common)
+    quotas.add_parser(sub, common)
     elect.add_parser(sub)
     reassign.add_parser(sub)
     certs.add_parser(sub)

@@ -52,6 +52,7 @@ from kraft.rest.groups import (
     setup_groups,
 )
 from kraft.rest.log_dirs import get_log_dirs
+from kraft.rest.quotas import alter_quotas, list_quotas
 from kraft.rest.reassignments import (
     cancel_reassignments,
     list_reassignments,
@@ -113,6 +114,8 @@ ROUTES: Final = (
     ("GET", "/v1/acls", list_acls),
     ("POST", "/v1/acls", create_acls),
     ("DELETE", "/v1/acls", delete_acls),
+    ("GET", "/v1/quotas", list_quotas),
+    ("POST", "/v1/quotas", alter_quotas),
     ("GET", "/v1/brokers/{id}/log-dirs", get_log_dirs),
     ("GET", "/metrics", get_metrics),
     ("GET", "/v1/openapi.json", get_openapi),

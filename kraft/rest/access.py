@@ -90,6 +90,9 @@ ACCESS: Final[dict[tuple[str, str], Access | None]] = {
     ("GET", "/v1/acls"): Access(_O.DESCRIBE, _R.CLUSTER, CLUSTER),
     ("POST", "/v1/acls"): Access(_O.ALTER, _R.CLUSTER, CLUSTER),
     ("DELETE", "/v1/acls"): Access(_O.ALTER, _R.CLUSTER, CLUSTER),
+    # client quotas: as DescribeClientQuotas / AlterClientQuotas
+    ("GET", "/v1/quotas"): Access(_O.DESCRIBE_CONFIGS, _R.CLUSTER, CLUSTER),
+    ("POST", "/v1/quotas"): Access(_O.ALTER_CONFIGS, _R.CLUSTER, CLUSTER),
 }
 
 _ERROR_OF: Final = {

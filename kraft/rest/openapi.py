@@ -26,6 +26,7 @@ from kraft.rest.openapi_parts import json_body as _json_body
 from kraft.rest.openapi_parts import op as _op
 from kraft.rest.openapi_parts import query as _query
 from kraft.rest.openapi_parts import ref as _ref
+from kraft.rest.openapi_quotas import QUOTA_SCHEMAS, quota_paths
 from kraft.rest.openapi_reassignments import REASSIGNMENT_SCHEMAS, reassignment_paths
 from kraft.rest.openapi_security import (
     SECURITY_SCHEMAS,
@@ -691,6 +692,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                     **transaction_paths(),
                     **reassignment_paths(),
                     **security_paths(),
+                    **quota_paths(),
                     **log_dirs_paths(),
                 }
             )
@@ -702,6 +704,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                 **TRANSACTION_SCHEMAS,
                 **LOG_DIRS_SCHEMAS,
                 **REASSIGNMENT_SCHEMAS,
+                **QUOTA_SCHEMAS,
             },
             "securitySchemes": SECURITY_SCHEMES,
         },

@@ -10,6 +10,9 @@ the requests go through kafka-python's own connection manager and its own protoc
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,17 +20,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
 from kafka.protocol.admin import (
     AlterClientQuotasRequest,
+    CreateTopicsRequest,
     DescribeClientQuotasRequest,
 )
 
-from integration.cluster_process import LocalCluster, ServerProcess, wait_for
+from integration.cluster_process import LocalCluster, ServerProcess, rest_call, wait_for
 from integration.raw_client import RawConnection
-from kafka_protocol.messages import ApiVersionsRequest, ProduceRequest, ProduceResponse
+from kafka_protocol.messages import (
+    ApiVersionsRequest,
+    MetadataRequest,
+    ProduceRequest,
+    ProduceResponse,
+)
 from kafka_protocol.record_batch import SimpleRecord, build_batch
 from kafka_protocol.types import TopicName
 
@@ -348,3 +357,211 @@ def test_the_broker_mutes_a_throttled_connection(cluster: LocalCluster) -> None:
         conn.close()
         alter(kp, [(raw_client, {"producer_byte_rate": None})])
         kp.close()
+
+
+# --- REST and CLI -------------------------------------------------------------------------------
+
+
+def kraft_cli(node: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kraft.cli", *args, "--admin", node.admin, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_rest_and_cli(cluster: LocalCluster) -> None:
+    a, b = list(cluster.brokers.values())[:2]
+    body = {
+        "entity": {"user": "carol", "client-id": None},
+        "set": {"producer_byte_rate": 2048, "request_percentage": 25.5},
+    }
+    assert rest_call(a, "POST", "/v1/quotas", body) == (
+        200,
+        {
+            "entity": {"client-id": None, "user": "carol"},
+            "quotas": {"producer_byte_rate": 2048.0, "request_percentage": 25.5},
+        },
+    )
+    wait_for("b's copy", lambda: rest_call(b, "GET", "/v1/quotas?user=carol")[1], 10, cluster)
+    assert rest_call(b, "GET", "/v1/quotas?user=carol&client-id=<default>") == (
+        200,
+        [
+            {
+                "entity": {"client-id": None, "user": "carol"},
+                "quotas": {"producer_byte_rate": 2048.0, "request_percentage": 25.5},
+            }
+        ],
+    )
+    assert rest_call(b, "GET", "/v1/quotas?user=*&strict=true") == (200, [])
+    # bad input: 400 with Kafka's error, nothing changed
+    for bad in (
+        {"entity": {"user": "carol"}, "set": {"no_such_quota": 1}},
+        {"entity": {"user": "carol"}, "set": {"producer_byte_rate": -1}},
+        {"entity": {"group": "g"}, "set": {"producer_byte_rate": 1}},
+    ):
+        status, answer = rest_call(a, "POST", "/v1/quotas", bad)
+        assert (status, answer["error"]) == (400, "INVALID_REQUEST"), answer
+    for bad_body in ({"entity": {}}, {"entity": {"user": "x"}, "set": {"k": "1"}}, {"x": 1}):
+        assert rest_call(a, "POST", "/v1/quotas", bad_body)[0] == 400
+    assert rest_call(a, "GET", "/v1/quotas?group=g")[0] == 400
+    assert (
+        rest_call(a, "GET", "/v1/quotas?user=carol")[1][0]["quotas"]["producer_byte_rate"] == 2048
+    )
+    # the CLI (kafka-configs.sh --alter / --describe)
+    done = kraft_cli(
+        a,
+        "quotas",
+        "alter",
+        "--quota-user",
+        "carol",
+        "--client-id",
+        "<default>",
+        "--add-config",
+        "consumer_byte_rate=4096",
+        "--delete-config",
+        "request_percentage",
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["quotas"] == {
+        "consumer_byte_rate": 4096.0,
+        "producer_byte_rate": 2048.0,
+    }
+    shown = kraft_cli(b, "quotas", "describe", "--quota-user", "carol")
+    wait_for(
+        "the CLI's change on b",
+        lambda: (
+            "consumer_byte_rate"
+            in kraft_cli(b, "quotas", "describe", "--quota-user", "carol").stdout
+        ),
+        10,
+        cluster,
+    )
+    refused = kraft_cli(a, "quotas", "alter", "--client-id", "x", "--add-config", "bogus=1")
+    assert refused.returncode != 0 and "INVALID_REQUEST" in refused.stderr + refused.stdout
+    assert shown.returncode == 0
+    done = kraft_cli(
+        a,
+        "quotas",
+        "alter",
+        "--quota-user",
+        "carol",
+        "--client-id",
+        "<default>",
+        "--delete-config",
+        "consumer_byte_rate,producer_byte_rate",
+    )
+    assert done.returncode == 0 and json.loads(done.stdout)["quotas"] == {}, done
+
+
+def read_everything(bootstrap: str, topic: str, client_id: str, count: int) -> float:
+    """Seconds a confluent-kafka consumer takes to read ``count`` records from offset 0."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "group.id": f"g-{client_id}",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    seen = 0
+    started = time.monotonic()
+    try:
+        while seen < count:
+            assert time.monotonic() - started < 60, f"{client_id} read {seen} of {count}"
+            for msg in consumer.consume(500, 1.0):
+                assert msg.error() is None, msg.error()
+                seen += 1
+        return time.monotonic() - started
+    finally:
+        consumer.close()
+
+
+def test_a_consumer_fetch_quota_slows_only_its_client(cluster: LocalCluster) -> None:
+    broker = cluster.brokers[max(cluster.brokers)]
+    admin = AdminClient({"bootstrap.servers": broker.address})
+    topic = "quota-fetch"
+    admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[[broker.node_id]])])[
+        topic
+    ].result(30)
+    count = 1024  # 1 MiB of values
+    # batches well below the quota's window: a fetch returns its first batch whole (KIP-74),
+    # and a batch above what the windows allow would be throttled whole every time (as in Kafka)
+    producer = Producer({"bootstrap.servers": broker.address, "linger.ms": 5, "batch.size": 16384})
+    for _ in range(count):
+        producer.produce(topic, value=VALUE)
+    assert producer.flush(30) == 0
+    kp = kp_admin(broker)
+    slow: Entity = (("client-id", "slow-reader"),)
+    quota = 256 * 1024.0
+    assert alter(kp, [(slow, {"consumer_byte_rate": quota})])[slow][0] == 0
+    wait_for("the quota", lambda: slow in everything(kp), 10, cluster)
+    try:
+        fast_s = read_everything(broker.address, topic, "fast-reader", count)
+        slow_s = read_everything(broker.address, topic, "slow-reader", count)
+    finally:
+        alter(kp, [(slow, {"consumer_byte_rate": None})])
+        kp.close()
+    print(f"1 MiB read in {slow_s:.2f} s under a 256 KiB/s quota, {fast_s:.2f} s without")
+    # one window's worth comes at once, the rest at the quota: about 3 s
+    assert 0.8 * (count * len(VALUE) - quota) / quota <= slow_s <= 8, slow_s
+    assert fast_s < slow_s / 2, (fast_s, slow_s)
+
+
+def test_request_percentage_throttles_on_handler_time(cluster: LocalCluster) -> None:
+    """A tiny request_percentage: a Metadata answer carries a throttle (handler time is
+    measured against the quota, whatever the API)."""
+    broker = cluster.any_broker()
+    kp = kp_admin(broker)
+    raw_client: Entity = (("client-id", "raw-test"),)
+    assert alter(kp, [(raw_client, {"request_percentage": 0.001})])[raw_client][0] == 0
+    wait_for("the quota", lambda: raw_client in everything(kp), 10, cluster)
+    conn = RawConnection(broker.address)
+    try:
+        # one Metadata request takes well over 0.001 % of the measured second: throttled (and
+        # the connection muted for that long, so nothing more is sent on it)
+        answer = conn.request(MetadataRequest(topics=None), 9)
+        assert answer.throttle_time_ms > 0, answer.throttle_time_ms
+    finally:
+        conn.close()
+        alter(kp, [(raw_client, {"request_percentage": None})])
+        kp.close()
+
+
+def test_controller_mutation_rate_refuses_topics_beyond_the_bucket(cluster: LocalCluster) -> None:
+    """CreateTopics v6+ is strict (KIP-599): with 1 partition/s and 2 windows of 1 s the bucket
+    holds 2; a third topic may still take it below zero, a fourth is refused."""
+    broker = cluster.any_broker()
+    kp = kp_admin(broker)
+    mutator: Entity = (("client-id", "mutator"),)
+    assert alter(kp, [(mutator, {"controller_mutation_rate": 1.0})])[mutator][0] == 0
+    wait_for("the quota", lambda: mutator in everything(kp), 10, cluster)
+    client = KafkaAdminClient(
+        bootstrap_servers=broker.address, client_id="mutator", request_timeout_ms=10000
+    )
+    C = CreateTopicsRequest
+    request = C(
+        topics=[
+            C.CreatableTopic(name=f"mutation-{i}", num_partitions=1, replication_factor=1)
+            for i in range(4)
+        ],
+        timeout_ms=10000,
+    )
+    try:
+        manager = client._manager  # no public call returns the per-topic errors
+        answer = manager.run(manager.send, request, broker.node_id)
+    finally:
+        client.close()
+        alter(kp, [(mutator, {"controller_mutation_rate": None})])
+        kp.close()
+    assert answer.version >= 6
+    assert [(t.name, t.error_code) for t in answer.topics] == [
+        ("mutation-0", 0),
+        ("mutation-1", 0),
+        ("mutation-2", 0),
+        ("mutation-3", 89),  # THROTTLING_QUOTA_EXCEEDED
+    ]
+    assert answer.throttle_time_ms > 0

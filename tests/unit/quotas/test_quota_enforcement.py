@@ -160,3 +160,16 @@ def test_request_percentage_counts_handler_time_and_the_handshake_is_exempt() ->
     assert decide(throttle, metadata, answer, handler_s=0.10).ms == 500  # 15 % over 1 s
     assert decide(throttle, ApiVersionsRequest(), None, handler_s=10.0).ms == 0
     assert decide(throttle, metadata, answer, client_id="other", handler_s=10.0).ms == 0
+
+
+def test_a_consumer_fetch_asks_for_at_most_what_the_windows_allow() -> None:
+    quotas = quotas_of({(("client-id", "c"),): {"consumer_byte_rate": 1000.0}})
+    throttle = RequestThrottle(ClientQuotaManager(lambda: quotas, QuotaSettings(11, 1)))
+    fetch = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=50_000, max_bytes=10**8, topics=[])
+    bounded = throttle.bounded(fetch, principal="User:u", client_id="c")
+    assert isinstance(bounded, FetchRequest)
+    assert (bounded.max_bytes, bounded.min_bytes) == (10_000, 10_000)  # 10 windows of 1000 B/s
+    assert throttle.bounded(fetch, principal="User:u", client_id="other") is fetch
+    follower = FetchRequest(replica_id=1, max_wait_ms=0, min_bytes=1, max_bytes=10**8, topics=[])
+    assert throttle.bounded(follower, principal="User:u", client_id="c") is follower
+    assert throttle.bounded(produce(), principal="User:u", client_id="c") == produce()
