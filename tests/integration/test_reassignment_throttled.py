@@ -26,7 +26,13 @@ from history import Ack, Fail, HistoryWriter, Read, Send, check
 from kafka import TopicPartition as KpTopicPartition
 from kafka.admin import KafkaAdminClient
 
-from integration.cluster_process import LocalCluster, ServerProcess, admin_client, wait_for
+from integration.cluster_process import (
+    LocalCluster,
+    ServerProcess,
+    admin_client,
+    rest_call,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -261,6 +267,13 @@ def test_moving_every_partition_under_a_throttle(cluster: LocalCluster, tmp_path
             assert kp_admin.list_partition_reassignments() == {}
         finally:
             kp_admin.close()
+        # The follower's own measure of its throttled traffic (/metrics) is within the bound.
+        metrics = rest_call(new_broker, "GET", "/metrics")[1]
+        prefix = 'kafka_replication_throttled_bytes_per_second{side="follower"} '
+        measured = next(
+            float(x[len(prefix) :]) for x in metrics.splitlines() if x.startswith(prefix)
+        )
+        assert 0 < measured <= 1.2 * RATE_BYTES_PER_S, measured
         moved = bytes_on_disk(new_broker)
         achieved = moved / took_s
         print(f"moved {moved} bytes in {took_s:.2f} s: {achieved:.0f} B/s, bound {rate} B/s")
