@@ -28,9 +28,12 @@ from broker.dispatcher import RequestDispatcher
 from broker.handlers import build_handlers
 from broker.identity import BrokerIdentity
 from broker.log.config import LogConfig
-from broker.log_dir import load_directory_id
+from broker.log_dir import open_log_directories
+from broker.log_dir_assignments import DirectoryAssignments
 from broker.metrics import BrokerMetrics, gauge
 from broker.partition import Partition, Registration
+from broker.quotas.manager import ClientQuotaManager, QuotaSettings
+from broker.quotas.throttle import RequestThrottle
 from broker.replica_manager import ReplicaManager
 from broker.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from broker.replication.partition_state import PartitionState
@@ -84,14 +87,27 @@ class Broker:
         self.metrics = BrokerMetrics()
         self.replicas = ReplicaManager(
             storage,
-            config.log_dir,
+            open_log_directories(
+                storage, [str(p) for p in (config.log_dir, *config.more_log_dirs)]
+            ),
             broker_id=config.node_id,
             replica_lag_time_max_ms=config.replica_lag_time_max_ms,
             producer_id_expiration_ms=config.producer_id_expiration_ms,
-            log_dir_id=load_directory_id(storage, str(config.log_dir)),
         )
         self.replicas.on_append = self._count_append
         self.replicas.on_log_dir_offline = self._log_dir_failed
+        # Several log.dirs: the controller hears where each replica lives (KIP-858).
+        self.dir_assignments = (
+            DirectoryAssignments(
+                config.node_id,
+                lambda: self.broker_epoch_of(self.node_id),
+                controller,
+                lambda: self.image,
+            )
+            if len(self.replicas.log_dirs) > 1
+            else None
+        )
+        self.replicas.on_log_dir_moved = self._report_directory
         # Told when the log directory fails (the broker's lifecycle heartbeats at once).
         self.log_dir_listeners: list[Callable[[], None]] = []
         # leader.* / follower.replication.throttled.* from the image (KIP-73)
@@ -143,7 +159,16 @@ class Broker:
         # This process's registration; a leadership in the image counts only once the image
         # holds it (None: a single combined node, where no earlier incarnation can lead).
         self.incarnation_id: uuid.UUID | None = None
-        self.dispatcher = RequestDispatcher(build_handlers(self), self.metrics)
+        self.dispatcher = RequestDispatcher(
+            build_handlers(self),
+            self.metrics,
+            RequestThrottle(  # client quotas (broker.quotas)
+                ClientQuotaManager(
+                    lambda: self.image.client_quotas,
+                    QuotaSettings.from_config(config.broker_defaults),
+                )
+            ),
+        )
         self.listener: KafkaListener | None = None  # the primary one (config.primary_listener)
         self.listeners: dict[str, KafkaListener] = {}  # every one, by name
         self._maintenance: list[asyncio.Task[None]] = []
@@ -323,6 +348,11 @@ class Broker:
         for listener in self.log_dir_listeners:
             listener()
 
+    def _report_directory(self, part: Partition) -> None:
+        assignments = self.dir_assignments
+        if assignments is not None and self._started and self._registered_as_this_process():
+            assignments.check(part)
+
     def _open(
         self, topic: TopicImage, index: int, registration: PartitionImage
     ) -> Partition | None:
@@ -354,6 +384,7 @@ class Broker:
         if part.is_leader != was_leader or existing is None:
             (self._became_leader if part.is_leader else self._became_follower).append(part.name)
         if self._started:
+            self._report_directory(part)
             self.fetchers.update(part)
             if topic.name == OFFSETS_TOPIC:
                 self.coordinator.on_partition_role(part)
@@ -469,6 +500,8 @@ class Broker:
         await self.coordinator.stop()
         await self.transactions.stop()
         await self.dispatcher.close()
+        if self.dir_assignments is not None:
+            self.dir_assignments.close()
         self.replicas.close()
 
 

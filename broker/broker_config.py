@@ -32,7 +32,9 @@ class BrokerConfig:
     advertised_host: str
     advertised_port: int
     log_dir: Path
-    rack: str | None = None
+    more_log_dirs: tuple[Path, ...] = ()  # the other entries of log.dirs (JBOD)
+    rack: str | None = None  # broker.rack
+    replica_selector: str | None = None  # replica.selector.class (KIP-392)
     auto_topic_creation: bool = True  # auto.create.topics.enable
     num_partitions: int = 1
     default_replication_factor: int = 1
@@ -53,6 +55,7 @@ class BrokerConfig:
     listeners: tuple[BrokerListener, ...] = ()
     inter_broker_listener: str = "PLAINTEXT"  # inter.broker.listener.name
     inter_broker_security: ClientSecurity | None = None  # how this broker fetches from leaders
+    max_request_partition_size_limit: int = 2000  # DescribeTopicPartitions' page size cap
 
     @property
     def served_listeners(self) -> tuple[BrokerListener, ...]:

@@ -91,7 +91,7 @@ class _Slot:
         self.abandoned = False  # dropped from the queue: its answer will never be sent
 
 
-def _close_regions(chunks: list[Chunk] | None) -> None:
+def close_regions(chunks: list[Chunk] | None) -> None:
     for c in chunks or ():
         if isinstance(c, FileRegion):
             os.close(c.fd)
@@ -113,6 +113,7 @@ class Connection:
         "_pump_scheduled",
         "_reading",
         "_sock",
+        "_unmute_timer",
         "_writing",
         "ip",
         "last_active_s",
@@ -142,6 +143,7 @@ class Connection:
         self._closing = False
         self._dead = False
         self._pump_scheduled = False
+        self._unmute_timer: asyncio.TimerHandle | None = None
         self._resume_reading()
 
     # --- reading ------------------------------------------------------------------------------
@@ -250,7 +252,7 @@ class Connection:
             slot.chunks = value
         if self._dead or slot.abandoned:
             slot.ready = True
-            _close_regions(slot.chunks)
+            close_regions(slot.chunks)
             return
         self._answered(slot)
         if not self._pump_scheduled:  # one write for every response settled in this pass
@@ -275,7 +277,23 @@ class Connection:
         return (
             len(self._pending) >= limits.max_inflight_requests
             or self._buffered >= limits.max_buffered_response_bytes
+            or self._muted()
         )
+
+    def _muted(self) -> bool:
+        """Throttled by a client quota (``session.muted_until_s``): read nothing until then;
+        a timer comes back to :meth:`_apply_backpressure` at the end."""
+        until = self.session.muted_until_s
+        if not until or until <= self._loop.time():
+            return False
+        if self._unmute_timer is None:
+            self._unmute_timer = self._loop.call_at(until, self._unmuted)
+        return True
+
+    def _unmuted(self) -> None:
+        self._unmute_timer = None
+        if not self._dead:
+            self._apply_backpressure()
 
     def _apply_backpressure(self) -> None:
         if self._busy():
@@ -313,7 +331,7 @@ class Connection:
             slot.abandoned = True
             if not slot.ready:
                 self._dispatched -= slot.frame_bytes
-            _close_regions(slot.chunks)
+            close_regions(slot.chunks)
         self._pending.clear()
         self._recharge()
 
@@ -400,6 +418,9 @@ class Connection:
         self._dead = True
         self._closing = True
         log.debug("connection closed peer=%s reason=%s", self.peer, reason)
+        if self._unmute_timer is not None:
+            self._unmute_timer.cancel()
+            self._unmute_timer = None
         self._pause_reading()
         if self._writing:
             self._loop.remove_writer(self._fd)

@@ -32,12 +32,16 @@ from broker.dispatcher import ApiHandler, RequestContext
 from kafka_protocol._codec import Request, Response
 from kafka_protocol.errors import ErrorCode, KafkaError
 from kafka_protocol.messages import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
     AlterConfigsRequest,
     AlterConfigsResponse,
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
     AlterUserScramCredentialsRequest,
     AlterUserScramCredentialsResponse,
+    AssignReplicasToDirsRequest,
+    AssignReplicasToDirsResponse,
     CreateAclsRequest,
     CreateAclsResponse,
     CreatePartitionsRequest,
@@ -236,6 +240,25 @@ def _scram_alterations_failed(
     )
 
 
+def _quota_alterations_failed(
+    request: AlterClientQuotasRequest, error: ErrorCode, message: str
+) -> AlterClientQuotasResponse:
+    """Every entity of the request answered ``error``."""
+    Entity = AlterClientQuotasResponse.EntityData
+    return AlterClientQuotasResponse(
+        entries=[
+            AlterClientQuotasResponse.EntryData(
+                error_code=error,
+                error_message=message,
+                entity=[
+                    Entity(entity_type=e.entity_type, entity_name=e.entity_name) for e in x.entity
+                ],
+            )
+            for x in request.entries
+        ]
+    )
+
+
 def _reassignments_failed(
     request: AlterPartitionReassignmentsRequest, error: ErrorCode, message: str
 ) -> AlterPartitionReassignmentsResponse:
@@ -309,6 +332,17 @@ FORWARDED: Final[tuple[ForwardedApi[Any, Any], ...]] = (
         0,
         0,
         _scram_alterations_failed,
+    ),
+    # A broker's own report of where its replicas live (KIP-858, broker/log_dir_assignments.py).
+    ForwardedApi(
+        AssignReplicasToDirsRequest,
+        AssignReplicasToDirsResponse,
+        0,
+        0,
+        lambda r, error, message: AssignReplicasToDirsResponse(error_code=error),
+    ),
+    ForwardedApi(
+        AlterClientQuotasRequest, AlterClientQuotasResponse, 0, 1, _quota_alterations_failed
     ),
     ForwardedApi(
         AlterPartitionReassignmentsRequest,

@@ -21,9 +21,11 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from broker.connection import close_regions
 from broker.connection_limits import RateLimitedWarning
 from broker.deferred import Deferred
 from broker.metrics import BrokerMetrics
+from broker.quotas.throttle import RequestThrottle, Throttle
 from broker.security import authenticator
 from broker.security.session import Session
 from broker.server import CloseConnection, Reply, ReplyValue
@@ -77,10 +79,25 @@ class CloseAfterResponse(Exception):
         self.delay_ms = delay_ms
 
 
+@dataclass(frozen=True, slots=True)
+class _Cost:
+    """What a request cost, for client quotas."""
+
+    request: Request
+    request_bytes: int
+    handler_s: float  # the handler's synchronous part
+
+
 class RequestDispatcher:
-    def __init__(self, handlers: Iterable[ApiHandler], metrics: BrokerMetrics) -> None:
+    def __init__(
+        self,
+        handlers: Iterable[ApiHandler],
+        metrics: BrokerMetrics,
+        throttle: RequestThrottle | None = None,
+    ) -> None:
         self.handlers = {h.api_key: h for h in handlers}
         self.metrics = metrics
+        self.throttle = throttle  # client quotas (None: none enforced)
         self.tasks: set[asyncio.Task[Any]] = set()
         self._refused = RateLimitedWarning()  # requests refused before SASL authentication
 
@@ -132,7 +149,10 @@ class RequestDispatcher:
         except CloseAfterResponse as close:
             chunks = self._encode(handler, ctx, close.response)
             return self._close_later(chunks, close.delay_ms)
-        return self._finish(handler, ctx, body, result)
+        cost = None
+        if self.throttle is not None:
+            cost = _Cost(body, len(frame), time.perf_counter() - ctx.received_s)
+        return self._finish(handler, ctx, cost, result)
 
     def _close_later(self, chunks: list[Chunk] | None, delay_ms: int) -> Reply:
         """Answer ``chunks`` and close, ``delay_ms`` from now (the answer is held)."""
@@ -153,20 +173,24 @@ class RequestDispatcher:
         return [struct.pack(">i", len(token)) + token]
 
     def _finish(
-        self, handler: ApiHandler, ctx: RequestContext, body: Request, result: HandlerResult
+        self, handler: ApiHandler, ctx: RequestContext, cost: _Cost | None, result: HandlerResult
     ) -> Reply:
         if result is None:
+            if cost is not None:  # acks=0: throttled by muting alone
+                self._throttled(ctx, cost, None, 0)
             return None
         if isinstance(result, Response):
-            return self._encode(handler, ctx, result)
+            return self._encode(handler, ctx, result, cost)
         reply: Deferred[ReplyValue] = Deferred()
 
         def settle(response: Response | None) -> None:
             if response is None:
+                if cost is not None:
+                    self._throttled(ctx, cost, None, 0)
                 reply.resolve(None)
                 return
             try:
-                chunks = self._encode(handler, ctx, response)
+                chunks = self._encode(handler, ctx, response, cost)
             except CloseConnection as close:
                 reply.resolve(close)
             except Exception:
@@ -195,15 +219,56 @@ class RequestDispatcher:
         task.add_done_callback(done)
         return reply
 
-    def _encode(self, handler: ApiHandler, ctx: RequestContext, response: Response) -> list[Chunk]:
+    def _encode(
+        self,
+        handler: ApiHandler,
+        ctx: RequestContext,
+        response: Response,
+        cost: _Cost | None = None,
+    ) -> list[Chunk]:
         self.metrics.request_counter(handler.name, getattr(response, "error_code", 0)).inc()
         try:
+            chunks = encode_response(ctx.api_version, ctx.header.correlation_id, response)
+            if cost is None:
+                return chunks
+            throttle = self._throttled(ctx, cost, response, sum(len(c) for c in chunks))
+            if throttle.ms <= 0:
+                return chunks
+            if throttle.replacement is not None:
+                close_regions(chunks)  # a throttled fetch: its records are not sent
+                response = throttle.replacement
+            elif getattr(response, "throttle_time_ms", throttle.ms) < throttle.ms:
+                response.throttle_time_ms = throttle.ms  # type: ignore[attr-defined]
+            else:
+                return chunks
             return encode_response(ctx.api_version, ctx.header.correlation_id, response)
         except LocalProtocolError:
             # Our bug: a response field this version cannot carry. Say so loudly; the
             # connection is closed because the client would otherwise wait forever.
             log.exception("cannot encode %s v%d response", handler.name, ctx.api_version)
             raise CloseConnection from None
+
+    def _throttled(
+        self, ctx: RequestContext, cost: _Cost, response: Response | None, response_bytes: int
+    ) -> Throttle:
+        """Record the request against the client's quotas; mute the connection for the
+        throttle time, if any (:mod:`broker.quotas.throttle`)."""
+        assert self.throttle is not None
+        now_s = self._loop_time()
+        throttle = self.throttle.decide(
+            cost.request,
+            response,
+            principal=ctx.session.principal,
+            client_id=ctx.header.client_id,
+            request_bytes=cost.request_bytes,
+            response_bytes=response_bytes,
+            handler_s=cost.handler_s,
+            now_ms=now_s * 1000.0,
+        )
+        if throttle.ms > 0:
+            until = now_s + throttle.ms / 1000.0
+            ctx.session.muted_until_s = max(ctx.session.muted_until_s, until)
+        return throttle
 
     def _unsupported(self, exc: UnsupportedVersionError, peer: str) -> Reply:
         if exc.api_key == API_VERSIONS_KEY and exc.correlation_id is not None:

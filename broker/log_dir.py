@@ -3,17 +3,21 @@ partition directory in it makes (``partition.metadata``).
 
 Theory of operation
 -------------------
+* **Several directories** (``log.dirs``, JBOD: :class:`LogDirectories`).  A partition lives
+  in one of them: where its files are, else (new) the online one with the fewest partitions.
 * **Identity.**  Each log directory has a ``directory.id`` (a UUID, Kafka's text form) in its
   ``meta.properties``; the broker registers it (BrokerRegistration ``log_dirs``) and names it
   in heartbeats when it fails (``offline_log_dirs``).  The id is created once, on first use.
-* **Failure.**  An I/O error (``OSError``: EIO, ENOSPC, ...) in any partition log takes the
+* **Failure.**  An I/O error (``OSError``: EIO, ENOSPC, ...) in any partition log takes its
   whole directory offline, as Kafka's ``LogDirFailureChannel`` does: every partition in it is
   abandoned (pending and delayed produces answer KAFKA_STORAGE_ERROR, the logs are closed
-  without another write) and answers KAFKA_STORAGE_ERROR until the broker restarts.  The
-  controller moves leaderships away once the heartbeat reports the directory.  Kafka halts a
-  broker whose every directory failed; this broker keeps one directory and stays up instead,
-  so that it goes on answering Metadata, reports the failure, and shows it to operators.  A
-  restart reopens the directory (recovery runs as after a crash) and registers it online.
+  without another write) and answers KAFKA_STORAGE_ERROR until the broker restarts; the
+  broker's other directories go on.  The controller moves leaderships away once the
+  heartbeat reports the directory: those of the replicas assigned to it
+  (broker/log_dir_assignments.py), or all of them once every directory failed.  Kafka
+  halts a broker whose every directory failed; this broker stays up instead, so that it
+  goes on answering Metadata, reports the failure, and shows it to operators.  A restart
+  reopens the directory (recovery runs as after a crash) and registers it online.
 * **Partition claims.**  ``<topic>-<partition>/partition.metadata`` names the topic id the
   directory belongs to.  A directory of another topic id (a deleted topic of the same name)
   or with a missing or unreadable file that cannot be vouched for is *set aside*, renamed
@@ -28,6 +32,7 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
+from collections.abc import Iterator, Mapping, Sequence
 
 from broker.log.checkpoint import write_atomically
 from broker.storage import Storage, join
@@ -118,6 +123,75 @@ class LogDirectory:
             reason,
         )
         return True
+
+
+def open_log_directories(storage: Storage, paths: Sequence[str]) -> LogDirectories:
+    """The broker's ``log.dirs`` at start.  A directory whose ``meta.properties`` cannot be
+    read or written starts offline (its partitions are not opened; the registration leaves it
+    out), as Kafka starts with the directories that work; ``OSError`` if none does."""
+    dirs, errors = [], []
+    for path in paths:
+        try:
+            dirs.append(LogDirectory(path, load_directory_id(storage, path)))
+        except OSError as exc:
+            broken = LogDirectory(path, uuid.uuid4())
+            broken.fail(f"unusable at start: {exc}")
+            dirs.append(broken)
+            errors.append(exc)
+    if len(errors) == len(dirs):
+        raise errors[0]
+    return LogDirectories(dirs)
+
+
+class LogDirectories:
+    """All of this broker's log directories (``log.dirs``, JBOD): what the registration and
+    the heartbeat report, where a new partition goes, and which directory a path lies in."""
+
+    __slots__ = ("dirs",)
+
+    def __init__(self, dirs: list[LogDirectory]) -> None:
+        assert dirs, "a broker has at least one log directory"
+        ids = [d.directory_id for d in dirs]
+        if len(set(ids)) != len(ids):  # a meta.properties copied from another directory
+            raise ValueError(
+                "log directories share a directory.id: "
+                + ", ".join(f"{d.path}={uuid_text(d.directory_id)}" for d in dirs)
+            )
+        self.dirs = dirs
+
+    def __iter__(self) -> Iterator[LogDirectory]:
+        return iter(self.dirs)
+
+    def __len__(self) -> int:
+        return len(self.dirs)
+
+    @property
+    def any_online(self) -> bool:
+        return any(d.online for d in self.dirs)
+
+    def online_log_dirs(self) -> list[uuid.UUID]:
+        """What the registration reports (BrokerRegistration ``log_dirs``)."""
+        return [d.directory_id for d in self.dirs if d.online]
+
+    def offline_log_dirs(self) -> list[uuid.UUID]:
+        """What the heartbeat reports (BrokerHeartbeat ``offline_log_dirs``)."""
+        return [d.directory_id for d in self.dirs if not d.online]
+
+    def by_path(self, path: str) -> LogDirectory | None:
+        wanted = path.rstrip("/")
+        return next((d for d in self.dirs if d.path.rstrip("/") == wanted), None)
+
+    def by_id(self, directory_id: uuid.UUID) -> LogDirectory | None:
+        return next((d for d in self.dirs if d.directory_id == directory_id), None)
+
+    def placement(self, load: Mapping[str, int]) -> LogDirectory | None:
+        """Where a new partition goes: the online directory holding the fewest partitions
+        (``load``: partitions per directory path), the first listed on a tie (Kafka's
+        ``LogManager.nextLogDirs``); None when every directory is offline."""
+        online = [d for d in self.dirs if d.online]
+        if not online:
+            return None
+        return min(online, key=lambda d: load.get(d.path, 0))
 
 
 # --- partition directories --------------------------------------------------------------------

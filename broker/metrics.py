@@ -45,6 +45,12 @@ class BrokerMetrics:
             ["api", "error"],
             registry=r,
         )
+        self.consumer_fetches = Counter(
+            "kafka_consumer_fetch_partitions",
+            "Partitions of consumer fetches answered, by this replica's part",
+            ["served_as"],
+            registry=r,
+        )
         self.bytes_in = Counter("kafka_bytes_in", "Record bytes appended", ["topic"], registry=r)
         self.bytes_out = Counter("kafka_bytes_out", "Record bytes fetched", ["topic"], registry=r)
         self.messages_in = Counter("kafka_messages_in", "Records appended", ["topic"], registry=r)
@@ -70,6 +76,12 @@ class BrokerMetrics:
     @cache  # noqa: B019 - one child per label pair, for the life of the broker
     def request_counter(self, api: str, error: int) -> Counter:
         return self.requests.labels(api, ErrorCode.from_code(error).name)
+
+    @cache  # noqa: B019
+    def consumer_fetch_counter(self, served_as: str) -> Counter:
+        """Partitions of consumer fetches answered, by how: ``leader``, ``follower`` (KIP-392)
+        or ``redirected`` (sent to a preferred read replica)."""
+        return self.consumer_fetches.labels(served_as)
 
     @cache  # noqa: B019
     def partition_error_counter(self, api: str, error: int) -> Counter:

@@ -12,14 +12,17 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker.deferred import Deferred
+from broker.delete_records import LowWatermarkAnswer, LowWatermarkWaiters, low_watermark
 from broker.log.config import LogConfig
 from broker.log.fetched_batches import AppendedBatch
 from broker.log.log import PartitionLog
 from broker.log.txn_index import AbortedTxn, read_marker
+from broker.log_dir import LogDirectory
 from broker.producer_state import BatchMetadata, CompletedTxn, ProducerStateManager
 from broker.replication.partition_state import FollowerState, PartitionState
 from kafka_protocol.errors import ErrorCode
@@ -32,6 +35,7 @@ from kafka_protocol.record_batch import (
 Role = PartitionState | FollowerState
 NO_LEADER = -1
 _tiebreak = itertools.count()  # orders delayed produces of one required offset
+_NO_LOG_DIR = LogDirectory("", uuid.UUID(int=0))  # a partition built outside a ReplicaManager
 
 
 def _session_held() -> bool:
@@ -104,6 +108,12 @@ class Partition:
     # Whether this broker's session with the controller has lapsed (see ReplicaManager):
     # then an acks=all produce the high watermark reached is not acknowledged.
     session_lapsed: Callable[[], bool] = _session_held
+    # the log directory it lives in (broker/log_dir.py; ReplicaManager sets it)
+    log_dir: LogDirectory = field(default_factory=lambda: _NO_LOG_DIR)
+    # DeleteRecords (broker/delete_records.py): the log start offsets the in-sync followers
+    # last reported in their fetches (leader side), and the answers waiting for them
+    follower_log_starts: dict[int, int] = field(default_factory=dict)
+    low_watermark_waiters: LowWatermarkWaiters = field(default_factory=LowWatermarkWaiters)
 
     @property
     def name(self) -> str:
@@ -144,6 +154,32 @@ class Partition:
     def leader_id(self) -> int:
         role = self.role
         return role.replica_id if isinstance(role, PartitionState) else role.leader_id
+
+    @property
+    def low_watermark(self) -> int:
+        """The least log start offset among the leader and its in-sync followers (leader
+        only)."""
+        role = self.role
+        assert isinstance(role, PartitionState), self.name
+        return low_watermark(
+            role.replica_id, self.log.log_start_offset, role.isr, self.follower_log_starts
+        )
+
+    def wait_for_low_watermark(self, required: int) -> Deferred[LowWatermarkAnswer]:
+        """A DeleteRecords answer: once the low watermark reaches ``required`` (leader)."""
+        return self.low_watermark_waiters.wait(required, self.low_watermark)
+
+    def on_follower_log_start(self, replica_id: int, log_start_offset: int) -> None:
+        """A follower's fetch reported its log start offset (Fetch v5+)."""
+        if self.follower_log_starts.get(replica_id) == log_start_offset:
+            return
+        self.follower_log_starts[replica_id] = log_start_offset
+        self.low_watermark_maybe_moved()
+
+    def low_watermark_maybe_moved(self) -> None:
+        """A start or the ISR changed: answer the DeleteRecords the low watermark reached."""
+        if self.low_watermark_waiters and self.is_leader:
+            self.low_watermark_waiters.moved(self.low_watermark)
 
     def abandon(self, broker_id: int, outcome: AppendOutcome, reason: str) -> None:
         """Its log directory failed: answer what is queued and waiting with ``outcome``, step
@@ -231,6 +267,9 @@ class Partition:
         self.wake_waiters()
 
     def fail_delayed(self, outcome: AppendOutcome) -> None:
+        """Answer the waiting acks=all produces (and DeleteRecords) with ``outcome``."""
+        self.low_watermark_waiters.fail(outcome.error)
+        self.follower_log_starts.clear()
         delayed, self.delayed = self.delayed, []
         for _, _, entry in delayed:
             if not entry.done.done:
@@ -240,6 +279,7 @@ class Partition:
         """Drop entries already answered (timed out by their request)."""
         self.delayed = [e for e in self.delayed if not e[2].done.done]
         heapq.heapify(self.delayed)
+        self.low_watermark_waiters.compact()
 
 
 AlterPartitionSink = Callable[[Partition, PartitionState, frozenset[int]], None]

@@ -50,6 +50,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from broker.deferred import Deferred
+from broker.delete_records import LowWatermarkAnswer, answered, requested_offset
 from broker.leader_append import LeaderAppends
 from broker.log.cleaner import LogCleaning
 from broker.log.config import LogConfig
@@ -57,7 +59,8 @@ from broker.log.errors import KafkaStorageError, LogError
 from broker.log.fetched_batches import AppendedBatch
 from broker.log.log import PartitionLog
 from broker.log.txn_index import AbortedTxn
-from broker.log_dir import LogDirectory, claim_partition_directory
+from broker.log_dir import LogDirectories, LogDirectory, claim_partition_directory
+from broker.log_dir_moves import FutureReplica, LogDirMoves
 from broker.log_maintenance import LogMaintenance
 from broker.partition import AlterPartitionSink, Role, aborted_entry, learn_producer
 from broker.partition import AppendOutcome as AppendOutcome
@@ -73,7 +76,7 @@ from broker.replication.partition_state import (
     PartitionState,
     Truncation,
 )
-from broker.storage import Storage
+from broker.storage import Storage, join
 from kafka_protocol.clock import monotonic_ms, wall_ms
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import CorruptRecordError
@@ -82,11 +85,11 @@ from kafka_protocol.record_batch import iter_batches
 log = logging.getLogger("broker.replica_manager")
 
 
-class ReplicaManager(LeaderAppends, LogMaintenance):
+class ReplicaManager(LeaderAppends, LogMaintenance, LogDirMoves):
     def __init__(
         self,
         storage: Storage,
-        log_dir: Path,
+        log_dir: Path | LogDirectories,
         *,
         broker_id: int = 0,
         clock_ms: Callable[[], int] | None = None,
@@ -96,12 +99,16 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
         log_dir_id: uuid.UUID | None = None,
     ) -> None:
         self.storage = storage
-        self.log_dir = log_dir
-        # The one log directory (broker/log_dir.py): its id, and whether an I/O error took it
-        # offline; ``on_log_dir_offline`` hears of the partitions that went with it.
-        self.directory = LogDirectory(str(log_dir), log_dir_id or uuid.uuid4())
+        # The log directories (broker/log_dir.py, ``log.dirs``): their ids, and whether an I/O
+        # error took one offline; ``on_log_dir_offline`` hears of the partitions that went
+        # with it.  Each partition lives in one of them (``Partition.log_dir``).
+        if isinstance(log_dir, Path):
+            log_dir = LogDirectories([LogDirectory(str(log_dir), log_dir_id or uuid.uuid4())])
+        self.log_dirs = log_dir
         self.on_log_dir_offline: Callable[[list[Partition]], None] | None = None
-        self._offline_scheduled = False
+        # Told when a replica moved to another directory (AlterReplicaLogDirs).
+        self.on_log_dir_moved: Callable[[Partition], None] | None = None
+        self._offline_scheduled: set[str] = set()  # paths of directories going offline
         self._not_opened: set[tuple[str, int]] = set()  # assigned here while it was offline
         self.broker_id = broker_id
         self.clock_ms = clock_ms or wall_ms
@@ -121,9 +128,14 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
         # controller may have fenced it and elected other leaders, so its leaderships take
         # no write and acknowledge none.  Always False without a controller session.
         self.session_lapsed: Callable[[], bool] = lambda: False
-        self._checkpointed_hw = read_high_watermarks(storage, log_dir)
+        self._checkpointed_hw: dict[tuple[str, int], int] = {}
+        for d in self.log_dirs:
+            self._checkpointed_hw.update(read_high_watermarks(storage, Path(d.path)))
         # A compaction pass under way: its plan and the thread building the new segments.
         self._cleaning: dict[Partition, tuple[LogCleaning, asyncio.Future[None]]] = {}
+        # Replicas being moved to another log directory (log_dir_moves.py).
+        self.moving: dict[Partition, FutureReplica] = {}
+        self.remove_leftovers()
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -150,13 +162,12 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
         min_insync_replicas: int = 1,
         registration: Registration | None = None,
     ) -> Partition | None:
-        """Open (or reconfigure) a hosted partition and apply its registration.  None when the
-        log directory is offline (or goes offline opening it): nothing is opened there."""
+        """Open (or reconfigure) a hosted partition and apply its registration.  None when its
+        log directory is offline (or goes offline opening it): nothing is opened there.  A new
+        partition goes to the online directory with the fewest partitions."""
         reg = registration or Registration.sole_leader(self.broker_id)
         existing = self.partitions.get((topic, index))
-        if not self.directory.online:  # offline partitions stay as they are until the restart
-            if existing is None:
-                self._not_opened.add((topic, index))
+        if existing is not None and existing.offline:  # stays as it is until the restart
             return existing
         if existing is not None:
             existing.config = config
@@ -166,15 +177,19 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
             existing.log.update_config(config)
             self.apply_registration(existing, reg)
             return existing
-        directory = str(self.log_dir / f"{topic}-{index}")
+        log_dir = self._log_dir_for(f"{topic}-{index}")
+        if log_dir is None or not log_dir.online:
+            self._not_opened.add((topic, index))
+            return None
+        directory = join(log_dir.path, f"{topic}-{index}")
         try:
             claim_partition_directory(self.storage, directory, topic_id)
             plog = PartitionLog.open(self.storage, directory, config, self.clock_ms())
         except (OSError, KafkaStorageError) as exc:
-            self.mark_log_dir_offline(f"opening {topic}-{index} failed: {exc}")
+            self.mark_log_dir_offline(log_dir, f"opening {topic}-{index} failed: {exc}")
             self._not_opened.add((topic, index))
             return None
-        plog.on_offline = self._log_failed
+        plog.on_offline = lambda reason: self._log_failed(log_dir, reason)
         end = plog.log_end_offset
         checkpointed = self._checkpointed_hw.get((topic, index), plog.log_start_offset)
         high_watermark = max(plog.log_start_offset, min(checkpointed, end))
@@ -195,11 +210,23 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
             min_insync_replicas,
             next_offset=end,
             session_lapsed=lambda: self.session_lapsed(),
+            log_dir=log_dir,
         )
         self._rebuild_producer_state(part)
         self.partitions[(topic, index)] = part
         self.apply_registration(part, reg)
         return part
+
+    def _log_dir_for(self, name: str) -> LogDirectory | None:
+        """The directory holding partition directory ``name`` (one with its files, even
+        offline: it is not opened elsewhere), else where a new one goes."""
+        for d in self.log_dirs:
+            if self.storage.exists(join(d.path, name)):
+                return d
+        load: dict[str, int] = {}
+        for part in self.partitions.values():
+            load[part.log_dir.path] = load.get(part.log_dir.path, 0) + 1
+        return self.log_dirs.placement(load)
 
     def _rebuild_producer_state(self, part: Partition) -> None:
         """Replay batch headers of the retained log (and the one record of each control
@@ -231,6 +258,7 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
         part = self.partitions.pop((topic, index), None)
         if part is None:
             return
+        self.abandon_move(part, "partition deleted")
         self._dirty.pop(part, None)
         gone = AppendOutcome(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         for p in part.pending:
@@ -250,36 +278,40 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
             part.log.delete()
         except KafkaStorageError as exc:  # the files stay; the directory has failed
             log.warning("cannot delete partition=%s error=%s", part.name, exc)
-            self.mark_log_dir_offline(f"deleting {part.name} failed: {exc}")
+            self.mark_log_dir_offline(part.log_dir, f"deleting {part.name} failed: {exc}")
             return
-        shutil.rmtree(self.log_dir / part.name, ignore_errors=True)
+        shutil.rmtree(Path(part.log_dir.path) / part.name, ignore_errors=True)
 
     # --- log directory failure (KIP-112; broker/log_dir.py) -----------------------------------
 
-    def _log_failed(self, reason: str) -> None:
-        """A partition log's I/O failed: the directory goes offline once the failing call has
+    def _log_failed(self, log_dir: LogDirectory, reason: str) -> None:
+        """A partition log's I/O failed: its directory goes offline once the failing call has
         unwound (its caller still holds the log and answers its own request)."""
-        if not self.directory.online or self._offline_scheduled:
+        if not log_dir.online or log_dir.path in self._offline_scheduled:
             return
-        self._offline_scheduled = True
+        self._offline_scheduled.add(log_dir.path)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            self.mark_log_dir_offline(reason)
+            self.mark_log_dir_offline(log_dir, reason)
         else:
-            loop.call_soon(self.mark_log_dir_offline, reason)
+            loop.call_soon(self.mark_log_dir_offline, log_dir, reason)
 
-    def mark_log_dir_offline(self, reason: str) -> None:
-        """Take the log directory offline (Kafka's ``ReplicaManager.handleLogDirFailure``):
+    def mark_log_dir_offline(self, log_dir: LogDirectory, reason: str) -> None:
+        """Take a log directory offline (Kafka's ``ReplicaManager.handleLogDirFailure``):
         every partition in it stops: pending and delayed produces answer KAFKA_STORAGE_ERROR,
         a leader steps down to a follower of nobody, parked fetches wake (and answer
-        KAFKA_STORAGE_ERROR), the log closes without another write."""
-        if not self.directory.fail(reason):
+        KAFKA_STORAGE_ERROR), the log closes without another write.  The partitions of the
+        other directories go on."""
+        if not log_dir.fail(reason):
             return
         outcome = AppendOutcome(
-            ErrorCode.KAFKA_STORAGE_ERROR, message=f"log directory {self.log_dir} is offline"
+            ErrorCode.KAFKA_STORAGE_ERROR, message=f"log directory {log_dir.path} is offline"
         )
-        parts = list(self.partitions.values())
+        for part, future in list(self.moving.items()):
+            if future.dest is log_dir or part.log_dir is log_dir:
+                self.abandon_move(part, f"log directory {log_dir.path} is offline")
+        parts = [p for p in self.partitions.values() if p.log_dir is log_dir]
         for part in parts:
             self._abandon(part, outcome, reason)
         if self.on_log_dir_offline is not None:
@@ -296,8 +328,9 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
         """Write what is pending, checkpoint high watermarks, then close every log (each close
         flushes); one partition's failure does not keep the others from closing cleanly."""
         self._flush_all()
-        if self.directory.online:
-            self.checkpoint_high_watermarks()
+        for part in list(self.moving):  # not resumed after a restart: start it again
+            self.abandon_move(part, "the broker is stopping")
+        self.checkpoint_high_watermarks()
         for part in self.partitions.values():
             part.fail_delayed(AppendOutcome(ErrorCode.NOT_LEADER_OR_FOLLOWER))
             part.wake_waiters()
@@ -321,6 +354,7 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
                 role.update_replicas(reg.replicas)
                 if role.on_alter_partition_response(reg.isr, reg.leader_epoch, reg.partition_epoch):
                     part.high_watermark_moved()
+                part.low_watermark_maybe_moved()  # the ISR may have lost a follower
             else:
                 promoted = role.become_leader(
                     reg.replicas, reg.isr, reg.leader_epoch, reg.partition_epoch, now
@@ -396,6 +430,7 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
         isr, leader_epoch, partition_epoch = result
         if role.on_alter_partition_response(isr, leader_epoch, partition_epoch):
             part.high_watermark_moved()
+        part.low_watermark_maybe_moved()
 
     def maybe_shrink_isrs(self) -> int:
         """Kafka's isr-expiration task: propose dropping followers that fell behind."""
@@ -413,7 +448,7 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
                     )
                     self._propose(part, role, proposed)
                     proposals += 1
-            if part.delayed and len(part.delayed) > 64:
+            if (part.delayed and len(part.delayed) > 64) or len(part.low_watermark_waiters) > 64:
                 part.compact_delayed()
         return proposals
 
@@ -422,6 +457,37 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
             role.on_alter_partition_error(ErrorCode.NOT_CONTROLLER, proposed)
         else:
             self.alter_partition(part, role, proposed)
+
+    # --- DeleteRecords (broker/delete_records.py) ---------------------------------------------
+
+    def delete_records(self, part: Partition, offset: int) -> Deferred[LowWatermarkAnswer]:
+        """Move the leader's log start offset up to ``offset`` (-1: the high watermark),
+        delete the segments wholly below it, and answer once the in-sync followers followed
+        (Kafka's ``deleteRecordsOnLeader``).  An answer with an error changed nothing."""
+        role = part.role
+        if part.offline:
+            return answered(ErrorCode.KAFKA_STORAGE_ERROR)
+        if not isinstance(role, PartitionState):
+            return answered(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if not part.config.delete:
+            return answered(ErrorCode.POLICY_VIOLATION)
+        wanted = requested_offset(offset, role.high_watermark)
+        if isinstance(wanted, ErrorCode):
+            return answered(wanted)
+        if wanted > part.log_start_offset:
+            try:
+                part.log.delete_records_before(wanted)
+                deleted = part.log.apply_retention(self.clock_ms())
+            except LogError as exc:
+                return answered(exc.error_code)
+            log.info(
+                "deleted records partition=%s log_start_offset=%d deleted_segments=%d",
+                part.name,
+                part.log_start_offset,
+                len(deleted),
+            )
+            part.wake_waiters()  # parked follower fetches carry the new log start now
+        return part.wait_for_low_watermark(wanted)
 
     # --- follower side ------------------------------------------------------------------------
 
@@ -432,8 +498,10 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
         fetch_offset: int,
         current_leader_epoch: int,
         broker_epoch: int,
+        log_start_offset: int = -1,
     ) -> FetchDecision:
-        """A follower fetched at ``fetch_offset`` (it holds everything below it)."""
+        """A follower fetched at ``fetch_offset`` (it holds everything below it); its log
+        starts at ``log_start_offset`` (Fetch v5+, -1 before: DeleteRecords' low watermark)."""
         role = part.role
         if not isinstance(role, PartitionState):
             return FetchDecision(ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -441,6 +509,8 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
         decision = role.on_follower_fetch(
             replica_id, fetch_offset, self.monotonic_ms(), epoch, broker_epoch
         )
+        if decision.error is None and log_start_offset >= 0:
+            part.on_follower_log_start(replica_id, log_start_offset)
         if decision.high_watermark_changed:
             part.high_watermark_moved()
         if decision.proposed_isr is not None:
@@ -474,7 +544,10 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
             part.log.append_as_follower(records, now_ms=now, on_batches=learn)
             role.on_append(part.log.log_end_offset)
             part.next_offset = part.log.log_end_offset
+        before = role.high_watermark
         part.producers.on_high_watermark(role.on_fetch_response(leader_high_watermark))
+        if role.high_watermark != before:
+            part.wake_waiters()  # consumers long-polling this follower (KIP-392)
 
     def truncate(self, part: Partition, truncation: Truncation) -> None:
         """Cut a follower's divergent tail (KIP-101/279) and everything derived from it."""
@@ -482,6 +555,7 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
         assert isinstance(role, FollowerState), f"{part.name}: truncating a leader"
         if truncation.offset < part.log.log_end_offset:
             part.log.truncate_to(truncation.offset)
+            self.truncate_future(part, truncation.offset)
         end = part.log.log_end_offset
         if not part.producers.truncate_after(end):
             self._rebuild_producer_state(part)
@@ -495,6 +569,7 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
         role = part.role
         assert isinstance(role, FollowerState)
         part.log.truncate_fully_and_start_at(start_offset)
+        self.truncate_future(part, start_offset)
         part.producers.clear()
         part.next_offset = start_offset
         role.log_end_offset = start_offset
@@ -502,13 +577,19 @@ class ReplicaManager(LeaderAppends, LogMaintenance):
         role.check_invariants()
 
     def checkpoint_high_watermarks(self) -> None:
-        if not self.directory.online:
-            return
-        entries = [(t, i, p.high_watermark) for (t, i), p in self.partitions.items()]
-        try:
-            write_high_watermarks(self.storage, self.log_dir, entries)
-        except OSError as exc:  # as Kafka: a failed checkpoint takes the directory offline
-            self.mark_log_dir_offline(f"high watermark checkpoint failed: {exc}")
+        """One ``replication-offset-checkpoint`` per online directory, of its partitions."""
+        for log_dir in self.log_dirs:
+            if not log_dir.online:
+                continue
+            entries = [
+                (t, i, p.high_watermark)
+                for (t, i), p in self.partitions.items()
+                if p.log_dir is log_dir
+            ]
+            try:
+                write_high_watermarks(self.storage, Path(log_dir.path), entries)
+            except OSError as exc:  # as Kafka: a failed checkpoint takes the directory offline
+                self.mark_log_dir_offline(log_dir, f"high watermark checkpoint failed: {exc}")
 
     def leaders(self) -> Iterator[Partition]:
         return (p for p in self.partitions.values() if p.is_leader)

@@ -441,6 +441,26 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("group.max.session.timeout.ms", _T.INT, "1800000", at_least(1)),
     ConfigDef("group.initial.rebalance.delay.ms", _T.INT, "3000", at_least(0)),
     ConfigDef("group.max.size", _T.INT, "2147483647", at_least(1)),
+    # KIP-848 consumer groups (Kafka's GroupCoordinatorConfig); assignors by class or short name
+    ConfigDef("group.consumer.session.timeout.ms", _T.INT, "45000", at_least(1)),
+    ConfigDef("group.consumer.min.session.timeout.ms", _T.INT, "45000", at_least(1)),
+    ConfigDef("group.consumer.max.session.timeout.ms", _T.INT, "60000", at_least(1)),
+    ConfigDef("group.consumer.heartbeat.interval.ms", _T.INT, "5000", at_least(1)),
+    ConfigDef("group.consumer.min.heartbeat.interval.ms", _T.INT, "5000", at_least(1)),
+    ConfigDef("group.consumer.max.heartbeat.interval.ms", _T.INT, "15000", at_least(1)),
+    ConfigDef("group.consumer.max.size", _T.INT, "2147483647", at_least(1)),
+    ConfigDef(
+        "group.consumer.assignors",
+        _T.LIST,
+        "org.apache.kafka.coordinator.group.assignor.UniformAssignor,"
+        "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
+        each_one_of(
+            "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+            "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
+            "uniform",
+            "range",
+        ),
+    ),
     ConfigDef("log.retention.check.interval.ms", _T.LONG, "300000", at_least(100)),
     ConfigDef("log.retention.ms", _T.LONG, None, dynamic=True),
     ConfigDef("log.retention.minutes", _T.INT, None, dynamic=True),
@@ -490,6 +510,20 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("allow.everyone.if.no.acl.found", _T.BOOLEAN, "false"),
     # Ours (kraft/node/autoconfigure.py): a single node generates its certificate and admin user.
     ConfigDef("security.autoconfigure", _T.BOOLEAN, "false"),
+    # Follower fetching (KIP-392, broker/replica_selector.py): the rack of this broker, and the
+    # selector a leader asks for a consumer's preferred read replica (unset: the leader).
+    ConfigDef("broker.rack", _T.STRING, None),
+    ConfigDef(
+        "replica.selector.class",
+        _T.CLASS,
+        None,
+        one_of("org.apache.kafka.common.replica.RackAwareReplicaSelector"),
+    ),
+    # DescribeTopicPartitions (KIP-966): the most partitions one response describes.
+    ConfigDef("max.request.partition.size.limit", _T.INT, "2000", at_least(1)),
+    # Client quotas (broker/quotas): the rate is measured over num windows of size seconds.
+    ConfigDef("quota.window.num", _T.INT, "11", at_least(1)),
+    ConfigDef("quota.window.size.seconds", _T.INT, "1", at_least(1)),
     *_broker_topic_defaults(),
     # Replication throttles (KIP-73, broker/replication/throttle.py): bytes per second, dynamic
     # per broker or cluster-wide; the rate is measured over window.num windows.

@@ -12,7 +12,7 @@ Replay never raises. A record that does not fit the image (a PartitionRecord of 
 topic, a FenceBrokerRecord with a stale broker epoch, a TopicRecord whose name is taken, the
 removal of an ACL or SCRAM credential that does not exist, an ACL with a filter-only enum value)
 is ignored and counted in ``ignored_records``; Kafka throws there, which on a follower halts the
-node. Record types the image does not model (quotas, delegation tokens, ...) only advance the
+node. Record types the image does not model (delegation tokens, ...) only advance the
 offset. ACLs are keyed by their record's id (an AccessControlEntryRecord with a known id
 replaces that ACL, as Kafka's ``AclsDelta`` does); SCRAM credentials by (user, mechanism).
 
@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from kafka_protocol.metadata import (
     AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     FeatureLevelRecord,
     FenceBrokerRecord,
@@ -52,6 +53,7 @@ from kafka_protocol.metadata import (
     UnregisterBrokerRecord,
     UserScramCredentialRecord,
 )
+from metadata_log.client_quotas import ClientQuotasDelta
 from metadata_log.image import (
     BrokerRegistration,
     ClusterImage,
@@ -430,6 +432,7 @@ class MetadataDelta:
         self.features_delta: FeaturesDelta | None = None
         self.acls_delta: AclsDelta | None = None
         self.scram_delta: ScramDelta | None = None
+        self.client_quotas_delta: ClientQuotasDelta | None = None
         self.next_producer_id: int | None = None
         self.records_replayed = 0
         self.ignored_records = 0
@@ -503,6 +506,10 @@ class MetadataDelta:
                 return self._scram().replay(record)
             case RemoveUserScramCredentialRecord():
                 return self._scram().replay_remove(record)
+            case ClientQuotaRecord():
+                if self.client_quotas_delta is None:
+                    self.client_quotas_delta = ClientQuotasDelta(self.image.client_quotas)
+                return self.client_quotas_delta.replay(record)
             case _:
                 return self._route_broker(record)
         return True
@@ -547,6 +554,9 @@ class MetadataDelta:
             epoch=image.epoch if epoch is None else epoch,
             acls=image.acls if self.acls_delta is None else self.acls_delta.apply(),
             scram=image.scram if self.scram_delta is None else self.scram_delta.apply(),
+            client_quotas=image.client_quotas
+            if self.client_quotas_delta is None
+            else self.client_quotas_delta.apply(),
         )
 
     def local_changes(self, broker_id: int) -> LocalReplicaChanges:

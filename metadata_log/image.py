@@ -48,6 +48,7 @@ from metadata_log.acls import (
     PatternType,
     ResourceType,
 )
+from metadata_log.client_quotas import ClientQuotas, quota_records, sort_key
 from metadata_log.records import MetadataRecord
 from metadata_log.scram import SCRAM_MECHANISM_IDS, ScramCredential, ScramKey
 
@@ -130,10 +131,18 @@ class PartitionImage:
     leader_recovery_state: int = LeaderRecoveryState.RECOVERED
     elr: tuple[int, ...] = ()
     last_known_elr: tuple[int, ...] = ()
+    # KIP-858: the log directory of each replica, in replica order (empty: none assigned)
+    directories: tuple[uuid.UUID, ...] = ()
 
     @property
     def has_leader(self) -> bool:
         return self.leader != NO_LEADER
+
+    def directory_of(self, broker_id: int) -> uuid.UUID:
+        """The log directory the replica on ``broker_id`` lives in (UNASSIGNED if none)."""
+        if broker_id in self.replicas and len(self.directories) == len(self.replicas):
+            return self.directories[self.replicas.index(broker_id)]
+        return DIRECTORY_UNASSIGNED
 
     @classmethod
     def from_record(cls, r: PartitionRecord) -> PartitionImage:
@@ -148,6 +157,7 @@ class PartitionImage:
             leader_recovery_state=r.leader_recovery_state,
             elr=tuple(r.eligible_leader_replicas or ()),
             last_known_elr=tuple(r.last_known_elr or ()),
+            directories=tuple(r.directories),
         )
 
     def merge(self, r: PartitionChangeRecord) -> PartitionImage:
@@ -164,8 +174,15 @@ class PartitionImage:
         recovery = self.leader_recovery_state
         if r.leader_recovery_state != LeaderRecoveryState.NO_CHANGE:
             recovery = r.leader_recovery_state
+        replicas = self.replicas if r.replicas is None else tuple(r.replicas)
+        if r.directories is not None:
+            directories = tuple(r.directories)
+        elif self.directories and replicas != self.replicas:  # each replica keeps its own
+            directories = tuple(self.directory_of(b) for b in replicas)
+        else:
+            directories = self.directories
         return PartitionImage(
-            replicas=self.replicas if r.replicas is None else tuple(r.replicas),
+            replicas=replicas,
             isr=self.isr if r.isr is None else tuple(r.isr),
             leader=leader,
             leader_epoch=leader_epoch,
@@ -175,6 +192,7 @@ class PartitionImage:
             leader_recovery_state=recovery,
             elr=_or(r.eligible_leader_replicas, self.elr),
             last_known_elr=_or(r.last_known_elr, self.last_known_elr),
+            directories=directories,
         )
 
     def to_record(self, topic_id: uuid.UUID, partition_id: int) -> PartitionRecord:
@@ -193,6 +211,7 @@ class PartitionImage:
             last_known_elr=[BrokerId(b) for b in self.last_known_elr]
             if self.last_known_elr
             else None,
+            directories=list(self.directories),
         )
 
 
@@ -374,6 +393,8 @@ class ClusterImage:
     # (Kafka: ScramImage).
     acls: Mapping[uuid.UUID, AclEntry] = field(default_factory=frozen_map)
     scram: Mapping[ScramKey, ScramCredential] = field(default_factory=frozen_map)
+    # Client quotas by entity (Kafka: ClientQuotasImage), see metadata_log.client_quotas.
+    client_quotas: ClientQuotas = field(default_factory=frozen_map)
 
     EMPTY: ClassVar[ClusterImage]
 
@@ -386,6 +407,7 @@ class ClusterImage:
             or self.features
             or self.acls
             or self.scram
+            or self.client_quotas
         )
 
     @property
@@ -442,6 +464,8 @@ class ClusterImage:
         out.extend(acl_record(acl_id, self.acls[acl_id]) for acl_id in sorted(self.acls))
         for user, mechanism in sorted(self.scram):
             out.append(scram_record(user, mechanism, self.scram[user, mechanism]))
+        for entity in sorted(self.client_quotas, key=sort_key):
+            out.extend(quota_records(entity, self.client_quotas[entity]))
         return out
 
 

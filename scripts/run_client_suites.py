@@ -1,11 +1,15 @@
-"""Run the clients' own SASL and SSL tests, and their transactional tests -- librdkafka's,
-kafka-python's and aiokafka's -- against our broker, and print per suite what passed, failed
-and was skipped.
+"""Run the clients' own SASL and SSL tests, their transactional tests and their general
+plaintext suites -- librdkafka's, kafka-python's and aiokafka's -- against our broker, and
+print per suite what passed, failed and was skipped.
 
     python scripts/run_client_suites.py [--kafka-python DIR] [--aiokafka DIR]
-        [--librdkafka DIR] [--tests security|transactions|all] [--json PATH] [--keep]
+        [--librdkafka DIR] [--tests security,transactions,broker|all] [--json PATH] [--keep]
 
-``--tests`` picks the selections below (default ``security``); ``transactions`` runs instead
+``--tests`` picks the selections below (default ``security``, comma-separated).  ``broker``
+runs the general plaintext suites, each less what needs Kafka's Java tools (the list, with
+every test left out and why, is ``client_suites/broker_selection.py``): librdkafka's broker
+tests on one controller and three brokers as its CI's scenarios, kafka-python's
+``test/integration/`` and aiokafka's functional tests.  ``transactions`` runs
 (see :data:`KAFKA_PYTHON_TXN_TESTS`, :data:`AIOKAFKA_TXN_TESTS`, :data:`RDK_TXN_SUITES`):
 
 * kafka-python: ``test_transactional_producer_messages`` and
@@ -65,14 +69,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -80,18 +82,25 @@ REPO = HERE.parent
 ADAPTERS = HERE / "client_suites"
 sys.path[:0] = [str(ADAPTERS), str(REPO / "tests"), str(REPO)]
 
-import rdk_diagnosis  # noqa: E402
+import broker_selection as broker_sel  # noqa: E402
 import suite_broker  # noqa: E402
-from integration.node_process import NodeProcess  # noqa: E402
+from broker_selection import (  # noqa: E402
+    AIOKAFKA_BROKER_EXCLUDED,
+    AIOKAFKA_BROKER_TESTS,
+    KAFKA_PYTHON_BROKER_EXCLUDED,
+    KAFKA_PYTHON_BROKER_TESTS,
+)
+from integration.node_process import NodeProcess, free_ports  # noqa: E402
+from librdkafka_runner import run_librdkafka  # noqa: E402
 from librdkafka_selection import (  # noqa: E402
     LIBRDKAFKA_SUITES,
-    RDK_SMOKE,
     RDK_TLS_PROTOCOLS,
     RDK_TXN_SUITES,
     REAUTH_MS,
     RdkSuite,
 )
 from suite_broker import SuiteBroker  # noqa: E402
+from suite_results import SuiteResult, junit_results, print_report  # noqa: E402
 from tls_material import KEY_PASSWORD, TlsFiles, make_tls  # noqa: E402
 
 SUITE_TIMEOUT_S = 900
@@ -105,7 +114,26 @@ PROTOCOL_MAP = (
 )
 
 
+# kafka-python's servers/resources/default/kafka.properties: broker 0 (its tests name it), its
+# group and offsets settings, and advertised.listeners given (DescribeConfigs reports it so)
+KAFKA_PYTHON_BROKER = (
+    "node.id=0",
+    "num.partitions=4",
+    "offsets.topic.num.partitions=2",
+    "group.min.session.timeout.ms=1000",
+    "group.initial.rebalance.delay.ms=0",
+)
+
+
 # --- the broker ---------------------------------------------------------------------------------
+
+
+def fixed_listeners() -> tuple[str, ...]:
+    """LISTENERS on free ports chosen now, so that ``advertised.listeners`` can name them."""
+    names = [x.split("://")[0] for x in LISTENERS.split(",")]
+    ports = free_ports(len(names))
+    listeners = ",".join(f"{n}://127.0.0.1:{p}" for n, p in zip(names, ports, strict=True))
+    return (f"listeners={listeners}", f"advertised.listeners={listeners}")
 
 
 def broker_overrides(tls: TlsFiles, extra: tuple[str, ...]) -> tuple[str, ...]:
@@ -163,40 +191,7 @@ def start_broker(work: Path, name: str, tls: TlsFiles, extra: tuple[str, ...]) -
     return RunningBroker(node, info, info_path)
 
 
-# --- results ------------------------------------------------------------------------------------
-
-
-@dataclass
-class SuiteResult:
-    suite: str
-    selection: str
-    passed: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)  # (test, reason)
-    excluded: list[tuple[str, str]] = field(default_factory=list)  # deselected (test, reason)
-    note: str = ""
-
-    def line(self) -> str:
-        return (
-            f"{self.suite}: {len(self.passed)} passed, {len(self.failed)} failed, "
-            f"{len(self.skipped)} skipped"
-        )
-
-
-def junit_results(path: Path, result: SuiteResult) -> SuiteResult:
-    if not path.exists():
-        result.note = "no junit report: the run did not start (see its output)"
-        return result
-    for case in ET.parse(path).getroot().iter("testcase"):
-        name = f"{case.get('classname')}::{case.get('name')}"
-        skipped = case.find("skipped")
-        if case.find("failure") is not None or case.find("error") is not None:
-            result.failed.append(name)
-        elif skipped is not None:
-            result.skipped.append((name, skipped.get("message", "")))
-        else:
-            result.passed.append(name)
-    return result
+# --- pytest runs ---------------------------------------------------------------------------------
 
 
 def run_pytest(
@@ -228,7 +223,11 @@ KAFKA_PYTHON_TESTS = [
 
 
 def run_kafka_python(
-    source: Path, work: Path, broker: RunningBroker, tests: list[str] = KAFKA_PYTHON_TESTS
+    source: Path,
+    work: Path,
+    broker: RunningBroker,
+    tests: list[str] = KAFKA_PYTHON_TESTS,
+    excluded: dict[str, str] | None = None,
 ) -> SuiteResult:
     cwd = work / "kafka-python"
     shutil.copytree(source / "test", cwd / "test", dirs_exist_ok=True)
@@ -237,7 +236,7 @@ def run_kafka_python(
     env = adapter_env(broker, KAFKA_VERSION="4.0.0")
     env["PYTHONPATH"] = os.pathsep.join([str(cwd), env["PYTHONPATH"]])
     args = ["-p", "kafka_python_plugin", "-c", str(cwd / "pytest.ini"), "--rootdir", str(cwd)]
-    return run_pytest(
+    result = run_pytest(
         "kafka-python",
         cwd,
         [*args, "-q", *tests],
@@ -245,6 +244,8 @@ def run_kafka_python(
         " ".join(tests),
         work / f"kafka-python-{len(tests)}.log",
     )
+    result.excluded = list((excluded or {}).items())
+    return result
 
 
 # --- aiokafka -----------------------------------------------------------------------------------
@@ -293,6 +294,7 @@ def run_aiokafka(
     broker: RunningBroker,
     tests: list[str] = AIOKAFKA_TESTS,
     excluded: dict[str, str] = AIOKAFKA_EXCLUDED,
+    plugins: tuple[str, ...] = (),
 ) -> SuiteResult:
     cwd = work / "aiokafka"
     if (cwd / "tests").exists():
@@ -306,192 +308,47 @@ def run_aiokafka(
     (cwd / "pytest.ini").write_text(AIOKAFKA_INI)
     env = adapter_env(broker)
     args = ["-c", str(cwd / "pytest.ini"), "--rootdir", str(cwd)]
+    args += [arg for plugin in plugins for arg in ("-p", plugin)]
     # the Kafka version aiokafka's @kafka_versions checks read from the image tag
     args += ["--docker-image", "aiolibs/kafka:2.13_4.0.0", "-q", *tests]
-    for test in excluded:
-        args += ["--deselect", test]
+    for test in excluded:  # a directory is not even collected
+        args += ["--ignore" if (cwd / test).is_dir() else "--deselect", test]
     selection = " ".join(tests)
-    log = work / f"aiokafka-{len(tests)}.log"
+    log = work / f"aiokafka-{len(tests)}-{len(excluded)}.log"
     result = run_pytest("aiokafka", cwd, args, env, selection, log)
     result.excluded = list(excluded.items())
     return result
 
 
-# --- librdkafka ---------------------------------------------------------------------------------
-
-
-def rdk_conf(suite: RdkSuite, broker: RunningBroker, tls: TlsFiles) -> str:
-    lines = [
-        f"bootstrap.servers={broker.info.listeners[suite.listener]}",
-        f"security.protocol={suite.protocol}",
-    ]
-    if suite.mechanism:
-        lines += [
-            f"sasl.mechanisms={suite.mechanism}",
-            f"sasl.username={suite.user}",
-            f"sasl.password={suite.password}",
-        ]
-    if "SSL" in suite.protocol:  # as LibrdkafkaTestApp.py: a client certificate always
-        lines += [
-            f"ssl.ca.location={tls.ca_pem}",
-            f"ssl.certificate.location={tls.client_cert_pem}",
-            f"ssl.key.location={tls.client_key_pem}",
-            f"ssl.key.password={KEY_PASSWORD}",
-        ]
-    return "\n".join(lines) + "\n"
-
-
-def run_librdkafka(
-    source: Path,
-    work: Path,
-    broker: RunningBroker,
-    tls: TlsFiles,
-    suites: tuple[RdkSuite, ...] = LIBRDKAFKA_SUITES,
-) -> list[SuiteResult]:
-    tests_dir = source / "tests"
-    runner = tests_dir / "test-runner"
-    if not runner.exists():
-        raise SystemExit(f"{runner} is missing: build librdkafka and its tests first")
-    results = []
-    for suite in suites:
-        slug = "".join(c if c.isalnum() else "-" for c in suite.name.lower())
-        conf = work / f"rdk-{slug}.conf"
-        conf.write_text(rdk_conf(suite, broker, tls))
-        report = work / f"rdk-{slug}.json"
-        env = {
-            **os.environ,
-            **tls.extra_env,
-            # 0097-ssl_verify expects a rejected untrusted certificate only where required
-            "SSL_client_auth": "required" if suite.listener == "MTLS" else "none",
-            "RDKAFKA_TEST_CONF": str(conf),
-            "TEST_KAFKA_VERSION": "3.9.0",
-            "TESTS": ",".join(suite.tests),
-            "TEST_REPORT": str(report),
-            "LD_LIBRARY_PATH": f"{source / 'src'}:{source / 'src-cpp'}",
-        }
-        if suite.subtests:
-            env["SUBTESTS"] = suite.subtests
-        flags = ["-p1", "-L", *(["-Q"] if suite.quick else [])]
-        log = work / f"rdk-{slug}.log"
-        shown = f"TESTS={env['TESTS']} " + (
-            f"SUBTESTS='{suite.subtests}' " if suite.subtests else ""
-        )
-        print(f"[librdkafka {suite.name}] {shown}./test-runner {' '.join(flags)}", flush=True)
-        with log.open("w") as out:
-            subprocess.run(
-                [str(runner), *flags],
-                cwd=tests_dir,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                timeout=SUITE_TIMEOUT_S,
-            )
-        results.append(rdk_results(suite, report, log))
-    return results
-
-
-def rdk_results(suite: RdkSuite, report: Path, log: Path) -> SuiteResult:
-    selection = f"TESTS={','.join(suite.tests)}"
-    if suite.subtests:
-        selection += f" SUBTESTS='{suite.subtests}'"
-    result = SuiteResult(f"librdkafka {suite.name}", selection + (" -Q" if suite.quick else ""))
-    result.excluded = list(suite.excluded)
-    if suite.tests[: len(RDK_SMOKE)] == RDK_SMOKE:
-        result.excluded.append(("0103 (of librdkafka's SMOKE_TESTS)", _TRANSACTIONAL))
-    if not report.exists():
-        result.note = f"no report: see {log}"
-        result.failed.append("(test-runner)")
-        return result
-    tests = json.loads(report.read_text()).get("tests", {})
-    reasons = skip_reasons(log.read_text(errors="replace"))
-    for name, test in tests.items():
-        if name == "<MAIN>" or test["state"] == "NOT_STARTED":
-            continue
-        if name[:4] not in suite.tests:
-            continue
-        state = test["state"]
-        if state == "SKIPPED" and reasons.get(name, "").startswith("Filtered due to"):
-            continue  # a local-only variant (no broker) that -L leaves out: not selected
-        if suite.expect_fail:  # sasl_test.py's 'expect_fail': every test must fail
-            ok = state == "FAILED"
-            (result.passed if ok else result.failed).append(f"{name} (expected to fail)")
-        elif state == "PASSED" and suite.subtests and not ran_subtest(log, suite.subtests):
-            result.skipped.append((name, f"no sub-test matching {suite.subtests!r} ran"))
-        elif state == "PASSED":
-            result.passed.append(name)
-        elif state == "SKIPPED":
-            result.skipped.append((name, reasons.get(name, "")))
-        else:
-            result.failed.append(name)
-    if "0097_ssl_verify" in result.failed:
-        causes = rdk_diagnosis.known_0097_causes(log.read_text(errors="replace"))
-        result.note = "0097: " + ("; ".join(causes) or "none of the known causes (read the log)")
-    return result
-
-
-def ran_subtest(log: Path, subtest: str) -> bool:
-    """The sub-test started and passed (``[ <func>:<line>: <name>: PASS (...) ]``)."""
-    return any(subtest in line and ": PASS (" in line for line in log.read_text().splitlines())
-
-
-SKIP_LINE = re.compile(r"\[(\d{4}_\w+)\s+/[^]]*\] WARN: SKIPPING TEST: (.*)")
-
-
-def skip_reasons(log: str) -> dict[str, str]:
-    """``[0049_consume_conn_close / 0.000s] WARN: SKIPPING TEST: <reason>`` per test (the
-    lines carry terminal colour codes)."""
-    reasons: dict[str, str] = {}
-    for line in log.splitlines():
-        if m := SKIP_LINE.search(line):
-            reasons[m.group(1)] = re.sub(r"\x1b\[[0-9;]*m", "", m.group(2)).strip()
-    return reasons
-
-
 # --- main ---------------------------------------------------------------------------------------
 
 
-def print_report(results: list[SuiteResult]) -> None:
-    print("\n=== the clients' own tests against our broker ===")
-    for r in results:
-        print(f"\n{r.line()}\n  selection: {r.selection}")
-        if r.note:
-            print(f"  note: {r.note}")
-        for name in r.failed:
-            print(f"  FAILED  {name}")
-        for name, reason in r.skipped:
-            print(f"  skipped {name}: {reason}")
-        for name, reason in r.excluded:
-            print(f"  excluded {name}: {reason}")
-    passed = sum(len(r.passed) for r in results)
-    failed = sum(len(r.failed) for r in results)
-    skipped = sum(len(r.skipped) for r in results)
-    print(f"\n{passed} passed, {failed} failed, {skipped} skipped")
-
-
 def run_client(
-    name: str,
-    source: Path,
-    work: Path,
-    tls: TlsFiles,
-    extra: tuple[str, ...],
-    security: bool,
-    transactions: bool,
+    name: str, source: Path, work: Path, tls: TlsFiles, extra: tuple[str, ...], selected: set[str]
 ) -> list[SuiteResult]:
     """One client's selections against one ``kraft dev`` node (librdkafka: security only)."""
     results: list[SuiteResult] = []
     broker = start_broker(work, name, tls, extra)
     try:
         if name == "kafka-python":
-            selections = [KAFKA_PYTHON_TESTS] * security + [KAFKA_PYTHON_TXN_TESTS] * transactions
-            for tests in selections:
-                results.append(run_kafka_python(source, work, broker, tests))
+            if "security" in selected:
+                results.append(run_kafka_python(source, work, broker))
+            if "transactions" in selected:
+                results.append(run_kafka_python(source, work, broker, KAFKA_PYTHON_TXN_TESTS))
+            if "broker" in selected:
+                tests, excluded = KAFKA_PYTHON_BROKER_TESTS, KAFKA_PYTHON_BROKER_EXCLUDED
+                results.append(run_kafka_python(source, work, broker, tests, excluded))
         elif name == "aiokafka":
-            if security:
+            if "security" in selected:
                 results.append(run_aiokafka(source, work, broker))
-            if transactions:
+            if "transactions" in selected:
                 results.append(run_aiokafka(source, work, broker, AIOKAFKA_TXN_TESTS, {}))
+            if "broker" in selected:
+                tests, excluded = AIOKAFKA_BROKER_TESTS, AIOKAFKA_BROKER_EXCLUDED
+                functional = ("functional_only",)
+                results.append(run_aiokafka(source, work, broker, tests, excluded, functional))
         else:
-            results += run_librdkafka(source, work, broker, tls)
+            results += run_librdkafka(source, work, broker.info, tls, LIBRDKAFKA_SUITES)
     finally:
         alive = broker.node.alive()
         if alive:
@@ -501,13 +358,21 @@ def run_client(
     return results
 
 
-def run_librdkafka_on_cluster(source: Path, work: Path, tls: TlsFiles) -> list[SuiteResult]:
-    """librdkafka's transactional tests create their topics with replication factor 3, as its
-    CI's three brokers allow: one controller and three brokers (``kraft server``)."""
+def run_librdkafka_on_cluster(
+    source: Path,
+    work: Path,
+    tls: TlsFiles,
+    suites: tuple[RdkSuite, ...],
+    config: dict[str, str],
+    name: str = "rdk-cluster",
+) -> list[SuiteResult]:
+    """librdkafka's transactional and broker tests create their topics with replication
+    factor 3, as its CI's three brokers allow: one controller and three brokers (``kraft
+    server``) with ``config``."""
     from confluent_kafka.admin import AdminClient
     from integration.cluster_process import LocalCluster
 
-    cluster = LocalCluster.create(work / "rdk-cluster", 1, 3, {"num.partitions": "4"}).start()
+    cluster = LocalCluster.create(work / name, 1, 3, config).start()
     try:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         deadline = time.monotonic() + 60
@@ -516,8 +381,7 @@ def run_librdkafka_on_cluster(source: Path, work: Path, tls: TlsFiles) -> list[S
                 raise RuntimeError(f"three brokers never registered:\n{cluster.logs()}")
             time.sleep(0.5)
         info = SuiteBroker(listeners={"PLAINTEXT": cluster.bootstrap}, ca_pem="")
-        view = RunningBroker(node=None, info=info, info_path=work / "rdk-cluster.json")  # type: ignore[arg-type]
-        results = run_librdkafka(source, work, view, tls, RDK_TXN_SUITES)
+        results = run_librdkafka(source, work, info, tls, suites)
         if dead := [n.node_id for n in cluster.nodes if not n.alive()]:
             results.append(SuiteResult("librdkafka cluster", "", failed=[f"nodes died: {dead}"]))
         return results
@@ -532,21 +396,26 @@ def main() -> int:
     parser.add_argument("--librdkafka", type=Path, metavar="DIR", help="built, with tests")
     parser.add_argument(
         "--tests",
-        choices=("security", "transactions", "all"),
         default="security",
-        help="the SASL/SSL selection, the transactional one, or both",
+        help="comma-separated selections: security (SASL/SSL), transactions, broker (the"
+        " general plaintext suites), or all",
     )
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
     if not (args.kafka_python or args.aiokafka or args.librdkafka):
         parser.error("give at least one of --kafka-python, --aiokafka, --librdkafka")
+    selected = set(args.tests.split(","))
+    if "all" in selected:
+        selected = {"security", "transactions", "broker"}
+    if unknown := selected - {"security", "transactions", "broker"}:
+        parser.error(f"unknown selection(s) {sorted(unknown)}")
     work = Path(tempfile.mkdtemp(prefix="client-suites-"))
     print(f"work directory: {work}", flush=True)
     tls = make_tls(work / "tls")
     results: list[SuiteResult] = []
     plan = [
-        ("kafka-python", args.kafka_python, ("num.partitions=4",)),
+        ("kafka-python", args.kafka_python, KAFKA_PYTHON_BROKER + fixed_listeners()),
         ("aiokafka", args.aiokafka, ("num.partitions=2",)),
         (
             "librdkafka",
@@ -554,12 +423,20 @@ def main() -> int:
             ("num.partitions=4", f"connections.max.reauth.ms={REAUTH_MS}", RDK_TLS_PROTOCOLS),
         ),
     ]
-    security, transactions = args.tests in ("security", "all"), args.tests != "security"
     for name, source, extra in plan:
-        if source is not None and (security or name != "librdkafka"):
-            results += run_client(name, source.resolve(), work, tls, extra, security, transactions)
-    if args.librdkafka is not None and transactions:
-        results += run_librdkafka_on_cluster(args.librdkafka.resolve(), work, tls)
+        if source is not None and (name != "librdkafka" or "security" in selected):
+            results += run_client(name, source.resolve(), work, tls, extra, selected)
+    rdk = args.librdkafka.resolve() if args.librdkafka is not None else None
+    if rdk is not None and "transactions" in selected:
+        config = {"num.partitions": "4"}
+        results += run_librdkafka_on_cluster(rdk, work, tls, RDK_TXN_SUITES, config)
+    if rdk is not None and "broker" in selected:
+        for suites, scenario in (
+            (broker_sel.RDK_BROKER_SUITES, "default"),
+            (broker_sel.RDK_NOAUTOCREATE_SUITES, "noautocreate"),
+        ):
+            config = broker_sel.RDK_SCENARIO_CONFIGS[scenario]
+            results += run_librdkafka_on_cluster(rdk, work, tls, suites, config, f"rdk-{scenario}")
     print_report(results)
     if args.json:
         args.json.write_text(json.dumps([r.__dict__ for r in results], indent=1))

@@ -104,6 +104,8 @@ class ClassicGroups:
         self.groups: dict[str, _Driven] = {}
         self._tokens = itertools.count()
         self._waiting: dict[int, asyncio.Future[Response]] = {}
+        # whether a group id is a consumer group of KIP-848 (set by the runtime)
+        self.is_consumer_group: Callable[[str], bool] = lambda group_id: False
 
     # --- partitions ---------------------------------------------------------------------------
 
@@ -140,6 +142,10 @@ class ClassicGroups:
         owned = self.coordinator.owned_for(group_id)
         if isinstance(owned, ErrorCode):
             return owned
+        if self.is_consumer_group(group_id):
+            # a new member's JoinGroup: its protocol is not the group's; the others name a
+            # classic group that does not exist (Kafka's "is not a classic group")
+            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL if create else ErrorCode.GROUP_ID_NOT_FOUND
         driven = self.groups.get(group_id)
         now = self.coordinator.clock_ms()
         if driven is None or driven.group.state is GroupState.DEAD:

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.coordinator.offsets import NO_PRODUCER_ID, OffsetStore, TopicPartition
-from broker.coordinator.records import GroupRecord, OffsetRecord, decode
+from broker.coordinator.records import ConsumerGroupRecord, GroupRecord, OffsetRecord, decode
+from broker.group.consumer_records import StoredConsumerGroups
 from broker.partition import Partition
 from kafka_protocol.coordinator import GroupMetadataValue
 from kafka_protocol.errors import ErrorCode
@@ -40,6 +41,7 @@ class OwnedPartition:
     leader_epoch: int
     offsets: OffsetStore = field(default_factory=OffsetStore)
     groups: dict[str, GroupMetadataValue] = field(default_factory=dict)  # as persisted
+    consumer_groups: StoredConsumerGroups = field(default_factory=StoredConsumerGroups)
     # (group, partition) -> commits appended but not yet committed: they do not expire
     pending_commits: Counter[tuple[str, TopicPartition]] = field(default_factory=Counter)
     loaded: bool = False
@@ -59,6 +61,8 @@ class OwnedPartition:
             return 0
         try:
             record = decode(key, value)
+            if isinstance(record, ConsumerGroupRecord):
+                self.consumer_groups.apply(record.key_version, record.key, record.value)
         except (ValueError, ProtocolError) as exc:
             log.warning("skipping an undecodable record of %s: %s", self.part.name, exc)
             return 0

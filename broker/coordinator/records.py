@@ -11,8 +11,9 @@ A null value is a tombstone: the offset, or the whole group, is deleted (and com
 eventually drops every older record with that key).  This broker writes the versions
 Kafka 3.x writes (offset value v3, or v1 for a commit with an explicit expire timestamp: only
 v1 has that field; group value v3) and reads every version, so a data directory from Kafka's
-group coordinator would load.  Key types this broker does not
-implement (the consumer-protocol and share-group records, keys 3 and up) are skipped.
+group coordinator would load.  The consumer-group records of KIP-848 (keys 3-8) are handed over
+still encoded (:class:`ConsumerGroupRecord`, decoded by ``broker/group/consumer_records``); the
+share-group records (keys 9 and up) are skipped.
 
 A group's coordinator is the leader of partition ``abs(java_hash(group_id)) % partitions``
 (Kafka's ``Utils.abs(groupId.hashCode) % groupMetadataTopicPartitionCount``), so every
@@ -25,6 +26,7 @@ import struct
 from dataclasses import dataclass
 from typing import TypeVar
 
+from broker.group.consumer_records import KEY_VERSIONS as CONSUMER_GROUP_KEY_VERSIONS
 from kafka_protocol.coordinator import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -71,7 +73,17 @@ class GroupRecord:
     value: GroupMetadataValue | None  # None: a tombstone
 
 
-CoordinatorRecord = OffsetRecord | GroupRecord
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupRecord:
+    """A record of a consumer group (KIP-848, key versions 3-8: ``broker/group/consumer_records``),
+    still encoded: the key without its version, the value with it."""
+
+    key_version: int
+    key: memoryview
+    value: bytes | None
+
+
+CoordinatorRecord = OffsetRecord | GroupRecord | ConsumerGroupRecord
 
 
 def _versioned(version: int, body: bytes) -> bytes:
@@ -112,6 +124,8 @@ def decode(key: bytes, value: bytes | None) -> CoordinatorRecord | None:
     if key_version == GROUP_KEY_VERSION:
         g = GroupMetadataKey.decode(body, GROUP_KEY_VERSION)
         return GroupRecord(g.group, _value(GroupMetadataValue, value))
+    if key_version in CONSUMER_GROUP_KEY_VERSIONS:
+        return ConsumerGroupRecord(key_version, body, value)
     return None
 
 

@@ -46,9 +46,11 @@ from dataclasses import dataclass, field
 from broker.controller_channel import ControllerChannel, NewTopic
 from broker.coordinator.classic_groups import ClassicGroups
 from broker.coordinator.commits import OffsetCommit, Producer, coordinator_error
+from broker.coordinator.consumer_groups import ConsumerGroups
 from broker.coordinator.offsets import (
     NO_PRODUCER_ID,
     CommittedOffset,
+    ExpiryCondition,
     OffsetStore,
     TopicPartition,
 )
@@ -61,6 +63,9 @@ from broker.coordinator.records import (
 )
 from broker.coordinator_partitions import CoordinatorPartitions
 from broker.group.classic_member import GroupConfig
+from broker.group.consumer import ConsumerGroupConfig
+from broker.group.consumer_member import TopicId
+from broker.group.consumer_records import StoredConsumerGroups
 from broker.internal_topics import InternalTopicCreation
 from broker.partition import AppendOutcome, Partition
 from broker.producer_state import VerificationGuard
@@ -85,6 +90,7 @@ class CoordinatorConfig:
     commit_timeout_ms: int = 5_000  # offsets.commit.timeout.ms
     metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
     groups: GroupConfig = field(default_factory=GroupConfig)  # group.* settings
+    consumer_groups: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
 
 
 class GroupCoordinator(CoordinatorPartitions[OwnedPartition]):
@@ -117,9 +123,16 @@ class GroupCoordinator(CoordinatorPartitions[OwnedPartition]):
         self.config = config
         self._expiry: asyncio.Task[None] | None = None
         self.classic = ClassicGroups(self, config.groups)
+        self.consumer = ConsumerGroups(self, self.classic, config.consumer_groups, self.topic_of)
+        self.classic.is_consumer_group = lambda group_id: self.consumer.get(group_id) is not None
         # KIP-890: asked before a TxnOffsetCommit's append whether the partition is in the
         # producer's transaction (the broker sets its transaction coordinator here)
         self.verifier: TransactionVerifier | None = None
+
+    def topic_of(self, name: str) -> tuple[TopicId, int] | None:
+        """A topic's id and partition count in the current metadata image."""
+        topic = self.image().topics.get(name)
+        return None if topic is None else (topic.topic_id, len(topic.partitions))
 
     # --- where groups live --------------------------------------------------------------------
 
@@ -149,12 +162,14 @@ class GroupCoordinator(CoordinatorPartitions[OwnedPartition]):
 
     def reset(self, owned: OwnedPartition) -> None:
         owned.offsets, owned.groups = OffsetStore(), {}  # markers_while_loading stay
+        owned.consumer_groups = StoredConsumerGroups()
 
     def on_loaded(self, owned: OwnedPartition, records: int, elapsed_ms: int) -> None:
         for producer_id, commit in owned.markers_while_loading:
             owned.offsets.complete(producer_id, commit)  # markers written after the load's end
         owned.markers_while_loading.clear()
         self.classic.on_loaded(owned)
+        self.consumer.on_loaded(owned)
         log.log(
             logging.INFO if records else logging.DEBUG,
             "loaded %s records=%d groups=%d in %d ms",
@@ -167,6 +182,7 @@ class GroupCoordinator(CoordinatorPartitions[OwnedPartition]):
     def on_unloaded(self, owned: OwnedPartition) -> None:
         if owned.loaded:
             self.classic.on_unloaded(owned)
+            self.consumer.on_unloaded(owned)
         log.info("unloaded %s groups=%d", owned.part.name, len(owned.groups))
 
     def complete_transaction(
@@ -250,7 +266,11 @@ class GroupCoordinator(CoordinatorPartitions[OwnedPartition]):
         owned = self.owned_for(group_id)
         if isinstance(owned, ErrorCode):
             return dict.fromkeys(keys, owned)
-        rejected = self.classic.check_commit(group_id, member_id, generation, instance_id)
+        consumer_group = self.consumer.get(group_id)
+        if consumer_group is not None:  # member epochs (KIP-848)
+            rejected = consumer_group.validate_offset_commit(member_id, generation)
+        else:
+            rejected = self.classic.check_commit(group_id, member_id, generation, instance_id)
         if rejected is not None:
             return dict.fromkeys(keys, rejected)
         return await self._commit(owned, group_id, commits, expire_timestamp_ms, None)
@@ -382,7 +402,12 @@ class GroupCoordinator(CoordinatorPartitions[OwnedPartition]):
     async def delete_group(self, group_id: str) -> ErrorCode:
         """DeleteGroups: an empty group's record and offsets are tombstoned, and so are the
         offsets its open transactions hold pending (Kafka's ``deleteAllOffsets``)."""
+        consumer_error = await self.consumer.delete(group_id)
+        if consumer_error is not None and consumer_error is not ErrorCode.NONE:
+            return consumer_error
         error, owned = self.classic.delete(group_id)
+        if consumer_error is ErrorCode.NONE and error is ErrorCode.GROUP_ID_NOT_FOUND:
+            error = ErrorCode.NONE  # the consumer group's records are gone; now its offsets
         if error is not ErrorCode.NONE or owned is None:
             return error
         committed = owned.offsets.offsets(group_id)
@@ -400,9 +425,16 @@ class GroupCoordinator(CoordinatorPartitions[OwnedPartition]):
         if isinstance(owned, ErrorCode):
             return owned, {}
         found = self.classic.get(group_id)
-        if isinstance(found, ErrorCode) and not owned.offsets.has_offsets(group_id):
+        if (
+            isinstance(found, ErrorCode)
+            and self.consumer.get(group_id) is None
+            and not owned.offsets.has_offsets(group_id)
+        ):
             return ErrorCode.GROUP_ID_NOT_FOUND, {}
         subscribed = self.classic.subscribed_topics(group_id)
+        consumer_group = self.consumer.get(group_id)
+        if consumer_group is not None:
+            subscribed = consumer_group.subscribed_topics()
         errors: dict[TopicPartition, ErrorCode] = {}
         doomed = []
         for tp in partitions:
@@ -466,7 +498,7 @@ class GroupCoordinator(CoordinatorPartitions[OwnedPartition]):
         (those go Dead here: Kafka's ``maybeDeleteGroup``)."""
         pending = owned.pending_commits
         offsets = owned.offsets.expired(
-            self.clock_ms(), self.config.retention_ms, self.classic.expiry_condition, pending
+            self.clock_ms(), self.config.retention_ms, self._expiry_condition, pending
         )[:MAX_RECORDS_PER_BATCH]
         gone = Counter(group for group, _ in offsets)
         groups: list[str] = []
@@ -483,6 +515,14 @@ class GroupCoordinator(CoordinatorPartitions[OwnedPartition]):
                 if error is ErrorCode.NONE:
                     groups.append(group_id)
         return offsets, groups
+
+    def _expiry_condition(self, group_id: str) -> ExpiryCondition | None:
+        """A consumer group's offsets expire from their commit, except for the topics its
+        members subscribe to (Kafka's ``ConsumerGroup.offsetExpirationCondition``)."""
+        consumer_group = self.consumer.get(group_id)
+        if consumer_group is not None:
+            return ExpiryCondition(subscribed=frozenset(consumer_group.subscribed_topics()))
+        return self.classic.expiry_condition(group_id)
 
     async def remove_offsets_of_topics(self, topics: Sequence[str]) -> int:
         """Offsets of deleted topics go (Kafka's ``cleanupGroupMetadata`` on topic deletion)."""

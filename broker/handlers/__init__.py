@@ -16,9 +16,14 @@ from broker.dispatcher import ApiHandler
 from broker.handlers.acls import SecurityAdminHandlers
 from broker.handlers.admin import AdminHandlers
 from broker.handlers.basics import ApiVersionsHandler, InitProducerIdHandler
+from broker.handlers.client_quotas import ClientQuotaHandlers
+from broker.handlers.cluster_description import ClusterDescriptionHandlers
+from broker.handlers.consumer_groups import ConsumerGroupHandlers
+from broker.handlers.delete_records import DeleteRecordsHandler
 from broker.handlers.fetch import FetchHandler
 from broker.handlers.groups import GroupHandlers
 from broker.handlers.list_offsets import ListOffsetsHandler
+from broker.handlers.log_dirs import LogDirsHandlers
 from broker.handlers.metadata import AutoCreate, MetadataHandler
 from broker.handlers.offset_for_leader_epoch import OffsetForLeaderEpochHandler
 from broker.handlers.produce import ProduceHandler
@@ -91,6 +96,8 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
             replicas,
             parts.metrics,
             parts.broker_epoch_of,
+            lambda: parts.image,
+            cfg.replica_selector,
             throttle=parts.replication_throttles.leader,
         ).spec(),
         ListOffsetsHandler(replicas).spec(),
@@ -98,11 +105,17 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
         # markers on __consumer_offsets complete the group coordinator's pending offsets
         WriteTxnMarkersHandler(replicas, parts.coordinator).spec(),
         DescribeProducersHandler(replicas).spec(),
+        DeleteRecordsHandler(replicas, lambda: parts.image).spec(),
+        *LogDirsHandlers(replicas).specs(),
         MetadataHandler(parts.node, lambda: parts.image, parts.controller, auto_create).spec(),
         *GroupHandlers(
             parts.coordinator,
             lambda broker, listener: parts.endpoint_of(broker, parts.node.listener_for(listener)),
             parts.transactions.coordinator_of,
+        ).specs(),
+        *ConsumerGroupHandlers(
+            parts.coordinator,
+            lambda topic_id: t.name if (t := parts.image.topics.by_id.get(topic_id)) else None,
         ).specs(),
         ApiVersionsHandler(parts.api_versions).spec(),
         *SaslHandlers().specs(),
@@ -116,6 +129,10 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
             ).specs()
         ),
         *security.specs(),
+        *ClusterDescriptionHandlers(
+            parts.node, lambda: parts.image, authorizer, cfg.max_request_partition_size_limit
+        ).specs(),
+        *ClientQuotaHandlers(lambda: parts.image).specs(),
     ]
     # every API checks what Kafka checks (broker.security.api_authorization); a no-op while
     # authorizer.class.name is unset

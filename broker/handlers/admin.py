@@ -4,7 +4,7 @@ Every entry of ``broker.controller_channel.FORWARDED`` is forwarded, at the clie
 the active controller, which validates it, appends metadata records and answers with per-item
 errors; the broker learns the result like every other broker, from the metadata log.
 DescribeConfigs 1-4 reports every config, defaults included, with its source and (on request)
-synonyms and documentation.  DescribeCluster 0-1 lists the brokers.
+synonyms and documentation.  (DescribeCluster: :mod:`broker.handlers.cluster_description`.)
 """
 
 from __future__ import annotations
@@ -16,13 +16,7 @@ from broker.dispatcher import ApiHandler, RequestContext
 from broker.identity import BrokerIdentity, ImageSource
 from kafka_protocol._codec import Request, Response
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.messages import (
-    DescribeClusterRequest,
-    DescribeClusterResponse,
-    DescribeConfigsRequest,
-    DescribeConfigsResponse,
-)
-from kafka_protocol.types import BrokerId
+from kafka_protocol.messages import DescribeConfigsRequest, DescribeConfigsResponse
 from metadata_log.configs import (
     BrokerConfigSources,
     ConfigEntry,
@@ -52,7 +46,6 @@ class AdminHandlers:
         return [
             *forwarded_handlers(self.forward),
             ApiHandler(32, 1, 4, self.describe_configs, "DescribeConfigs"),
-            ApiHandler(60, 0, 1, self.describe_cluster, "DescribeCluster"),
         ]
 
     async def forward(self, request: Request, version: int) -> Response:
@@ -107,23 +100,6 @@ class AdminHandlers:
             dynamic_broker=image.configs.get(ConfigResource(broker, str(self.node.node_id)), {}),
             dynamic_default=image.configs.get(ConfigResource(broker, ""), {}),
             static=self.static_config,
-        )
-
-    def describe_cluster(
-        self, ctx: RequestContext, req: DescribeClusterRequest
-    ) -> DescribeClusterResponse:
-        host, port = self.node.address_on(self.node.listener_for(ctx.session.listener))
-        return DescribeClusterResponse(
-            cluster_id=self.node.cluster_id,
-            controller_id=BrokerId(self.node.node_id),
-            brokers=[
-                DescribeClusterResponse.DescribeClusterBroker(
-                    broker_id=BrokerId(self.node.node_id),
-                    host=host,
-                    port=port,
-                    rack=self.node.rack,
-                )
-            ],
         )
 
 

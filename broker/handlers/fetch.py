@@ -1,11 +1,24 @@
-"""Fetch 4-12 (sessionless): whole batches up to the high watermark, served with sendfile.
+"""Fetch 4-17 (sessionless): whole batches up to the high watermark, served with sendfile.
 
 Consumers (``replica_id`` -1) read from the leader up to its high watermark.  A follower
-(``replica_id`` = its broker id) reads up to the log end offset, and its fetch offset tells
-the leader what it holds (``ReplicaManager.on_follower_fetch``: the follower's log end offset,
-the high watermark, ISR expansion); the response carries the leader's high watermark.  Only
-the leader serves either: any other replica answers NOT_LEADER_OR_FOLLOWER, and a stale or
-future ``current_leader_epoch`` gets FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (KIP-320).
+(``replica_id`` = its broker id; from v15 in ``replica_state``, KIP-903) reads up to the log
+end offset, and its fetch offset tells the leader what it holds
+(``ReplicaManager.on_follower_fetch``: the follower's log end offset, the high watermark, ISR
+expansion); the response carries the leader's high watermark.  A stale or future
+``current_leader_epoch`` gets FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH (KIP-320).
+
+Follower fetching (KIP-392).  A consumer's Fetch v11+ carries client metadata (its
+``rack_id``), and then any replica serves it, a follower up to *its* high watermark (an
+offset past its log end is OFFSET_OUT_OF_RANGE, which sends the client back to the leader);
+older consumers and replicas are served by the leader only (NOT_LEADER_OR_FOLLOWER
+elsewhere), as Kafka's ``FetchParams.fetchOnlyLeader``.  With ``replica.selector.class`` set,
+the leader asks :mod:`broker.replica_selector` for the replica of the client's rack and, when
+it names a follower, answers that partition at once with no records and
+``preferred_read_replica``.
+
+Topic ids (KIP-516): from v13 topics are named by id, resolved through the metadata image; an
+unknown id answers UNKNOWN_TOPIC_ID.  Versions 14-17 change nothing a sessionless broker
+without tiered storage serves differently.
 
 Reading plans slices first (positions in segment files, no bytes touched) and materializes
 them as :class:`FileRegion` chunks (a dup'd fd the connection sends with ``os.sendfile`` and
@@ -29,8 +42,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,14 +56,22 @@ from broker.log.txn_index import AbortedTxn
 from broker.metrics import BrokerMetrics
 from broker.partition import Partition
 from broker.replica_manager import ReplicaManager
+from broker.replica_selector import FollowerView, preferred_read_replica
 from broker.replication.partition_state import PartitionState
 from broker.replication.throttle import ReplicationQuota
 from kafka_protocol._codec import Chunk, FileRegion
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import FetchRequest, FetchResponse
-from kafka_protocol.types import ProducerId, TopicName
+from kafka_protocol.types import BrokerId, ProducerId, TopicName
+from metadata_log.image import ClusterImage
+
+log = logging.getLogger("broker.fetch")
 
 READ_COMMITTED = 1  # isolation_level
+CLIENT_METADATA_VERSION = 11  # rack_id: consumers may read from followers (KIP-392)
+TOPIC_ID_VERSION = 13  # topics named by id (KIP-516)
+REPLICA_STATE_VERSION = 15  # the replica id moved into replica_state (KIP-903)
+NO_TOPIC_ID = uuid.UUID(int=0)
 
 
 @dataclass(slots=True)
@@ -59,6 +82,21 @@ class _Planned:
     part: Partition | None = None
     slice: FetchSlice | None = None
     aborted: list[AbortedTxn] | None = None  # read_committed: overlapping aborted transactions
+    topic_id: uuid.UUID = NO_TOPIC_ID
+    preferred: int | None = None  # KIP-392: read from this follower instead
+
+
+@dataclass(frozen=True, slots=True)
+class _Scope:
+    """What one request decides for all its partitions."""
+
+    replica_id: int  # -1: a consumer
+    isolation_level: int
+    client_rack: str | None  # a consumer's Fetch v11+: followers may serve it
+
+    @property
+    def leader_only(self) -> bool:
+        return self.client_rack is None
 
 
 def _settle(wake: asyncio.Future[None]) -> None:
@@ -74,6 +112,14 @@ def check_leader(part: Partition, requested: int) -> ErrorCode:
         return ErrorCode.KAFKA_STORAGE_ERROR
     if not part.is_leader:
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    return check_epoch(part, requested)
+
+
+def check_epoch(part: Partition, requested: int) -> ErrorCode:
+    """KIP-320 on any replica: the requester's leader epoch against the one this replica
+    knows (-1 skips the check)."""
+    if part.offline:
+        return ErrorCode.KAFKA_STORAGE_ERROR
     if requested < 0 or requested == part.leader_epoch:
         return ErrorCode.NONE
     if requested < part.leader_epoch:
@@ -82,31 +128,46 @@ def check_leader(part: Partition, requested: int) -> ErrorCode:
 
 
 class FetchHandler:
+    """``image``: the metadata image (topic ids, the brokers' racks); ``replica_selector``:
+    ``replica.selector.class`` (None: consumers are never sent to a follower)."""
+
     def __init__(
         self,
         replicas: ReplicaManager,
         metrics: BrokerMetrics,
         broker_epoch_of: Callable[[int], int],
+        image: Callable[[], ClusterImage],
+        replica_selector: str | None = None,
         throttle: ReplicationQuota | None = None,
     ) -> None:
         self.replicas = replicas
         self.metrics = metrics
         self.broker_epoch_of = broker_epoch_of  # a follower's registration, from the image
+        self.image = image
+        self.replica_selector = replica_selector
         self.throttle = throttle  # leader.replication.throttled.* (broker.replication.throttle)
 
     def spec(self) -> ApiHandler:
-        return ApiHandler(1, 4, 12, self.handle, "Fetch")
+        return ApiHandler(1, 4, 17, self.handle, "Fetch")
 
     def handle(
         self, ctx: RequestContext, req: FetchRequest
     ) -> FetchResponse | asyncio.Future[FetchResponse | None]:
-        plan, available = self._plan(req)
-        errors = any(p.error is not ErrorCode.NONE for p in plan)
-        if available >= req.min_bytes or req.max_wait_ms <= 0 or errors or not plan:
-            return self._respond(ctx, plan)
+        scope = self._scope(ctx.api_version, req)
+        plan, available = self._plan(ctx.api_version, req, scope)
+        if available >= req.min_bytes or req.max_wait_ms <= 0 or _answer_now(plan):
+            return self._respond(ctx, plan, scope.replica_id < 0)
         # Register before returning: an append later in this loop pass must wake us.
         wake = self._register(plan)
-        return asyncio.ensure_future(self._long_poll(ctx, req, plan, wake))
+        return asyncio.ensure_future(self._long_poll(ctx, req, scope, plan, wake))
+
+    @staticmethod
+    def _scope(version: int, req: FetchRequest) -> _Scope:
+        replica_id = (
+            req.replica_state.replica_id if version >= REPLICA_STATE_VERSION else req.replica_id
+        )
+        consumer_metadata = replica_id < 0 and version >= CLIENT_METADATA_VERSION
+        return _Scope(replica_id, req.isolation_level, req.rack_id if consumer_metadata else None)
 
     @staticmethod
     def _register(plan: list[_Planned]) -> asyncio.Future[None]:
@@ -127,6 +188,7 @@ class FetchHandler:
         self,
         ctx: RequestContext,
         req: FetchRequest,
+        scope: _Scope,
         plan: list[_Planned],
         wake: asyncio.Future[None],
     ) -> FetchResponse:
@@ -139,22 +201,33 @@ class FetchHandler:
             finally:
                 timer.cancel()
                 self._unregister(plan, wake)
-            plan, available = self._plan(req)
-            errors = any(p.error is not ErrorCode.NONE for p in plan)
-            if available >= req.min_bytes or errors or loop.time() >= deadline:
-                return self._respond(ctx, plan)
+            plan, available = self._plan(ctx.api_version, req, scope)
+            if available >= req.min_bytes or _answer_now(plan) or loop.time() >= deadline:
+                return self._respond(ctx, plan, scope.replica_id < 0)
             wake = self._register(plan)
 
-    def _plan(self, req: FetchRequest) -> tuple[list[_Planned], int]:
+    def _plan(self, version: int, req: FetchRequest, scope: _Scope) -> tuple[list[_Planned], int]:
         budget = max(0, req.max_bytes)
         total = 0
-        plan = []
+        plan: list[_Planned] = []
+        by_id = self.image().topics.by_id if version >= TOPIC_ID_VERSION else None
         for topic in req.topics:
+            name: str = topic.topic
+            if by_id is not None:
+                known = by_id.get(topic.topic_id)
+                if known is None:
+                    plan.extend(
+                        _Planned(
+                            "", fp.partition, ErrorCode.UNKNOWN_TOPIC_ID, topic_id=topic.topic_id
+                        )
+                        for fp in topic.partitions
+                    )
+                    continue
+                name = known.name
             for fp in topic.partitions:
                 limit = max(0, min(fp.partition_max_bytes, budget))
-                p = self._plan_one(
-                    topic.topic, fp, limit, total == 0, req.replica_id, req.isolation_level
-                )
+                p = self._plan_one(name, fp, limit, total == 0, scope)
+                p.topic_id = topic.topic_id
                 if p.slice is not None:
                     total += p.slice.size_bytes
                     budget = max(0, budget - p.slice.size_bytes)
@@ -167,18 +240,25 @@ class FetchHandler:
         fp: FetchRequest.FetchPartition,
         max_bytes: int,
         first: bool,
-        replica_id: int,
-        isolation_level: int,
+        scope: _Scope,
     ) -> _Planned:
         part = self.replicas.get(topic, fp.partition)
         if part is None:
             return _Planned(topic, fp.partition, self.replicas.missing_error(topic, fp.partition))
-        error = check_leader(part, fp.current_leader_epoch)
+        if scope.leader_only:
+            error = check_leader(part, fp.current_leader_epoch)
+        else:
+            error = check_epoch(part, fp.current_leader_epoch)
         if error is not ErrorCode.NONE:
             return _Planned(topic, fp.partition, error, part)
+        if scope.client_rack is not None and self.replica_selector is not None:
+            preferred = self._preferred_replica(part, scope.client_rack, fp.fetch_offset)
+            if preferred is not None:
+                return _Planned(topic, fp.partition, ErrorCode.NONE, part, preferred=preferred)
         if fp.fetch_offset > part.log_end_offset or fp.fetch_offset < part.log_start_offset:
             return _Planned(topic, fp.partition, ErrorCode.OFFSET_OUT_OF_RANGE, part)
-        read_committed = isolation_level == READ_COMMITTED and replica_id < 0
+        replica_id = scope.replica_id
+        read_committed = scope.isolation_level == READ_COMMITTED and replica_id < 0
         limit = part.last_stable_offset if read_committed else part.high_watermark
         if replica_id >= 0:  # a follower: it reads to the log end, and says what it holds
             decision = self.replicas.on_follower_fetch(
@@ -187,6 +267,7 @@ class FetchHandler:
                 fp.fetch_offset,
                 fp.current_leader_epoch,
                 self.broker_epoch_of(replica_id),
+                fp.log_start_offset,  # DeleteRecords' low watermark (broker/delete_records.py)
             )
             if decision.error is not None:
                 return _Planned(topic, fp.partition, decision.error, part)
@@ -213,6 +294,28 @@ class FetchHandler:
                 return _Planned(topic, fp.partition, exc.error_code, part)
         return _Planned(topic, fp.partition, ErrorCode.NONE, part, chunk, aborted)
 
+    def _preferred_replica(
+        self, part: Partition, client_rack: str, fetch_offset: int
+    ) -> int | None:
+        """The leader's choice of replica for a consumer in ``client_rack`` (None: itself)."""
+        role = part.role
+        if not isinstance(role, PartitionState):
+            return None  # only the leader redirects
+        brokers = self.image().brokers
+        followers = [
+            FollowerView(b, b in role.isr, s.log_end_offset, s.last_caught_up_time_ms)
+            for b, s in role.followers.items()
+        ]
+        return preferred_read_replica(
+            client_rack,
+            fetch_offset,
+            role.replica_id,
+            part.log_end_offset,
+            followers,
+            lambda b: reg.rack if (reg := brokers.get(b)) is not None else None,
+            self.replicas.clock_ms(),
+        )
+
     def _throttled(self, part: Partition, replica_id: int) -> bool:
         """A follower out of the ISR gets nothing from a throttled partition while the leader
         quota is exceeded (Kafka's ``shouldLeaderThrottle``)."""
@@ -230,9 +333,9 @@ class FetchHandler:
             return p.part.log.read_bytes(p.slice)
         return FileRegion(os.dup(fd), p.slice.position, p.slice.size_bytes)
 
-    def _respond(self, ctx: RequestContext, plan: list[_Planned]) -> FetchResponse:
+    def _respond(self, ctx: RequestContext, plan: list[_Planned], consumer: bool) -> FetchResponse:
         metrics = self.metrics
-        by_topic: dict[str, list[FetchResponse.PartitionData]] = {}
+        by_topic: dict[tuple[str, uuid.UUID], list[FetchResponse.PartitionData]] = {}
         for p in plan:
             part = p.part
             if p.error is not ErrorCode.NONE:
@@ -251,15 +354,31 @@ class FetchHandler:
                 ]
                 if p.aborted
                 else [],
+                preferred_read_replica=BrokerId(-1 if p.preferred is None else p.preferred),
                 records=self._records(p),
             )
             if p.slice is not None and p.slice.size_bytes:
                 metrics.topic_counters(p.topic)[2].inc(p.slice.size_bytes)
-            by_topic.setdefault(p.topic, []).append(data)
+            if part is not None and consumer and p.error is ErrorCode.NONE:
+                metrics.consumer_fetch_counter(_served_as(p, part)).inc()
+            by_topic.setdefault((p.topic, p.topic_id), []).append(data)
         metrics.fetch_latency.observe(time.perf_counter() - ctx.received_s)
         return FetchResponse(
             responses=[
-                FetchResponse.FetchableTopicResponse(topic=TopicName(t), partitions=parts)
-                for t, parts in by_topic.items()
+                FetchResponse.FetchableTopicResponse(
+                    topic=TopicName(name), topic_id=topic_id, partitions=parts
+                )
+                for (name, topic_id), parts in by_topic.items()
             ]
         )
+
+
+def _answer_now(plan: list[_Planned]) -> bool:
+    """No long poll: nothing asked, an error, or a partition sent to another replica."""
+    return not plan or any(p.error is not ErrorCode.NONE or p.preferred is not None for p in plan)
+
+
+def _served_as(p: _Planned, part: Partition) -> str:
+    if p.preferred is not None:
+        return "redirected"
+    return "leader" if part.is_leader else "follower"

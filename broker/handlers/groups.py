@@ -1,5 +1,5 @@
-"""The group coordinator's APIs: FindCoordinator 0-4, the classic group protocol (JoinGroup 0-7,
-SyncGroup 0-5, Heartbeat 0-4, LeaveGroup 0-5), offsets (OffsetCommit 2-8, OffsetFetch 1-8,
+"""The group coordinator's APIs: FindCoordinator 0-6, the classic group protocol (JoinGroup 0-7,
+SyncGroup 0-5, Heartbeat 0-4, LeaveGroup 0-5), offsets (OffsetCommit 2-9, OffsetFetch 1-9,
 OffsetDelete 0) and the group admin APIs (ListGroups 0-5, DescribeGroups 0-5, DeleteGroups 0-2).
 
 The group protocol is answered by the group's state machine (broker/group/classic.py) through
@@ -15,7 +15,11 @@ coordinator, which creates that topic on first use); other key types get INVALID
 
 OffsetCommit and OffsetFetch are answered by the coordinator (NOT_COORDINATOR elsewhere,
 COORDINATOR_LOAD_IN_PROGRESS while it loads); a commit is answered once its records are
-committed in ``__consumer_offsets``.  OffsetFetch v8 asks for several groups at once.
+committed in ``__consumer_offsets``.  OffsetFetch v8 asks for several groups at once.  v9 of
+both is the first a KIP-848 consumer uses (its member id and epoch); a classic group answers it
+as v8, as Kafka's ``ClassicGroup`` ignores them.  FindCoordinator v4+ batches keys; v5 only
+adds an error code, and v6's share-group keys (type 2) are refused INVALID_REQUEST like any
+other key type this broker does not coordinate.
 
 TxnOffsetCommit 0-4 (a transactional producer's ``send_offsets_to_transaction``) appends the
 offsets as a transactional batch of the producer; they stay pending, invisible to OffsetFetch,
@@ -94,13 +98,13 @@ class GroupHandlers:
 
     def specs(self) -> list[ApiHandler]:
         return [
-            ApiHandler(10, 0, 4, self.find_coordinator, "FindCoordinator"),
+            ApiHandler(10, 0, 6, self.find_coordinator, "FindCoordinator"),
             ApiHandler(11, 0, 7, self.join_group, "JoinGroup"),
             ApiHandler(14, 0, 5, self.sync_group, "SyncGroup"),
             ApiHandler(12, 0, 4, self.heartbeat, "Heartbeat"),
             ApiHandler(13, 0, 5, self.leave_group, "LeaveGroup"),
-            ApiHandler(8, 2, 8, self.offset_commit, "OffsetCommit"),
-            ApiHandler(9, 1, 8, self.offset_fetch, "OffsetFetch"),
+            ApiHandler(8, 2, 9, self.offset_commit, "OffsetCommit"),
+            ApiHandler(9, 1, 9, self.offset_fetch, "OffsetFetch"),
             ApiHandler(47, 0, 0, self.offset_delete, "OffsetDelete"),
             ApiHandler(28, 0, 4, self.txn_offset_commit, "TxnOffsetCommit"),
             ApiHandler(16, 0, 5, self.list_groups, "ListGroups"),
@@ -183,8 +187,22 @@ class GroupHandlers:
                 group_type="classic",
             )
             for group_id, (state, protocol_type) in sorted(found.items())
-            if (not states or state.lower() in states) and (not types or "classic" in types)
+            if (not states or state.lower() in states)
+            and (not types or "classic" in types)
+            and coordinator.consumer.get(group_id) is None
         ]
+        listed += [  # KIP-848 consumer groups: type "consumer", protocol type "consumer"
+            ListGroupsResponse.ListedGroup(
+                group_id=GroupId(group_id),
+                protocol_type="consumer",
+                group_state=group.state.value,
+                group_type="consumer",
+            )
+            for group_id, group in coordinator.consumer.loaded_groups()
+            if (not states or group.state.value.lower() in states)
+            and (not types or "consumer" in types)
+        ]
+        listed.sort(key=lambda g: g.group_id)
         return ListGroupsResponse(groups=listed)
 
     def describe_groups(

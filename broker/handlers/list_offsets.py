@@ -1,8 +1,12 @@
-"""ListOffsets 1-7: earliest (-2), latest (-1), max timestamp (-3, v7) or by timestamp.
+"""ListOffsets 1-10: earliest (-2), latest (-1), max timestamp (-3, v7), earliest local (-4, v8),
+latest tiered (-5, v9) or by timestamp.
 
 "Latest" is the high watermark (read_uncommitted) or the last stable offset (read_committed);
 without transactions both are the high watermark.  A timestamp with no record at or after it
-answers offset -1 and timestamp -1, as Kafka does.
+answers offset -1 and timestamp -1, as Kafka does.  Without tiered storage (KIP-405) the local
+log is the whole log: earliest local is the log start offset, and latest tiered is offset -1
+with leader epoch -1, as Kafka answers for a topic with remote storage off.  v10 (KIP-1075) adds
+a timeout for remote lookups, which there are none of.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from kafka_protocol.messages import ListOffsetsRequest, ListOffsetsResponse
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4  # KIP-405
+LATEST_TIERED = -5  # KIP-1005
 READ_COMMITTED = 1  # isolation_level (v2+)
 LEADER_EPOCH_VERSION = 4  # ListOffsets v4 added the leader epoch (KIP-320)
 
@@ -41,7 +47,7 @@ class ListOffsetsHandler:
         self.replicas = replicas
 
     def spec(self) -> ApiHandler:
-        return ApiHandler(2, 1, 7, self.handle, "ListOffsets")
+        return ApiHandler(2, 1, 10, self.handle, "ListOffsets")
 
     def handle(self, ctx: RequestContext, req: ListOffsetsRequest) -> ListOffsetsResponse:
         return ListOffsetsResponse(
@@ -88,8 +94,10 @@ class ListOffsetsHandler:
                     partition_index=p.partition_index, error_code=ErrorCode.OFFSET_NOT_AVAILABLE
                 )
             offset, ts = fetchable, -1
-        elif p.timestamp == EARLIEST:
+        elif p.timestamp in (EARLIEST, EARLIEST_LOCAL):
             offset, ts = part.log_start_offset, -1
+        elif p.timestamp == LATEST_TIERED:
+            offset, ts, epoch = -1, -1, -1
         elif p.timestamp == MAX_TIMESTAMP:
             found = _lookup(part, MAX_TIMESTAMP)
             if isinstance(found, ErrorCode):

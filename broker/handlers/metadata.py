@@ -1,13 +1,15 @@
-"""Metadata 0-12 from the broker's image, with topic auto-creation.
+"""Metadata 0-13 from the broker's image, with topic auto-creation.
 
 The brokers listed are the registered, unfenced brokers of the image with their PLAINTEXT
 endpoint (Kafka lists the alive brokers), and always this broker. ``controller_id`` is this
 broker (clients need a listed broker there, and controllers are not client-reachable).
 A request for unknown topics creates them when the request allows it (v4+, always before
 v4) and ``auto.create.topics.enable`` is on, with the broker's ``num.partitions`` and
-``default.replication.factor``.  Topic ids are reported from v10.  ``offline_replicas``
-lists the replicas whose broker is unregistered, fenced, or lost its log directory (KIP-112,
-as Kafka's KRaftMetadataCache); see :func:`partition_error` for the partition's error.
+``default.replication.factor``.  Topic ids are reported from v10, and asked for by id from
+v12 (an unknown id answers UNKNOWN_TOPIC_ID); v13 only adds a top-level error code.
+``offline_replicas`` lists the replicas whose broker is unregistered, fenced, or lost its log
+directory (KIP-112, as Kafka's KRaftMetadataCache); see :func:`partition_error` for the
+partition's error.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ class MetadataHandler:
         self.auto_create = auto_create
 
     def spec(self) -> ApiHandler:
-        return ApiHandler(3, 0, 12, self.handle, "Metadata")
+        return ApiHandler(3, 0, 13, self.handle, "Metadata")
 
     def handle(
         self, ctx: RequestContext, req: MetadataRequest
@@ -76,7 +78,12 @@ class MetadataHandler:
         allow = ctx.api_version < 4 or req.allow_auto_topic_creation
         if missing and allow and self.auto_create.enabled:
             return asyncio.ensure_future(self._create_then_answer(ctx, req, names, missing))
-        return self._answer(ctx, names, {})
+        return self._answer(ctx, names, {}, self._unknown_ids(req))
+
+    def _unknown_ids(self, req: MetadataRequest) -> list[uuid.UUID]:
+        """Topic ids asked for (v12+) that the image does not know."""
+        by_id = self.image().topics.by_id
+        return [t.topic_id for t in req.topics or () if t.name is None and t.topic_id not in by_id]
 
     def _requested(self, ctx: RequestContext, req: MetadataRequest) -> list[str] | None:
         """Topic names asked for, or None for every topic."""
@@ -104,10 +111,14 @@ class MetadataHandler:
             for t in result
             if t.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS)
         }
-        return self._answer(ctx, names, errors)
+        return self._answer(ctx, names, errors, self._unknown_ids(req))
 
     def _answer(
-        self, ctx: RequestContext, names: list[str] | None, errors: dict[str, ErrorCode]
+        self,
+        ctx: RequestContext,
+        names: list[str] | None,
+        errors: dict[str, ErrorCode],
+        unknown_ids: list[uuid.UUID],
     ) -> MetadataResponse:
         image = self.image()
         listener = self.node.listener_for(ctx.session.listener)
@@ -123,6 +134,9 @@ class MetadataHandler:
                 else:
                     error = errors.get(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     topics.append(Topic(error_code=error, name=TopicName(name)))
+        topics.extend(
+            Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=i) for i in unknown_ids
+        )
         brokers = {
             self.node.node_id: MetadataResponse.MetadataResponseBroker(
                 node_id=BrokerId(self.node.node_id),

@@ -1,4 +1,4 @@
-"""Produce 0-9: validate each partition's batch (header, CRC, its records), append, answer.
+"""Produce 0-11: validate each partition's batch (header, CRC, its records), append, answer.
 
 Magic, size, CRC32C, record count and producer fields come from the 61-byte header; then the
 records are walked in one compiled pass (``broker/log/validator.py``: structure, timestamps,
@@ -15,18 +15,19 @@ deduplicated by its sequence).  ``min.insync.replicas`` refuses acks=all with
 NOT_ENOUGH_REPLICAS before the append, and answers NOT_ENOUGH_REPLICAS_AFTER_APPEND when the
 ISR shrank below it while waiting.
 
-Transactions (KIP-890 part 1).  A transactional batch of a producer with no transaction open
-on the partition is held until the transaction coordinator (``TransactionVerifier``) says the
+Transactions (KIP-890 part 1).  A transactional batch of a producer with no transaction open on
+the partition is held until the transaction coordinator (``TransactionVerifier``) says the
 partition is in the producer's transaction; one question per request covers all its held
 partitions, and a later request of the same producer for the same partition waits for it, so
 that the producer's batches still arrive in order.  Only the partitions answered NONE are
 appended; the others are refused with the coordinator's answer as Kafka maps it
-(``_verification_refusal``).  The plain path pays one attribute test per batch.  Before the
-question, each held batch takes its producer's verification guard on the partition
+(``_verification_refusal``: a partition not in the transaction is TRANSACTION_ABORTABLE from
+v11, KIP-890, and INVALID_TXN_STATE before).  The plain path pays one attribute test per batch.
+Before the question, each held batch takes its producer's verification guard on the partition
 (``ReplicaManager.verification_guard``, Kafka's VerificationGuard) and the append passes it
-back: a marker of that producer written in between (its transaction ended while the
-coordinator was being asked) clears the guard, and the batch is refused INVALID_TXN_STATE
-instead of opening a transaction nobody would end.
+back: a marker of that producer written in between (its transaction ended while the coordinator
+was being asked) clears the guard, and the batch is refused INVALID_TXN_STATE instead of opening
+a transaction nobody would end.
 
 Versions 0-2 (message format v0/v1) are advertised because librdkafka enables compression
 only when Produce v0 is inside the range (as Kafka 4 does, KAFKA-18659), and refused per
@@ -60,6 +61,7 @@ from kafka_protocol.types import TopicName
 log = logging.getLogger("broker.produce")
 
 MIN_RECORD_BATCH_VERSION = 3
+TRANSACTION_ABORTABLE_VERSION = 11  # KIP-890: clients that know TRANSACTION_ABORTABLE
 ACKS_ALL = -1
 VALID_ACKS = (-1, 0, 1)
 Outcome = AppendOutcome | Deferred[AppendOutcome]
@@ -132,7 +134,7 @@ class _Verification(NamedTuple):
     guard: VerificationGuard
 
 
-def _verification_refusal(error: ErrorCode) -> AppendOutcome:
+def _verification_refusal(error: ErrorCode, abortable: bool = False) -> AppendOutcome:
     """The coordinator's answer for a partition, as the produce response gives it (Kafka's
     ``ReplicaManager``: retriable coordinator errors become NOT_ENOUGH_REPLICAS, which every
     producer retries without a metadata refresh; PRODUCER_FENCED, unknown to older Produce
@@ -148,6 +150,8 @@ def _verification_refusal(error: ErrorCode) -> AppendOutcome:
             ErrorCode.INVALID_PRODUCER_EPOCH, "the producer was fenced by a newer producer epoch"
         )
     if error is ErrorCode.INVALID_TXN_STATE:
+        # Produce v11+ clients know the abortable error Kafka's coordinator answers here
+        error = ErrorCode.TRANSACTION_ABORTABLE if abortable else error
         return _refuse(error, "the partition was not added to the transaction")
     return _refuse(error, f"the transaction coordinator refused the partition: {error.name}")
 
@@ -171,7 +175,7 @@ class ProduceHandler:
         self._verifying: dict[tuple[str, int, int], asyncio.Future[None]] = {}
 
     def spec(self) -> ApiHandler:
-        return ApiHandler(0, 0, 9, self.handle, "Produce")
+        return ApiHandler(0, 0, 11, self.handle, "Produce")
 
     def handle(
         self, ctx: RequestContext, req: ProduceRequest
@@ -289,11 +293,13 @@ class ProduceHandler:
         """Ask the coordinator once for every held partition, append those in the transaction,
         refuse the others, then answer as ``handle`` does."""
         # Cancelled (shutdown): nothing is appended, the connection closes unanswered.
-        await self._verify_and_append(req, held)
+        await self._verify_and_append(req, held, ctx.api_version >= TRANSACTION_ABORTABLE_VERSION)
         reply = self._answer(ctx, req, slots)
         return await reply if isinstance(reply, Deferred) else reply
 
-    async def _verify_and_append(self, req: ProduceRequest, held: list[_Verification]) -> None:
+    async def _verify_and_append(
+        self, req: ProduceRequest, held: list[_Verification], abortable: bool
+    ) -> None:
         producers = {(h.batch.producer_id, h.batch.producer_epoch) for h in held}
         if req.transactional_id is None:
             refusal = _refuse(
@@ -323,7 +329,7 @@ class ProduceHandler:
                 if earlier:
                     await asyncio.wait(earlier)
                 await self._verify(
-                    req.transactional_id, producer_id, producer_epoch, held, verdicts
+                    req.transactional_id, producer_id, producer_epoch, held, verdicts, abortable
                 )
         except TimeoutError:
             log.info(
@@ -356,6 +362,7 @@ class ProduceHandler:
         producer_epoch: int,
         held: list[_Verification],
         verdicts: list[AppendOutcome | None],
+        abortable: bool,
     ) -> None:
         """Fills ``verdicts`` with the refusals of the coordinator's answer."""
         assert self.verifier is not None
@@ -378,7 +385,7 @@ class ProduceHandler:
                     ErrorCode.UNKNOWN_SERVER_ERROR, "the coordinator did not answer for it"
                 )
             elif error is not ErrorCode.NONE:
-                verdicts[i] = _verification_refusal(error)
+                verdicts[i] = _verification_refusal(error, abortable)
 
     def _respond(
         self, ctx: RequestContext, slots: list[tuple[str, int, Outcome]]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from broker.controller_channel import forwarded_api
 from broker.security import api_rules, group_rules, txn_rules
 from broker.security.api_authorization import Check, Passed, Rule, Verdict
 from broker.security.api_rules import CLUSTER_DENIED, TOPIC_DENIED, replace
@@ -17,23 +18,32 @@ from kafka_protocol.messages import (
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnResponse,
     AllocateProducerIdsResponse,
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
     AlterConfigsResponse,
     AlterPartitionReassignmentsResponse,
     AlterPartitionResponse,
+    AlterReplicaLogDirsResponse,
+    AssignReplicasToDirsResponse,
     BrokerHeartbeatResponse,
     BrokerRegistrationResponse,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteGroupsResponse,
+    DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeClientQuotasResponse,
     DescribeClusterRequest,
     DescribeClusterResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeGroupsResponse,
+    DescribeLogDirsResponse,
     DescribeProducersResponse,
     DescribeQuorumResponse,
     DescribeTransactionsResponse,
@@ -306,6 +316,14 @@ _UNREGISTER = cluster_operation(
     AclOperation.ALTER, _refused(UnregisterBrokerResponse, error_message=CLUSTER_DENIED.message)
 )
 
+
+def _quota_alterations_refused(check: Check, req: AlterClientQuotasRequest) -> Verdict:
+    """AlterClientQuotas: ALTER_CONFIGS on the cluster, else every entity refused."""
+    if check.cluster(AclOperation.ALTER_CONFIGS):
+        return Passed(req)
+    return forwarded_api(req).failed(req, CLUSTER_DENIED, CLUSTER_DENIED.message)  # type: ignore[no-any-return]
+
+
 FORWARDED_RULES: Final[dict[int, Rule]] = {
     19: Rule(CreateTopicsResponse, create_topics),
     20: Rule(DeleteTopicsResponse, delete_topics),
@@ -328,6 +346,12 @@ FORWARDED_RULES: Final[dict[int, Rule]] = {
     ),
     43: Rule(ElectLeadersResponse, elect_leaders),
     64: Rule(UnregisterBrokerResponse, _UNREGISTER),
+    # brokers only (KIP-858): CLUSTER_ACTION, as the controller listener's broker APIs
+    73: Rule(
+        AssignReplicasToDirsResponse,
+        cluster_operation(AclOperation.CLUSTER_ACTION, _refused(AssignReplicasToDirsResponse)),
+    ),
+    49: Rule(AlterClientQuotasResponse, _quota_alterations_refused),
     # Kafka's authorizeClusterOperation: ALTER to move partitions, DESCRIBE to list moves.
     45: Rule(
         AlterPartitionReassignmentsResponse,
@@ -373,6 +397,18 @@ BROKER_RULES: Final[dict[int, Rule]] = {
     61: Rule(DescribeProducersResponse, txn_rules.describe_producers),
     65: Rule(DescribeTransactionsResponse, txn_rules.describe_transactions),
     66: Rule(ListTransactionsResponse, txn_rules.list_transactions),
+    21: Rule(DeleteRecordsResponse, api_rules.delete_records),
+    34: Rule(AlterReplicaLogDirsResponse, api_rules.alter_replica_log_dirs),
+    35: Rule(DescribeLogDirsResponse, api_rules.describe_log_dirs),
+    48: Rule(
+        DescribeClientQuotasResponse,
+        cluster_operation(
+            AclOperation.DESCRIBE_CONFIGS,
+            _refused(DescribeClientQuotasResponse, error_message=CLUSTER_DENIED.message),
+        ),
+    ),
+    68: Rule(ConsumerGroupHeartbeatResponse, group_rules.consumer_group_heartbeat),
+    69: Rule(ConsumerGroupDescribeResponse, group_rules.consumer_group_describe),
     **FORWARDED_RULES,
 }
 

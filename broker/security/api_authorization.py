@@ -47,6 +47,9 @@ The table, as Kafka 3.x checks (``KafkaApis``, ``ControllerApis``, ``AuthHelper`
     DescribeConfigs        DESCRIBE_CONFIGS TOPIC / CLUSTER (broker resources)
     DescribeCluster        nothing (as Kafka); authorized operations need DESCRIBE CLUSTER
     UnregisterBroker       ALTER CLUSTER
+    DeleteRecords          DELETE TOPIC                        TOPIC_AUTHORIZATION_FAILED
+    DescribeLogDirs        DESCRIBE CLUSTER (v3+: top-level)   CLUSTER_AUTHORIZATION_FAILED
+    AlterReplicaLogDirs    ALTER CLUSTER                       CLUSTER_AUTHORIZATION_FAILED
     controller listener:   BrokerRegistration, BrokerHeartbeat, Fetch (metadata), FetchSnapshot,
                            AlterPartition, AllocateProducerIds: CLUSTER_ACTION CLUSTER;
                            DescribeQuorum: DESCRIBE CLUSTER    CLUSTER_AUTHORIZATION_FAILED

@@ -15,6 +15,12 @@ from typing import Any, Final
 from broker.security.api_authorization import Check, Passed, Verdict
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
     FetchRequest,
     FetchResponse,
     FindCoordinatorRequest,
@@ -338,3 +344,62 @@ def find_coordinator(check: Check, req: FindCoordinatorRequest) -> Verdict:
         return response
 
     return Passed(replace(req, coordinator_keys=kept), amend, skip=not kept)
+
+
+# --- DeleteRecords ---------------------------------------------------------------------------
+
+
+def delete_records(check: Check, req: DeleteRecordsRequest) -> Verdict:
+    """DELETE on each topic (Kafka's ``handleDeleteRecordsRequest``)."""
+    allowed = check.topics(AclOperation.DELETE, (t.name for t in req.topics))
+    kept, refused = split_topics(req.topics, lambda t: t.name, allowed)
+    if not refused:
+        return Passed(req)
+
+    def amend(response: DeleteRecordsResponse) -> DeleteRecordsResponse:
+        response.topics.extend(
+            DeleteRecordsResponse.DeleteRecordsTopicResult(
+                name=t.name,
+                partitions=[
+                    DeleteRecordsResponse.DeleteRecordsPartitionResult(
+                        partition_index=p.partition_index, low_watermark=-1, error_code=TOPIC_DENIED
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in refused
+        )
+        return response
+
+    return Passed(replace(req, topics=kept), amend, skip=not kept)
+
+
+# --- DescribeLogDirs, AlterReplicaLogDirs ----------------------------------------------------
+
+
+def describe_log_dirs(check: Check, req: DescribeLogDirsRequest) -> Verdict:
+    """DESCRIBE on the cluster, else no directory (v3+: CLUSTER_AUTHORIZATION_FAILED)."""
+    if check.cluster(AclOperation.DESCRIBE):
+        return Passed(req)
+    return DescribeLogDirsResponse(error_code=CLUSTER_DENIED, results=[])
+
+
+def alter_replica_log_dirs(check: Check, req: AlterReplicaLogDirsRequest) -> Verdict:
+    """ALTER on the cluster, else every partition CLUSTER_AUTHORIZATION_FAILED."""
+    if check.cluster(AclOperation.ALTER):
+        return Passed(req)
+    R = AlterReplicaLogDirsResponse
+    denied = R.AlterReplicaLogDirPartitionResult
+    refused: dict[TopicName, list[int]] = {}
+    for target in req.dirs:
+        for topic in target.topics:
+            refused.setdefault(topic.name, []).extend(topic.partitions)
+    return R(
+        results=[
+            R.AlterReplicaLogDirTopicResult(
+                topic_name=name,
+                partitions=[denied(partition_index=p, error_code=CLUSTER_DENIED) for p in parts],
+            )
+            for name, parts in refused.items()
+        ]
+    )

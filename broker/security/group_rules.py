@@ -9,6 +9,10 @@ from broker.security.api_rules import GROUP_DENIED, TOPIC_DENIED, replace, split
 from broker.security.authorization import AUTHORIZED_OPERATIONS_OMITTED
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DescribeGroupsRequest,
@@ -294,3 +298,27 @@ def delete_groups(check: Check, req: DeleteGroupsRequest) -> Verdict:
         return response
 
     return Passed(replace(req, groups_names=kept), amend, skip=not kept)
+
+
+def consumer_group_heartbeat(check: Check, req: ConsumerGroupHeartbeatRequest) -> Verdict:
+    """Kafka: READ on the group."""
+    if check.group(AclOperation.READ, req.group_id):
+        return Passed(req)
+    return ConsumerGroupHeartbeatResponse(error_code=GROUP_DENIED)
+
+
+def consumer_group_describe(check: Check, req: ConsumerGroupDescribeRequest) -> Verdict:
+    """Kafka: DESCRIBE on each group; the others answered GROUP_AUTHORIZATION_FAILED."""
+    refused = [g for g in req.group_ids if not check.group(AclOperation.DESCRIBE, g)]
+    kept = [g for g in req.group_ids if g not in refused]
+
+    def amend(response: ConsumerGroupDescribeResponse) -> ConsumerGroupDescribeResponse:
+        response.groups.extend(
+            ConsumerGroupDescribeResponse.DescribedGroup(error_code=GROUP_DENIED, group_id=g)
+            for g in refused
+        )
+        order = {g: i for i, g in enumerate(req.group_ids)}
+        response.groups.sort(key=lambda g: order.get(g.group_id, len(order)))
+        return response
+
+    return Passed(replace(req, group_ids=kept), amend, skip=not kept)

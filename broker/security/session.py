@@ -84,6 +84,9 @@ class Session:
     handshake_version: int = -1  # 0: raw SASL tokens follow (no SaslAuthenticate framing)
     expires_at_ms: int | None = None  # KIP-368: re-authenticate before this
     security: ListenerSecurity = PLAINTEXT_LISTENER  # the listener's settings (SASL handlers)
+    # Client quotas (broker.quotas.throttle): the connection reads nothing before this
+    # (loop.time(), seconds).
+    muted_until_s: float = 0.0
 
     @classmethod
     def for_listener(cls, security: ListenerSecurity, client_host: str, peer: str) -> Session:

@@ -46,6 +46,7 @@ from kafka_protocol.metadata import (
     UnregisterBrokerRecord,
 )
 from kafka_protocol.types import BrokerId
+from kraft.controller import log_dirs
 from kraft.controller.elections import unclean_policy
 from kraft.controller.partitions import (
     UncleanPolicy,
@@ -234,7 +235,8 @@ def offline_dir_records(
     """A heartbeat reports log directories offline (KIP-858): the broker's online directories
     shrink (a BrokerRegistrationChangeRecord), and once none is left its replicas are offline,
     so it leaves every ISR and its leaderships move as when it is fenced (Kafka's
-    ``handleDirectoriesOffline``).  Directories already offline, or unknown, change nothing."""
+    ``handleDirectoriesOffline``); while some are left, only the replicas assigned to the
+    failed ones do (log_dirs.py).  Directories already offline, or unknown, change nothing."""
     newly_offline = [d for d in offline_log_dirs if d in broker.directories]
     if not newly_offline:
         return []
@@ -242,9 +244,12 @@ def offline_dir_records(
         tuple(d for d in broker.directories if d not in newly_offline)
     )
     records: list[MetadataRecord] = [changed.directories_change()]
+    after = replay_records(image, records)
     if not changed.has_online_dir:
-        after = replay_records(image, records)
         records.extend(records_for_broker_leaving(after, broker.id, unclean))
+    else:  # JBOD: only the replicas assigned to the failed directories go (log_dirs.py)
+        gone = log_dirs.replicas_in_dirs(after, broker.id, newly_offline)
+        records.extend(log_dirs.replicas_leaving(after, broker.id, gone, unclean))
     return records
 
 

@@ -22,11 +22,13 @@ from kafka_protocol._codec import Request, Response
 from kafka_protocol.messages import (
     AllocateProducerIdsRequest,
     AllocateProducerIdsResponse,
+    AlterClientQuotasRequest,
     AlterConfigsRequest,
     AlterPartitionReassignmentsRequest,
     AlterPartitionRequest,
     AlterPartitionResponse,
     AlterUserScramCredentialsRequest,
+    AssignReplicasToDirsRequest,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
@@ -48,7 +50,9 @@ from kraft.controller import (
     cluster,
     configuration,
     elections,
+    log_dirs,
     producer_ids,
+    quotas,
     reassignment,
     scram,
     topics,
@@ -192,6 +196,12 @@ RULES: Final[dict[type[Request], Rule]] = {
     AlterUserScramCredentialsRequest: lambda c, r, image: scram.alter_user_scram_credentials(
         r, image
     ),
+    # Where a broker's replicas live (KIP-858); the broker sends it itself (log_dirs.py).
+    AssignReplicasToDirsRequest: lambda c, r, image: log_dirs.assign_replicas_to_dirs(
+        r, image, c._unclean(image)
+    ),
+    # Client quotas (ClientQuotaRecord), per entity.
+    AlterClientQuotasRequest: lambda c, r, image: quotas.alter_client_quotas(r, image),
     # KIP-455 partition reassignment (a null target cancels one).
     AlterPartitionReassignmentsRequest: lambda c, r, image: (
         reassignment.alter_partition_reassignments(r, image, c._unclean(image))

@@ -366,7 +366,7 @@ class BrokerMember:
             broker.registered_endpoints(),
             bcfg.rack,
             cfg.get_int("broker.heartbeat.interval.ms", 2000),
-            log_dirs=broker.replicas.directory,
+            log_dirs=broker.replicas.log_dirs,
             session_timeout_ms=cfg.get_bounded_int("broker.session.timeout.ms"),
         )
         broker.replicas.session_lapsed = lifecycle.session_lapsed

@@ -34,6 +34,8 @@ from broker.broker import Broker, BrokerConfig
 from broker.controller_channel import Forwarder
 from broker.coordinator.runtime import CoordinatorConfig
 from broker.group.classic_member import GroupConfig
+from broker.group.consumer import ConsumerGroupConfig
+from broker.group.consumer_assignors import CLASS_NAMES
 from broker.log.config import LogConfig
 from broker.log.errors import LogError
 from broker.metrics import BrokerMetrics
@@ -51,7 +53,7 @@ from kraft.node.security_config import (
     inter_broker_client,
     security_of,
 )
-from metadata_log.configs import effective_topic_config
+from metadata_log.configs import BROKER_CONFIGS, effective_topic_config
 from metadata_log.image import ClusterImage
 
 log = logging.getLogger("kraft.node.run")
@@ -123,6 +125,41 @@ def _group_config(cfg: NodeConfig) -> GroupConfig:
     )
 
 
+def _consumer_group_config(cfg: NodeConfig) -> ConsumerGroupConfig:
+    """The group.consumer.* keys; the session timeout and heartbeat interval within their
+    min/max keys, as Kafka's GroupCoordinatorConfig requires."""
+    session = cfg.get_bounded_int("group.consumer.session.timeout.ms")
+    heartbeat = cfg.get_bounded_int("group.consumer.heartbeat.interval.ms")
+    for key, value, low, high in (
+        (
+            "session.timeout.ms",
+            session,
+            cfg.get_bounded_int("group.consumer.min.session.timeout.ms"),
+            cfg.get_bounded_int("group.consumer.max.session.timeout.ms"),
+        ),
+        (
+            "heartbeat.interval.ms",
+            heartbeat,
+            cfg.get_bounded_int("group.consumer.min.heartbeat.interval.ms"),
+            cfg.get_bounded_int("group.consumer.max.heartbeat.interval.ms"),
+        ),
+    ):
+        if not low <= value <= high:
+            raise ConfigError(f"group.consumer.{key}={value} must be within {low}-{high}")
+    if heartbeat >= session:
+        raise ConfigError("group.consumer.heartbeat.interval.ms must be below the session timeout")
+    raw = cfg.get("group.consumer.assignors") or BROKER_CONFIGS["group.consumer.assignors"].default
+    names = [CLASS_NAMES[a.strip()] for a in (raw or "").split(",") if a.strip()]
+    if not names:
+        raise ConfigError("group.consumer.assignors must name at least one assignor")
+    return ConsumerGroupConfig(
+        session_timeout_ms=session,
+        heartbeat_interval_ms=heartbeat,
+        max_size=cfg.get_bounded_int("group.consumer.max.size"),
+        assignors=tuple(dict.fromkeys(names)),
+    )
+
+
 def _transaction_config(cfg: NodeConfig) -> TransactionConfig:
     return TransactionConfig(
         num_partitions=cfg.get_bounded_int("transaction.state.log.num.partitions"),
@@ -139,6 +176,14 @@ def _transaction_config(cfg: NodeConfig) -> TransactionConfig:
         ),
         verification_enabled=cfg.get_bool("transaction.partition.verification.enable", True),
     )
+
+
+def _checked_string(cfg: NodeConfig, key: str) -> str | None:
+    """A string key of the config table, refused at startup when its validator refuses it."""
+    raw = cfg.get(key)
+    if raw is not None and (error := BROKER_CONFIGS[key].validate(raw)) is not None:
+        raise ConfigError(error)
+    return raw
 
 
 def broker_config(cfg: NodeConfig, image: Callable[[], Any] = lambda: None) -> BrokerConfig:
@@ -159,7 +204,9 @@ def broker_config(cfg: NodeConfig, image: Callable[[], Any] = lambda: None) -> B
         inter_broker_listener=inter_broker,
         inter_broker_security=inter_broker_client(cfg),
         log_dir=cfg.log_dirs[0],
+        more_log_dirs=cfg.log_dirs[1:],
         rack=cfg.get("broker.rack"),
+        replica_selector=_checked_string(cfg, "replica.selector.class"),
         auto_topic_creation=cfg.get_bool("auto.create.topics.enable", True),
         num_partitions=cfg.get_int("num.partitions", 1),
         default_replication_factor=cfg.get_int("default.replication.factor", 1),
@@ -186,9 +233,11 @@ def broker_config(cfg: NodeConfig, image: Callable[[], Any] = lambda: None) -> B
             commit_timeout_ms=cfg.get_bounded_int("offsets.commit.timeout.ms"),
             metadata_max_bytes=cfg.get_bounded_int("offset.metadata.max.bytes"),
             groups=_group_config(cfg),
+            consumer_groups=_consumer_group_config(cfg),
         ),
         transactions=_transaction_config(cfg),
         broker_defaults=dict(cfg.values),
+        max_request_partition_size_limit=cfg.get_bounded_int("max.request.partition.size.limit"),
     )
 
 
@@ -304,7 +353,7 @@ class Node:
             host,
             port,
             bcfg.rack,
-            self.broker.replicas.directory,
+            self.broker.replicas.log_dirs,
             endpoints=self.broker.registered_endpoints(),
         )
         self.broker.log_dir_listeners.append(self.channel.log_dirs_changed)

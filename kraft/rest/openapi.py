@@ -243,6 +243,11 @@ SCHEMAS: Final[dict[str, Schema]] = {
         log_start_offset=_nullable({**INT, "description": "null: not hosted by this node"}),
         high_watermark=_nullable(INT),
         log_end_offset=_nullable(INT),
+        log_dirs={
+            "type": "array",
+            "items": _nullable(STR),
+            "description": "each replica's log directory id (null: not assigned)",
+        },
     ),
     "Topic": _obj(
         ["name", "configs", "partitions"],

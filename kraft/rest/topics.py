@@ -21,6 +21,7 @@ from broker.controller_channel import (
     topic_config_changes,
     topic_deletion,
 )
+from broker.log_dir import uuid_text
 from kafka_protocol._codec import Request
 from kafka_protocol.errors import ErrorCode
 from kraft.node.security_config import inter_broker_listener
@@ -41,7 +42,7 @@ from kraft.rest.common import (
 )
 from metadata_log.acls import AclOperation, ResourceType
 from metadata_log.configs import effective_topic_config
-from metadata_log.image import ClusterImage, TopicImage
+from metadata_log.image import DIRECTORY_UNASSIGNED, ClusterImage, TopicImage
 
 DEADLINE_MS: Final = int(IMAGE_WAIT_S * 1000)  # the controller's deadline for a write
 
@@ -83,6 +84,11 @@ def topic_json(node: AdminNode, topic: TopicImage, *, all_configs: bool = False)
                 "log_start_offset": local.log_start_offset if local else None,
                 "high_watermark": local.high_watermark if local else None,
                 "log_end_offset": local.log_end_offset if local else None,
+                # KIP-858: each replica's log directory id (null: not assigned, one directory)
+                "log_dirs": [
+                    None if d == DIRECTORY_UNASSIGNED else uuid_text(d)
+                    for d in (p.directory_of(r) for r in p.replicas)
+                ],
             }
         )
     return {**topic_summary(topic), "configs": configs, "partitions": partitions}

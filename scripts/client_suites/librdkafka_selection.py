@@ -50,6 +50,10 @@ class RdkSuite:
     subtests: str | None = None  # SUBTESTS: run only the sub-tests whose name has this
     excluded: tuple[tuple[str, str], ...] = ()  # left out of this set-up: (test, reason)
     quick: bool = True  # -Q: librdkafka's quick mode (its `make sasl` target's flags)
+    kafka_version: str = "3.9.0"  # TEST_KAFKA_VERSION: what the tests expect of the broker
+    scenario: str = "default"  # TEST_SCENARIO: the tests of scenarios/<name>.json's cluster
+    parallel: int = 1  # -p<N>: tests run at once
+    timeout_s: float = 900  # the whole test-runner run
 
 
 def _reauth_runs(name: str, listener: str, mechanism: str) -> tuple[RdkSuite, ...]:

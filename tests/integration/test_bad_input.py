@@ -27,7 +27,7 @@ from kafka_protocol.messages import (
     ProduceRequest,
 )
 from kafka_protocol.record_batch import SimpleRecord, build_batch
-from kafka_protocol.types import TopicName
+from kafka_protocol.types import BrokerId, TopicName
 
 pytestmark = pytest.mark.integration
 
@@ -152,8 +152,8 @@ def test_unknown_api_key_and_version_close_the_connection(broker: NodeProcess) -
     conn.send_raw(bytes(frame))
     assert_closed(conn)
     conn = RawConnection(broker.bootstrap)
-    frame = bytearray(conn.frame(MetadataRequest(topics=None), 12))
-    frame[6:8] = struct.pack(">h", 13)  # Metadata v13: decodable, not advertised
+    frame = bytearray(conn.frame(ListOffsetsRequest(replica_id=BrokerId(-1)), 10))
+    frame[6:8] = struct.pack(">h", 11)  # ListOffsets v11 (Kafka 4.2): decodable, not advertised
     conn.send_raw(bytes(frame))
     assert_closed(conn)
     assert_still_serving(broker)

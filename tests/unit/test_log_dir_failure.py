@@ -58,8 +58,8 @@ def test_one_io_error_takes_the_whole_directory_offline() -> None:
         rm.on_log_dir_offline = lambda parts: told.append(sorted(p.name for p in parts))
         a, b = _open(rm, "a"), _open(rm, "b")
         assert a is not None and b is not None
-        assert rm.directory.offline_log_dirs() == [] and rm.directory.online_log_dirs() == [
-            rm.directory.directory_id
+        assert rm.log_dirs.offline_log_dirs() == [] and rm.log_dirs.online_log_dirs() == [
+            rm.log_dirs.dirs[0].directory_id
         ]
         ok = rm.append_nowait(b, _batch())
         await _passes()
@@ -75,8 +75,8 @@ def test_one_io_error_takes_the_whole_directory_offline() -> None:
         assert _outcome(failed).error is ErrorCode.KAFKA_STORAGE_ERROR
         assert _outcome(waiting).error is ErrorCode.KAFKA_STORAGE_ERROR  # b went with it
         assert told == [["a-0", "b-0"]]
-        assert rm.directory.offline_log_dirs() == [rm.directory.directory_id]
-        assert rm.directory.online_log_dirs() == []
+        assert rm.log_dirs.offline_log_dirs() == [rm.log_dirs.dirs[0].directory_id]
+        assert rm.log_dirs.online_log_dirs() == []
         for part in (a, b):
             assert part.offline and not part.is_leader
             assert check_leader(part, -1) is ErrorCode.KAFKA_STORAGE_ERROR  # fetch, list offsets
@@ -106,7 +106,7 @@ def test_a_failed_open_takes_the_directory_offline() -> None:
     rm = ReplicaManager(storage, Path("/data"), clock_ms=lambda: 1_000)
     storage.fail_append(path_suffix=".tmp")  # partition.metadata cannot be written
     assert _open(rm, "a") is None
-    assert not rm.directory.online
+    assert not rm.log_dirs.dirs[0].online
 
 
 @pytest.fixture(params=["memory", "files"])
@@ -175,5 +175,5 @@ def test_a_failed_high_watermark_checkpoint_takes_the_directory_offline() -> Non
     assert part is not None
     storage.fail_flush(path_suffix="replication-offset-checkpoint.tmp")
     rm.checkpoint_high_watermarks()
-    assert not rm.directory.online and part.offline
+    assert not rm.log_dirs.dirs[0].online and part.offline
     assert check_leader(part, -1) is ErrorCode.KAFKA_STORAGE_ERROR

@@ -5,6 +5,7 @@ operations (the node, principals and ACLs: ``integration.acl_matrix``)."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import kafka.errors
 import pytest
@@ -29,6 +30,7 @@ from confluent_kafka.admin import (
     NewPartitions,
     NewTopic,
 )
+from kafka.admin import ACLOperation as KpAclOperation
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType as KpConfigResourceType
 from kafka.admin import KafkaAdminClient
@@ -176,3 +178,45 @@ def test_authorized_operations_kip_430(c: Conn, topics: dict[str, str]) -> None:
     cluster = admin.describe_cluster(include_authorized_operations=True, request_timeout=TIMEOUT_S)
     operations = set(cluster.result(TIMEOUT_S).authorized_operations)
     assert operations == {AclOperation.ALTER, AclOperation.DESCRIBE}
+
+
+def test_describe_topic_partitions_and_cluster_kip_966(c: Conn, topics: dict[str, str]) -> None:
+    """kafka-python's describe_topic_partitions (DescribeTopicPartitions) and describe_cluster
+    (DescribeCluster v2): a refused topic named is TOPIC_AUTHORIZATION_FAILED without its id,
+    left out of a listing; the authorized operations are the principal's."""
+    admin = KafkaAdminClient(
+        bootstrap_servers=c.bootstrap, **c.kwargs, request_timeout_ms=CLIENT_TIMEOUT_MS
+    )
+    try:
+        page = admin.describe_topic_partitions([topics["open"], topics["closed"]])
+        by_name = {t["name"]: t for t in page["topics"]}
+        opened, closed = by_name[topics["open"]], by_name[topics["closed"]]
+        assert opened["error_code"] == 0 and len(opened["partitions"]) == 1
+        operations = {
+            op.name
+            for op in KpAclOperation
+            if opened["topic_authorized_operations"] & (1 << op.value)
+        }
+        assert operations == {
+            "READ",
+            "WRITE",
+            "CREATE",
+            "DELETE",
+            "ALTER",
+            "DESCRIBE",
+            "DESCRIBE_CONFIGS",
+            "ALTER_CONFIGS",
+        }
+        assert closed["error_code"] == kafka.errors.TopicAuthorizationFailedError.errno
+        assert closed["partitions"] == [] and closed["topic_id"] in (None, uuid.UUID(int=0))
+        listed: set[str] = set()
+        cursor = None
+        while True:
+            page = admin.describe_topic_partitions([], cursor=cursor)
+            listed |= {t["name"] for t in page["topics"]}
+            if (cursor := page["next_cursor"]) is None:
+                break
+        assert topics["open"] in listed and not any(n.startswith(CLOSED) for n in listed)
+        assert set(admin.describe_cluster()["authorized_operations"]) == {"ALTER", "DESCRIBE"}
+    finally:
+        admin.close()

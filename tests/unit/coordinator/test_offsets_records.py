@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from broker.coordinator.offsets import CommittedOffset, ExpiryCondition, OffsetStore
 from broker.coordinator.records import (
+    ConsumerGroupRecord,
     GroupRecord,
     OffsetRecord,
     decode,
@@ -50,7 +51,9 @@ def test_group_records_round_trip_and_unknown_keys_are_skipped() -> None:
     value = GroupMetadataValue(protocol_type="consumer", generation=3, protocol="range")
     key, encoded = encode_group("g", value)
     assert decode(key, encoded) == GroupRecord("g", value)
-    assert decode(b"\x00\x05whatever", b"") is None  # a consumer-protocol record: not ours
+    consumer = decode(b"\x00\x05whatever", b"")  # a KIP-848 record: handed over still encoded
+    assert isinstance(consumer, ConsumerGroupRecord) and consumer.key_version == 5
+    assert decode(b"\x00\x09whatever", b"") is None  # a share-group record: not ours
 
 
 def test_a_value_of_an_unknown_version_is_refused() -> None:

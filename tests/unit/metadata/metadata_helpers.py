@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from kafka_protocol.metadata import (
     AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     FeatureLevelRecord,
     FenceBrokerRecord,
@@ -167,7 +168,31 @@ security_records = st.one_of(
     ),
     st.builds(RemoveUserScramCredentialRecord, name=SCRAM_USERS, mechanism=st.integers(0, 3)),
 )
+# Client quotas: a few entities (some invalid: empty, unknown type, empty name) and keys.
+QUOTA_ENTITIES = st.sampled_from(
+    [
+        [("user", "alice")],
+        [("user", None)],
+        [("client-id", "app"), ("user", "alice")],
+        [("user", "alice"), ("client-id", "app")],  # the same entity in another order
+        [("client-id", None)],
+        [("ip", "10.0.0.1")],
+        [],
+        [("group", "g")],
+        [("user", "")],
+    ]
+)
+quota_records = st.builds(
+    ClientQuotaRecord,
+    entity=QUOTA_ENTITIES.map(
+        lambda pairs: [ClientQuotaRecord.EntityData(entity_type=t, entity_name=n) for t, n in pairs]
+    ),
+    key=st.sampled_from(["producer_byte_rate", "request_percentage"]),
+    value=st.sampled_from([1.0, 2.5, 1024.0]),
+    remove=st.booleans(),
+)
 metadata_records: st.SearchStrategy[Any] = st.one_of(
+    quota_records,
     security_records,
     topic_records,
     partition_records,

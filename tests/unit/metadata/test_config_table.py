@@ -94,6 +94,14 @@ NODE_STARTUP_BOUNDS = [
     ("transactional.id.expiration.ms", 604_800_000, 1),
     ("transaction.abort.timed.out.transaction.cleanup.interval.ms", 10_000, 1),
     ("transaction.remove.expired.transaction.cleanup.interval.ms", 3_600_000, 1),
+    ("group.consumer.session.timeout.ms", 45_000, 1),
+    ("group.consumer.min.session.timeout.ms", 45_000, 1),
+    ("group.consumer.max.session.timeout.ms", 60_000, 1),
+    ("group.consumer.heartbeat.interval.ms", 5_000, 1),
+    ("group.consumer.min.heartbeat.interval.ms", 5_000, 1),
+    ("group.consumer.max.heartbeat.interval.ms", 15_000, 1),
+    ("group.consumer.max.size", 2_147_483_647, 1),
+    ("max.request.partition.size.limit", 2000, 1),
 ]
 
 
