@@ -366,3 +366,47 @@ def test_cli_generates_executes_verifies(cluster: LocalCluster, tmp_path: Path) 
     cancelled = kraft_reassign(cluster, "--cancel", "--plan", str(plan), "--json")
     assert cancelled.returncode == 0, cancelled.stderr
     assert json.loads(cancelled.stdout)["cancelled"] == []
+
+
+def test_cli_lists_refuses_a_second_plan_and_cancels(cluster: LocalCluster, tmp_path: Path) -> None:
+    """A move onto a paused broker stays in progress: --list shows it, a second --execute is
+    refused without --additional, --cancel reverts it."""
+    create_topic(cluster, "cli-stuck", [[2], [3]])
+    paused_id, reachable = 4, cluster.brokers[2]
+    plan = tmp_path / "stuck.json"
+    plan.write_text(
+        json.dumps(
+            {"version": 1, "partitions": [{"topic": "cli-stuck", "partition": 0, "replicas": [4]}]}
+        )
+    )
+    other = tmp_path / "other.json"
+    other.write_text(
+        json.dumps(
+            {"version": 1, "partitions": [{"topic": "cli-stuck", "partition": 1, "replicas": [2]}]}
+        )
+    )
+
+    def reassign(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "kraft.cli", "reassign"]
+        command += ["--bootstrap-server", reachable.address, *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+    cluster.brokers[paused_id].pause()
+    try:
+        assert reassign("--execute", "--plan", str(plan)).returncode == 0
+        listed = reassign("--list")
+        assert "cli-stuck-0: replicas: 4,2. adding: 4. removing: 2." in listed.stdout
+        refused = reassign("--execute", "--plan", str(other))
+        assert refused.returncode == 1 and "REASSIGNMENT_IN_PROGRESS" in refused.stderr
+        assert partitions(reachable, "cli-stuck")[1]["replicas"] == [3]  # not started
+        verified = reassign("--verify", "--plan", str(plan))
+        assert "Reassignment of partition cli-stuck-0 is still in progress." in verified.stdout
+        cancelled = reassign("--cancel", "--plan", str(plan))
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert "Successfully cancelled partition reassignments for: cli-stuck-0" in cancelled.stdout
+        assert partitions(reachable, "cli-stuck")[0]["replicas"] == [2]
+        failed = reassign("--verify", "--plan", str(plan))
+        assert failed.returncode == 1 and "REASSIGNMENT_FAILED" in failed.stderr
+        assert "but replica set is [2] rather than [4]" in failed.stdout
+    finally:
+        cluster.brokers[paused_id].resume()
