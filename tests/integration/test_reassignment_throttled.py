@@ -21,7 +21,13 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+)
 from history import Ack, Fail, HistoryWriter, Read, Send, check
 from kafka import TopicPartition as KpTopicPartition
 from kafka.admin import KafkaAdminClient
@@ -228,6 +234,10 @@ def test_moving_every_partition_under_a_throttle(cluster: LocalCluster, tmp_path
     for broker in (2, 3):
         set_configs(cluster, "broker", str(broker), {"leader.replication.throttled.rate": rate})
     set_configs(cluster, "broker", "4", {"follower.replication.throttled.rate": rate})
+    # As kafka-configs.sh --describe --entity-type brokers --entity-name 4 shows it.
+    [described] = admin.describe_configs([ConfigResource("broker", "4")]).values()
+    entry = described.result(timeout=15)["follower.replication.throttled.rate"]
+    assert entry.value == rate and entry.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
     leaders = ",".join(f"{p}:{b}" for p, replicas in enumerate(START) for b in replicas)
     followers = ",".join(f"{p}:4" for p in range(PARTITIONS))
     set_configs(
