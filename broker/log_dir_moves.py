@@ -19,6 +19,10 @@ Theory of operation
   its log from the destination (a clean reopen: no recovery).  Both renames stay within one
   directory, so directories on different file systems work.  A crash between the renames
   leaves two complete, identical copies: the first listed directory's is opened.
+* **Not hosted yet.**  A partition this broker does not host (yet) answers
+  REPLICA_NOT_AVAILABLE, and the directory is remembered for when it comes (a reassignment
+  adding this broker), as Kafka's ``maybeUpdatePreferredLogDir``; at most
+  ``MAX_PREFERRED_DIRS`` are remembered, the oldest forgotten first.
 * **Ends.**  Deleting the partition, or a failure of either directory, abandons the move and
   its future log; a failure of the destination leaves the replica where it was.  A move to
   the directory the replica is in cancels a move under way.
@@ -52,6 +56,7 @@ log = logging.getLogger("broker.log_dir_moves")
 FUTURE_SUFFIX = "-future"
 DELETE_SUFFIX = "-delete"
 COPY_CHUNK_BYTES = 1 << 20  # per step of the copy, between yields to the event loop
+MAX_PREFERRED_DIRS = 10_000  # directories asked for partitions not hosted yet
 CAUGHT_UP_RECHECK_S = 0.1  # a caught-up copy looks again this often (or at the next append)
 
 
@@ -70,6 +75,7 @@ class _Replicas(Protocol):
     log_dirs: LogDirectories
     partitions: dict[tuple[str, int], Partition]
     moving: dict[Partition, FutureReplica]
+    preferred_dirs: dict[tuple[str, int], LogDirectory]
     _dirty: dict[Partition, None]
     _cleaning: dict[Partition, Any]  # a compaction pass reading the current log
     clock_ms: Callable[[], int]
@@ -117,7 +123,10 @@ class LogDirMoves:
         if not dest.online:
             return ErrorCode.KAFKA_STORAGE_ERROR
         part = self.partitions.get((topic, index))
-        if part is None:
+        if part is None:  # Kafka remembers where it goes when it comes (a reassignment's)
+            if len(self.preferred_dirs) >= MAX_PREFERRED_DIRS:
+                del self.preferred_dirs[next(iter(self.preferred_dirs))]  # the oldest
+            self.preferred_dirs[(topic, index)] = dest
             return ErrorCode.REPLICA_NOT_AVAILABLE
         if part.offline:
             return ErrorCode.KAFKA_STORAGE_ERROR

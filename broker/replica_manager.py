@@ -135,6 +135,8 @@ class ReplicaManager(LeaderAppends, LogMaintenance, LogDirMoves):
         self._cleaning: dict[Partition, tuple[LogCleaning, asyncio.Future[None]]] = {}
         # Replicas being moved to another log directory (log_dir_moves.py).
         self.moving: dict[Partition, FutureReplica] = {}
+        # Where partitions not hosted yet go when they come (AlterReplicaLogDirs; bounded).
+        self.preferred_dirs: dict[tuple[str, int], LogDirectory] = {}
         self.remove_leftovers()
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -177,7 +179,9 @@ class ReplicaManager(LeaderAppends, LogMaintenance, LogDirMoves):
             existing.log.update_config(config)
             self.apply_registration(existing, reg)
             return existing
-        log_dir = self._log_dir_for(f"{topic}-{index}")
+        log_dir = self._log_dir_for(
+            f"{topic}-{index}", self.preferred_dirs.pop((topic, index), None)
+        )
         if log_dir is None or not log_dir.online:
             self._not_opened.add((topic, index))
             return None
@@ -217,12 +221,15 @@ class ReplicaManager(LeaderAppends, LogMaintenance, LogDirMoves):
         self.apply_registration(part, reg)
         return part
 
-    def _log_dir_for(self, name: str) -> LogDirectory | None:
+    def _log_dir_for(self, name: str, preferred: LogDirectory | None) -> LogDirectory | None:
         """The directory holding partition directory ``name`` (one with its files, even
-        offline: it is not opened elsewhere), else where a new one goes."""
+        offline: it is not opened elsewhere), else where a new one goes: the one an
+        AlterReplicaLogDirs asked for before it was hosted here, if online."""
         for d in self.log_dirs:
             if self.storage.exists(join(d.path, name)):
                 return d
+        if preferred is not None and preferred.online:
+            return preferred
         load: dict[str, int] = {}
         for part in self.partitions.values():
             load[part.log_dir.path] = load.get(part.log_dir.path, 0) + 1

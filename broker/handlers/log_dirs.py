@@ -66,47 +66,7 @@ class LogDirsHandlers:
         wanted: set[tuple[str, int]] | None = None
         if req.topics is not None:
             wanted = {(t.topic, p) for t in req.topics for p in t.partitions}
-        return DescribeLogDirsResponse(
-            results=[self._describe_dir(d, wanted) for d in self.replicas.log_dirs]
-        )
-
-    def _describe_dir(
-        self, log_dir: LogDirectory, wanted: set[tuple[str, int]] | None
-    ) -> Described:
-        if not log_dir.online:
-            return Described(
-                error_code=ErrorCode.KAFKA_STORAGE_ERROR,
-                log_dir=log_dir.path,
-                topics=[],
-                total_bytes=UNKNOWN_VOLUME_BYTES,
-                usable_bytes=UNKNOWN_VOLUME_BYTES,
-            )
-        topics: dict[str, list[DescribedPartition]] = {}
-        for (topic, index), part in sorted(self.replicas.partitions.items()):
-            if wanted is not None and (topic, index) not in wanted:
-                continue
-            if part.log_dir is log_dir and not part.offline:
-                topics.setdefault(topic, []).append(_current(part))
-            future = self.replicas.moving.get(part)
-            if future is not None and future.dest is log_dir:
-                topics.setdefault(topic, []).append(
-                    DescribedPartition(
-                        partition_index=index,
-                        partition_size=future.log.size_bytes,
-                        offset_lag=max(0, part.log_end_offset - future.log.log_end_offset),
-                        is_future_key=True,
-                    )
-                )
-        total, usable = _volume_bytes(log_dir.path)
-        return Described(
-            log_dir=log_dir.path,
-            topics=[
-                DescribedTopic(name=TopicName(name), partitions=parts)
-                for name, parts in topics.items()
-            ],
-            total_bytes=total,
-            usable_bytes=usable,
-        )
+        return describe_log_dirs(self.replicas, wanted)
 
     # --- AlterReplicaLogDirs ------------------------------------------------------------------
 
@@ -128,6 +88,53 @@ class LogDirsHandlers:
                 for name, parts in results.items()
             ]
         )
+
+
+def describe_log_dirs(
+    replicas: ReplicaManager, wanted: set[tuple[str, int]] | None = None
+) -> DescribeLogDirsResponse:
+    """Every directory of this broker, with the partitions in ``wanted`` (None: all)."""
+    return DescribeLogDirsResponse(
+        results=[_describe_dir(replicas, d, wanted) for d in replicas.log_dirs]
+    )
+
+
+def _describe_dir(
+    replicas: ReplicaManager, log_dir: LogDirectory, wanted: set[tuple[str, int]] | None
+) -> Described:
+    if not log_dir.online:
+        return Described(
+            error_code=ErrorCode.KAFKA_STORAGE_ERROR,
+            log_dir=log_dir.path,
+            topics=[],
+            total_bytes=UNKNOWN_VOLUME_BYTES,
+            usable_bytes=UNKNOWN_VOLUME_BYTES,
+        )
+    topics: dict[str, list[DescribedPartition]] = {}
+    for (topic, index), part in sorted(replicas.partitions.items()):
+        if wanted is not None and (topic, index) not in wanted:
+            continue
+        if part.log_dir is log_dir and not part.offline:
+            topics.setdefault(topic, []).append(_current(part))
+        future = replicas.moving.get(part)
+        if future is not None and future.dest is log_dir:
+            topics.setdefault(topic, []).append(
+                DescribedPartition(
+                    partition_index=index,
+                    partition_size=future.log.size_bytes,
+                    offset_lag=max(0, part.log_end_offset - future.log.log_end_offset),
+                    is_future_key=True,
+                )
+            )
+    total, usable = _volume_bytes(log_dir.path)
+    return Described(
+        log_dir=log_dir.path,
+        topics=[
+            DescribedTopic(name=TopicName(name), partitions=parts) for name, parts in topics.items()
+        ],
+        total_bytes=total,
+        usable_bytes=usable,
+    )
 
 
 def _current(part: Partition) -> DescribedPartition:

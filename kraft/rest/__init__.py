@@ -51,6 +51,7 @@ from kraft.rest.groups import (
     reset_group_offsets,
     setup_groups,
 )
+from kraft.rest.log_dirs import get_log_dirs
 from kraft.rest.reassignments import (
     cancel_reassignments,
     list_reassignments,
@@ -112,6 +113,7 @@ ROUTES: Final = (
     ("GET", "/v1/acls", list_acls),
     ("POST", "/v1/acls", create_acls),
     ("DELETE", "/v1/acls", delete_acls),
+    ("GET", "/v1/brokers/{id}/log-dirs", get_log_dirs),
     ("GET", "/metrics", get_metrics),
     ("GET", "/v1/openapi.json", get_openapi),
 )

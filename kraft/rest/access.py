@@ -52,6 +52,8 @@ ACCESS: Final[dict[tuple[str, str], Access | None]] = {
     ("GET", "/v1/cluster"): Access(_O.DESCRIBE, _R.CLUSTER, CLUSTER),
     ("DELETE", "/v1/cluster/brokers/{id}"): Access(_O.ALTER, _R.CLUSTER, CLUSTER),
     ("GET", "/metrics"): Access(_O.DESCRIBE, _R.CLUSTER, CLUSTER),
+    # DescribeLogDirs needs DESCRIBE on the cluster
+    ("GET", "/v1/brokers/{id}/log-dirs"): Access(_O.DESCRIBE, _R.CLUSTER, CLUSTER),
     ("GET", "/v1/topics"): Access(_O.DESCRIBE, _R.TOPIC, IN_HANDLER),  # filtered
     ("POST", "/v1/topics"): Access(_O.CREATE, _R.TOPIC, IN_HANDLER),  # cluster or topic
     ("GET", "/v1/topics/{name}"): Access(_O.DESCRIBE, _R.TOPIC, "name"),

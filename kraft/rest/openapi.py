@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from kraft.rest.common import MAX_BODY_BYTES, MAX_JSON_DEPTH
+from kraft.rest.openapi_log_dirs import LOG_DIRS_SCHEMAS, log_dirs_paths
 from kraft.rest.openapi_parts import (
     INT,
     INT32,
@@ -674,6 +675,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                     **transaction_paths(),
                     **reassignment_paths(),
                     **security_paths(),
+                    **log_dirs_paths(),
                 }
             )
         ),
@@ -682,6 +684,7 @@ def openapi_document(version: str) -> dict[str, Any]:
                 **SCHEMAS,
                 **SECURITY_SCHEMAS,
                 **TRANSACTION_SCHEMAS,
+                **LOG_DIRS_SCHEMAS,
                 **REASSIGNMENT_SCHEMAS,
             },
             "securitySchemes": SECURITY_SCHEMES,

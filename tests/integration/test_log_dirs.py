@@ -20,7 +20,13 @@ from confluent_kafka.admin import NewTopic
 from kafka import TopicPartitionReplica
 from kafka.admin import KafkaAdminClient
 
-from integration.cluster_process import LocalCluster, ServerProcess, admin_client, wait_for
+from integration.cluster_process import (
+    LocalCluster,
+    ServerProcess,
+    admin_client,
+    rest_call,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -167,6 +173,34 @@ def test_a_replica_moves_while_a_producer_writes(
         consumer.close()
     assert set(acked) <= set(read), "an acknowledged record is missing"
     assert broker.alive()
+
+
+def test_rest_shows_a_brokers_log_dirs_from_any_node(cluster: LocalCluster) -> None:
+    """The broker answers for itself; another broker and the controller ask it."""
+    broker_id = min(cluster.brokers)
+    expected = {
+        f"{cluster.brokers[broker_id].data_dir}/logs-a",
+        f"{cluster.brokers[broker_id].data_dir}/logs-b",
+    }
+    answers = []
+    for node in (cluster.brokers[broker_id], cluster.brokers[max(cluster.brokers)]):
+        status, body = rest_call(node, "GET", f"/v1/brokers/{broker_id}/log-dirs")
+        assert status == 200, body
+        answers.append(body)
+    controller = next(iter(cluster.controllers.values()))
+    status, body = rest_call(controller, "GET", f"/v1/brokers/{broker_id}/log-dirs")
+    assert status == 200, body
+    answers.append(body)
+    for body in answers:
+        assert body["broker"] == broker_id
+        assert {d["path"] for d in body["log_dirs"]} == expected
+        assert all(d["error"] == "NONE" and d["total_bytes"] > 0 for d in body["log_dirs"])
+        placed = {
+            p["partition"] for d in body["log_dirs"] for p in d["partitions"] if p["topic"] == TOPIC
+        }
+        assert placed == set(range(PARTITIONS))
+    assert rest_call(controller, "GET", "/v1/brokers/99/log-dirs")[0] == 404
+    assert rest_call(controller, "GET", "/v1/brokers/x/log-dirs")[0] == 400
 
 
 def test_a_failed_directory_takes_only_its_partitions_away(

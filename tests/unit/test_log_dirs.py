@@ -251,3 +251,18 @@ def test_a_directory_broken_at_start_starts_offline_and_the_others_serve() -> No
     rm.close()
     with pytest.raises(OSError):
         open_log_directories(_BrokenDisk("/"), list(PATHS))
+
+
+def test_a_directory_asked_for_before_the_replica_comes_is_where_it_goes() -> None:
+    storage = MemoryStorage()
+    rm = _manager(storage)
+    assert rm.move_replica("later", 0, "/d3") is ErrorCode.REPLICA_NOT_AVAILABLE
+    assert rm.move_replica("later", 1, "/nowhere") is ErrorCode.LOG_DIR_NOT_FOUND
+    placed = [_open(rm, "other", i) for i in range(3)]  # one in each directory
+    assert sorted(p.log_dir.path for p in placed if p is not None) == list(PATHS)
+    first = _open(rm, "later", 0)
+    second = _open(rm, "later", 1)
+    assert first is not None and first.log_dir.path == "/d3"  # as asked, not by load
+    assert second is not None and second.log_dir.path == "/d1"  # by load: the first listed
+    assert not rm.preferred_dirs
+    rm.close()
