@@ -167,8 +167,13 @@ def test_ongoing_move_is_listed_and_cancelled(
     assert kp_admin.list_partition_reassignments({"stuck": [0], "nope": [0]}) == listed
     assert kp_admin.alter_partition_reassignments({tp: None}) == {tp: None}
     assert kp_admin.list_partition_reassignments() == {}
-    p = partitions(cluster.brokers[2], "stuck")[0]
-    assert p["replicas"] == [2, 3] and sorted(p["isr"]) == [2, 3]
+    wait_for(
+        "reverted",
+        lambda: partitions(cluster.brokers[2], "stuck")[0]["replicas"] == [2, 3],
+        15,
+        cluster,
+    )
+    assert sorted(partitions(cluster.brokers[2], "stuck")[0]["isr"]) == [2, 3]
     result = kp_admin.alter_partition_reassignments({tp: None})
     assert result == {tp: kafka.errors.NoReassignmentInProgressError}
     set_configs(cluster, "broker", "4", {"follower.replication.throttled.rate": None})
@@ -336,9 +341,14 @@ def test_cli_generates_executes_verifies(cluster: LocalCluster, tmp_path: Path) 
     assert executed.returncode == 0, executed.stderr
     assert "Successfully started partition reassignments for cli-moved-0" in executed.stdout
     assert "Save this to use as the --reassignment-json-file" in executed.stdout
-    assert cluster.brokers[3].get("/v1/topics/cli-moved")["configs"][
-        "follower.replication.throttled.replicas"
-    ]
+    wait_for(
+        "throttle set",
+        lambda: cluster.brokers[3].get("/v1/topics/cli-moved")["configs"][
+            "follower.replication.throttled.replicas"
+        ],
+        15,
+        cluster,
+    )
 
     def verified() -> str | None:
         result = kraft_reassign(cluster, "--verify", "--reassignment-json-file", str(plan))
@@ -348,13 +358,23 @@ def test_cli_generates_executes_verifies(cluster: LocalCluster, tmp_path: Path) 
     text = wait_for("verify says completed", verified, 30, cluster, poll_s=0.3)
     assert text.count("is completed.") == 4
     assert "Clearing topic-level throttles on topic cli-moved" in text
-    assert "throttled" not in str(cluster.brokers[3].get("/v1/topics/cli-moved")["configs"])
+    wait_for(
+        "throttle cleared",
+        lambda: "throttled" not in str(cluster.brokers[3].get("/v1/topics/cli-moved")["configs"]),
+        15,
+        cluster,
+    )
     listed = kraft_reassign(cluster, "--list")
     assert listed.returncode == 0 and "No partition reassignments found." in listed.stdout
-    for p in proposed:
-        assert (
+    wait_for(
+        "broker 4 sees the plan done",
+        lambda: all(
             partitions(cluster.brokers[4], "cli-moved")[p["partition"]]["replicas"] == p["replicas"]
-        )
+            for p in proposed
+        ),
+        15,
+        cluster,
+    )
 
     # A plan naming an unknown broker is refused, and nothing moves.
     bad = tmp_path / "bad.json"
@@ -410,7 +430,12 @@ def test_cli_lists_refuses_a_second_plan_and_cancels(cluster: LocalCluster, tmp_
         cancelled = reassign("--cancel", "--plan", str(plan))
         assert cancelled.returncode == 0, cancelled.stderr
         assert "Successfully cancelled partition reassignments for: cli-stuck-0" in cancelled.stdout
-        assert partitions(reachable, "cli-stuck")[0]["replicas"] == [2]
+        wait_for(
+            "reverted",
+            lambda: partitions(reachable, "cli-stuck")[0]["replicas"] == [2],
+            15,
+            cluster,
+        )
         failed = reassign("--verify", "--plan", str(plan))
         assert failed.returncode == 1 and "REASSIGNMENT_FAILED" in failed.stderr
         assert "but replica set is [2] rather than [4]" in failed.stdout
