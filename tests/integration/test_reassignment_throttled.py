@@ -234,10 +234,16 @@ def test_moving_every_partition_under_a_throttle(cluster: LocalCluster, tmp_path
     for broker in (2, 3):
         set_configs(cluster, "broker", str(broker), {"leader.replication.throttled.rate": rate})
     set_configs(cluster, "broker", "4", {"follower.replication.throttled.rate": rate})
-    # As kafka-configs.sh --describe --entity-type brokers --entity-name 4 shows it.
-    [described] = admin.describe_configs([ConfigResource("broker", "4")]).values()
-    entry = described.result(timeout=15)["follower.replication.throttled.rate"]
-    assert entry.value == rate and entry.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+
+    # As kafka-configs.sh --describe --entity-type brokers --entity-name 4 shows it (broker 4
+    # answers from its image, which follows the controller's).
+    def described() -> Any:
+        [future] = admin.describe_configs([ConfigResource("broker", "4")]).values()
+        entry = future.result(timeout=15)["follower.replication.throttled.rate"]
+        return entry if entry.value == rate else None
+
+    entry = wait_for("broker 4 describes the rate", described, 15, cluster)
+    assert entry.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
     leaders = ",".join(f"{p}:{b}" for p, replicas in enumerate(START) for b in replicas)
     followers = ",".join(f"{p}:4" for p in range(PARTITIONS))
     set_configs(
