@@ -105,6 +105,9 @@ class ForwardedApi(Generic[Q, R]):
     timeout_ms: Callable[[Q], int] | None = None  # the request's own deadline, if it has one
     # Forwarded at ``max_version`` whatever the client's version (see the ElectLeaders entry).
     pinned: bool = False
+    # Sent by brokers themselves: served on the controller listener only, never by a broker to
+    # its clients (Kafka's ``ApiMessageType.ListenerType.CONTROLLER``-only APIs).
+    internal: bool = False
 
     @property
     def api_key(self) -> int:
@@ -340,6 +343,7 @@ FORWARDED: Final[tuple[ForwardedApi[Any, Any], ...]] = (
         0,
         0,
         lambda r, error, message: AssignReplicasToDirsResponse(error_code=error),
+        internal=True,
     ),
     ForwardedApi(
         AlterClientQuotasRequest, AlterClientQuotasResponse, 0, 1, _quota_alterations_failed
@@ -375,9 +379,12 @@ def forwarded_api(request: Request) -> ForwardedApi[Any, Any]:
     return api
 
 
-def forwarded_handlers(forward: Callable[[Request, int], Awaitable[Response]]) -> list[ApiHandler]:
+def forwarded_handlers(
+    forward: Callable[[Request, int], Awaitable[Response]], *, internal: bool = True
+) -> list[ApiHandler]:
     """One handler per table entry, each passing (request, client version) to ``forward``: the
-    forwarding of a broker, or the controller listener's rule runner."""
+    forwarding of a broker (``internal`` False: not the brokers' own APIs), or the controller
+    listener's rule runner."""
 
     def handle(ctx: RequestContext, request: Request) -> Awaitable[Response]:
         return forward(request, ctx.api_version)
@@ -385,6 +392,7 @@ def forwarded_handlers(forward: Callable[[Request, int], Awaitable[Response]]) -
     return [
         ApiHandler(api.api_key, api.min_version, api.max_version, handle, api.name)
         for api in FORWARDED
+        if internal or not api.internal
     ]
 
 

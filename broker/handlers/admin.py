@@ -44,7 +44,7 @@ class AdminHandlers:
 
     def specs(self) -> list[ApiHandler]:
         return [
-            *forwarded_handlers(self.forward),
+            *forwarded_handlers(self.forward, internal=False),
             ApiHandler(32, 1, 4, self.describe_configs, "DescribeConfigs"),
         ]
 
