@@ -416,7 +416,17 @@ class Broker:
         under.add_metric([], sum(1 for p in leaders if _isr_size(p) < _replica_count(p)))
         conns = gauge("kafka_connections", "Open client connections")
         conns.add_metric([], sum(x.connection_count for x in self.listeners.values()))
-        return [sizes, hw, count, led, under, conns]
+        throttled = gauge(
+            "kafka_replication_throttled_bytes_per_second",
+            "Replication of throttled partitions, as the throttle measures it (KIP-73)",
+            ["side"],
+        )
+        for side, quota in (
+            ("leader", self.replication_throttles.leader),
+            ("follower", self.replication_throttles.follower),
+        ):
+            throttled.add_metric([side], quota.measured.rate())
+        return [sizes, hw, count, led, under, conns, throttled]
 
     # --- lifecycle ----------------------------------------------------------------------------
 

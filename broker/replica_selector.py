@@ -6,8 +6,8 @@ replica; if it names a follower, the leader answers that partition with no recor
 ``preferred_read_replica`` = the follower, and the consumer fetches from it from then on
 (followers serve consumers up to their high watermark, see ``broker/handlers/fetch.py``).
 
-Candidates are the followers in the ISR whose log end offset (as the leader last saw it) has
-reached the fetch offset, plus the leader itself, as Kafka's
+Candidates are the followers in the ISR whose log (as the leader last saw it: their fetches
+say where it starts and ends) holds the fetch offset, plus the leader itself, as Kafka's
 ``ReplicaManager.findPreferredReadReplica``.  The one selector Kafka ships,
 ``RackAwareReplicaSelector``, picks the leader when the client has no rack, when no replica
 is in the client's rack, or when the leader is in it; otherwise the most caught-up replica of
@@ -53,6 +53,7 @@ class FollowerView:
     in_sync: bool
     log_end_offset: int
     last_caught_up_time_ms: int
+    log_start_offset: int = -1  # -1: not told yet (Kafka's UNKNOWN_OFFSET)
 
 
 def preferred_read_replica(
@@ -68,7 +69,7 @@ def preferred_read_replica(
     leader = ReplicaView(leader_id, rack_of(leader_id), leader_log_end_offset, 0)
     candidates = [leader]
     for f in followers:
-        if f.in_sync and f.log_end_offset >= fetch_offset:
+        if f.in_sync and f.log_start_offset <= fetch_offset <= f.log_end_offset:
             since = now_ms - f.last_caught_up_time_ms
             candidates.append(
                 ReplicaView(f.broker_id, rack_of(f.broker_id), f.log_end_offset, since)

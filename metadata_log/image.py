@@ -285,11 +285,19 @@ class BrokerRegistration:
 
     @property
     def has_online_dir(self) -> bool:
-        """Whether the broker's replicas have a log directory to live in.  Replicas are not
-        assigned to directories here (one log directory per broker, no AssignReplicasToDirs),
-        so a replica lives in its broker's only directory; a broker that registered no
+        """Whether any of the broker's log directories is online; a broker that registered no
         directory at all (before KIP-858) counts as online, as in Kafka's ``DirectoryId``."""
         return bool(self.directories) or not self.offline_directories
+
+    def hosts_online(self, directory: uuid.UUID) -> bool:
+        """Whether a replica assigned to ``directory`` here is in an online directory
+        (Kafka's ``DirectoryId.isOnline``): an unassigned or migrating replica is wherever the
+        broker has a directory online, a lost one nowhere."""
+        if directory in (DIRECTORY_UNASSIGNED, DIRECTORY_MIGRATING):
+            return self.has_online_dir
+        if directory == DIRECTORY_LOST:
+            return False
+        return directory in self.directories or not (self.directories or self.offline_directories)
 
     @property
     def is_active(self) -> bool:
@@ -415,21 +423,29 @@ class ClusterImage:
         """The finalized ``metadata.version`` feature level (0: not bootstrapped)."""
         return self.features.get(METADATA_VERSION_FEATURE, 0)
 
-    def is_replica_offline(self, broker_id: int, listener: str = "PLAINTEXT") -> bool:
+    def is_replica_offline(
+        self,
+        broker_id: int,
+        listener: str = "PLAINTEXT",
+        directory: uuid.UUID = DIRECTORY_UNASSIGNED,
+    ) -> bool:
         """Kafka's ``KRaftMetadataCache.isReplicaOffline``: the broker is not registered, is
-        fenced, lacks the listener, or has no online log directory for the replica."""
+        fenced, lacks the listener, or the replica's log directory (``directory``, from
+        :meth:`PartitionImage.directory_of`) is not online there."""
         broker = self.brokers.get(broker_id)
         return (
             broker is None
             or broker.fenced
             or broker.listener(listener) is None
-            or not broker.has_online_dir
+            or not broker.hosts_online(directory)
         )
 
-    def is_replica_storage_offline(self, broker_id: int) -> bool:
-        """The replica is offline because its broker's log directory failed."""
+    def is_replica_storage_offline(
+        self, broker_id: int, directory: uuid.UUID = DIRECTORY_UNASSIGNED
+    ) -> bool:
+        """The replica is offline because its log directory on its broker failed."""
         broker = self.brokers.get(broker_id)
-        return broker is not None and not broker.has_online_dir
+        return broker is not None and not broker.hosts_online(directory)
 
     def topic_configs(self, name: str) -> Mapping[str, str]:
         """The dynamic overrides of topic ``name`` (empty when it has none)."""

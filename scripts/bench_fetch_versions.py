@@ -2,13 +2,13 @@
 one broker, side by side.
 
 ```sh
-python scripts/bench_fetch_versions.py            # ~1-2 min: 100k x 1 KiB, 5 runs per version
-python scripts/bench_fetch_versions.py --records 50000 --runs 3 --json out.json
+python scripts/bench_fetch_versions.py    # ~1.5 min: 100k x 1 KiB, 7 runs of 2 s per version
+python scripts/bench_fetch_versions.py --records 50000 --runs 3 --seconds 1 --json out.json
 ```
 
 One ``kraft dev`` node (``bench_broker.start_ours``), one topic of one partition filled with
-``--records`` records of 1 KiB (confluent-kafka, acks=1, batches of 16 KiB).  Each run reads
-the whole partition from offset 0 with a raw client on one connection: requests encoded by the
+``--records`` records of 1 KiB (confluent-kafka, acks=1, batches of 16 KiB).  A raw client on
+one connection reads the partition from offset 0, again and again: requests encoded by the
 project's codec, responses decoded by it (records stay bytes, never decoded), the next offset
 taken from the batch headers, as ``bench_broker.consume_raw_worker`` does.  Two workloads:
 
@@ -17,8 +17,13 @@ taken from the batch headers, as ``bench_broker.consume_raw_worker`` does.  Two 
 * **64 KiB responses**: thousands of small requests, where a per-request cost of the newer
   version (the topic-id lookup, the bigger header) would show.
 
-Runs alternate v12, v17, v17, v12, ... so that drift of the shared machine hits both alike.
-Each figure is the median MB/s of its runs with the range; the verdict is the ratio of the
+Within each run the versions take turns request by request: every offset is fetched at v12
+and at v17 (the order reversed at every step), so both serve the very same responses, until
+each has spent ``--seconds`` in round trips; load from the rest of the shared machine falls on
+both alike.  A version's MB/s is its bytes over
+its round-trip time.  Each figure is the median of its runs with the range: MB/s, and the
+broker's CPU seconds per GB served (all its threads, ``bench_machine.threads_cpu_s``, read
+around one whole pass per version after each run).  The verdict is the ratio of the MB/s
 medians (v17 / v12), which must lie within 5 % of 1 (see bench_README.md).
 """
 
@@ -32,10 +37,11 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench_broker import _recv_frame, create_topic, start_ours
-from bench_machine import machine_info
+from bench_machine import machine_info, threads_cpu_s
 from bench_stats import Spread, fmt, ratio_of_medians, spread
 from confluent_kafka import Producer
 
@@ -129,20 +135,51 @@ def read_all(
     client: RawClient, version: int, topic_id: uuid.UUID, count: int, max_bytes: int
 ) -> tuple[float, int]:
     """(seconds, bytes) to read offsets [0, count) at ``version``."""
-    offset, nbytes = 0, 0
     t0 = time.perf_counter()
+    totals = read_alternating(client, (version,), topic_id, count, max_bytes)
+    return time.perf_counter() - t0, totals[version].nbytes
+
+
+@dataclass
+class Totals:
+    seconds: float = 0.0  # round trips of this version's requests
+    nbytes: int = 0
+
+
+def read_alternating(
+    client: RawClient,
+    versions: tuple[int, ...],
+    topic_id: uuid.UUID,
+    count: int,
+    max_bytes: int,
+) -> dict[int, Totals]:
+    """Read offsets [0, count) once per version, request by request: each offset is fetched
+    at every version in turn (the order reversed at every step), so both serve the very same
+    responses; each version's round trips and bytes."""
+    totals = {v: Totals() for v in versions}
+    offset, step = 0, 0
     while offset < count:
-        answer = client.request(fetch_request(version, topic_id, offset, max_bytes), version)
-        assert isinstance(answer, FetchResponse)
-        (topic,) = answer.responses
-        (data,) = topic.partitions
-        if data.error_code:
-            raise RuntimeError(f"Fetch v{version} error {data.error_code} at offset {offset}")
-        records = data.records or b""
-        assert not isinstance(records, int | str)
-        nbytes += len(records)
-        offset = next_offset(records, offset)
-    return time.perf_counter() - t0, nbytes
+        order = versions if step % 2 == 0 else versions[::-1]
+        step += 1
+        ends = set()
+        for version in order:
+            t0 = time.perf_counter()
+            answer = client.request(fetch_request(version, topic_id, offset, max_bytes), version)
+            seconds = time.perf_counter() - t0
+            assert isinstance(answer, FetchResponse)
+            (topic,) = answer.responses
+            (data,) = topic.partitions
+            if data.error_code:
+                raise RuntimeError(f"Fetch v{version} error {data.error_code} at {offset}")
+            records = data.records or b""
+            assert not isinstance(records, int | str)
+            t = totals[version]
+            t.seconds += seconds
+            t.nbytes += len(records)
+            ends.add(next_offset(records, offset))
+        assert len(ends) == 1, f"the versions answered differently at offset {offset}: {ends}"
+        offset = ends.pop()
+    return totals
 
 
 def fill(bootstrap: str, count: int) -> None:
@@ -162,39 +199,65 @@ def fill(bootstrap: str, count: int) -> None:
         raise RuntimeError("records not delivered")
 
 
-def measure(bootstrap: str, count: int, runs: int) -> dict[str, dict[int, Spread]]:
+@dataclass
+class Figures:
+    mb_s: dict[int, Spread]  # throughput of each run, by version
+    cpu_s_per_gb: dict[int, Spread]  # the broker's CPU time per GB served, by version
+
+
+def measure(bootstrap: str, pid: int, count: int, runs: int, run_s: float) -> dict[str, Figures]:
+    """Request by request the two versions take turns on one connection (each offset fetched
+    at both) until each has spent ``run_s`` in round trips: load from the rest of the shared
+    machine falls on both alike."""
     client = RawClient(bootstrap)
     try:
         topic_id = topic_id_of(client)
-        out: dict[str, dict[int, Spread]] = {}
+        out: dict[str, Figures] = {}
         for workload, max_bytes in WORKLOADS.items():
             read_all(client, 17, topic_id, count, max_bytes)  # warm the page cache and paths
             mb_s: dict[int, list[float]] = {v: [] for v in VERSIONS}
+            cpu_gb: dict[int, list[float]] = {v: [] for v in VERSIONS}
             for i in range(runs):
-                order = VERSIONS if i % 2 == 0 else VERSIONS[::-1]
-                for version in order:
-                    seconds, nbytes = read_all(client, version, topic_id, count, max_bytes)
-                    mb_s[version].append(nbytes / seconds / 1e6)
-            out[workload] = {v: spread(values) for v, values in mb_s.items()}
+                run = {v: Totals() for v in VERSIONS}
+                while min(t.seconds for t in run.values()) < run_s:
+                    order = VERSIONS if i % 2 == 0 else VERSIONS[::-1]
+                    one = read_alternating(client, order, topic_id, count, max_bytes)
+                    for v, t in one.items():
+                        run[v].seconds += t.seconds
+                        run[v].nbytes += t.nbytes
+                for v, t in run.items():
+                    mb_s[v].append(t.nbytes / t.seconds / 1e6)
+                # the broker's CPU: one whole pass per version (alternating), read around it
+                for v in order:
+                    cpu0 = threads_cpu_s(pid)
+                    _, nbytes = read_all(client, v, topic_id, count, max_bytes)
+                    cpu_gb[v].append((threads_cpu_s(pid) - cpu0) / (nbytes / 1e9))
+            out[workload] = Figures(
+                {v: spread(x) for v, x in mb_s.items()},
+                {v: spread(x) for v, x in cpu_gb.items()},
+            )
         return out
     finally:
         client.close()
 
 
-def render(figures: dict[str, dict[int, Spread]], count: int) -> str:
+def render(figures: dict[str, Figures], count: int) -> str:
     lines = [
         f"Fetch v17 vs v12, {count:,} x {RECORD_BYTES} B, one partition, one connection",
         "",
-        f"| workload | Fetch v12 MB/s | Fetch v17 MB/s | v17 / v12 | target {1 - TOLERANCE:.2f}-"
-        f"{1 + TOLERANCE:.2f} |",
-        "|---|---|---|---|---|",
+        "| workload | Fetch v12 MB/s | Fetch v17 MB/s | v17 / v12 | broker CPU-s/GB v12 "
+        f"| v17 | target v17/v12 {1 - TOLERANCE:.2f}-{1 + TOLERANCE:.2f} |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for workload, by_version in figures.items():
-        ratio = ratio_of_medians(by_version[17].runs, by_version[12].runs)
+    for workload, f in figures.items():
+        ratio = ratio_of_medians(f.mb_s[17].runs, f.mb_s[12].runs)
         ok = "PASS" if abs(ratio - 1) <= TOLERANCE else "MISS"
+        paired = [b / a for a, b in zip(f.mb_s[12].runs, f.mb_s[17].runs, strict=True)]
         lines.append(
-            f"| {workload} | {by_version[12].text('.0f')} | {by_version[17].text('.0f')} "
-            f"| {fmt(ratio)} | {ok} |"
+            f"| {workload} | {f.mb_s[12].text('.0f')} | {f.mb_s[17].text('.0f')} "
+            f"| {fmt(ratio)} (per run {min(paired):.2f}-{max(paired):.2f}) "
+            f"| {f.cpu_s_per_gb[12].text('.2f')} "
+            f"| {f.cpu_s_per_gb[17].text('.2f')} | {ok} |"
         )
     return "\n".join(lines)
 
@@ -202,7 +265,8 @@ def render(figures: dict[str, dict[int, Spread]], count: int) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--seconds", type=float, default=2.0, help="of reading per run")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     info = machine_info()
@@ -212,7 +276,7 @@ def main() -> int:
         try:
             create_topic(broker.bootstrap, TOPIC, 1)
             fill(broker.bootstrap, args.records)
-            figures = measure(broker.bootstrap, args.records, args.runs)
+            figures = measure(broker.bootstrap, broker.pid, args.records, args.runs, args.seconds)
         finally:
             broker.stop()
     print(render(figures, args.records))
@@ -221,7 +285,14 @@ def main() -> int:
             "machine": info,
             "records": args.records,
             "figures": {
-                w: {f"v{v}": s.as_dict() for v, s in by.items()} for w, by in figures.items()
+                w: {
+                    f"v{v}": {
+                        "mb_s": f.mb_s[v].as_dict(),
+                        "broker_cpu_s_per_gb": f.cpu_s_per_gb[v].as_dict(),
+                    }
+                    for v in VERSIONS
+                }
+                for w, f in figures.items()
             },
         }
         args.json.write_text(json.dumps(report, indent=2))

@@ -26,13 +26,8 @@ from dataclasses import dataclass, field
 from broker.coordinator.classic_groups import ClassicGroups
 from broker.coordinator.owned import OwnedPartition, OwnedPartitions
 from broker.coordinator.records import encode_group
-from broker.group.consumer import (
-    ConsumerGroup,
-    ConsumerGroupConfig,
-    HeartbeatError,
-    TopicLookup,
-    validate,
-)
+from broker.group.consumer import ConsumerGroup, ConsumerGroupConfig, TopicLookup
+from broker.group.consumer_heartbeat import HeartbeatError, validate
 from broker.group.consumer_records import Record
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import ConsumerGroupHeartbeatRequest as Heartbeat
@@ -181,6 +176,25 @@ class ConsumerGroups:
             if error is not ErrorCode.NONE:
                 group_id = driven.group.group_id
                 log.warning("storing consumer group %s failed: %s", group_id, error.name)
+
+    def empty_groups(self, owned: OwnedPartition) -> list[str]:
+        """The partition's consumer groups without members (deleted once their offsets are
+        gone, as Kafka's ``cleanupGroupMetadata`` does)."""
+        return [
+            g
+            for g, d in self.groups.items()
+            if d.owned is owned and not d.group.dead and not d.group.members
+        ]
+
+    def take_deleted(self, group_id: str) -> list[Record]:
+        """An empty group goes: its tombstones (with any records not written yet) for the
+        caller to append with the rest of its batch."""
+        driven = self.groups.pop(group_id)
+        error, records = driven.group.delete()
+        assert error is ErrorCode.NONE, error
+        if driven.timer is not None:
+            driven.timer.cancel()
+        return driven.unwritten + records
 
     # --- admin --------------------------------------------------------------------------------
 

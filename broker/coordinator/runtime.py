@@ -65,7 +65,7 @@ from broker.coordinator_partitions import CoordinatorPartitions
 from broker.group.classic_member import GroupConfig
 from broker.group.consumer import ConsumerGroupConfig
 from broker.group.consumer_member import TopicId
-from broker.group.consumer_records import StoredConsumerGroups
+from broker.group.consumer_records import Record, StoredConsumerGroups
 from broker.internal_topics import InternalTopicCreation
 from broker.partition import AppendOutcome, Partition
 from broker.producer_state import VerificationGuard
@@ -259,16 +259,18 @@ class GroupCoordinator(CoordinatorPartitions[OwnedPartition]):
         instance_id: str | None,
         commits: Sequence[OffsetCommit],
         expire_timestamp_ms: int = -1,
+        api_version: int = 9,
     ) -> dict[TopicPartition, ErrorCode]:
         """OffsetCommit: every partition's outcome (the request-level errors are repeated per
-        partition, as Kafka answers them)."""
+        partition, as Kafka answers them).  A member of a KIP-848 group is checked by its member
+        epoch, and must use v9+ (``api_version``), as Kafka's ``validateOffsetCommit``."""
         keys = [(c.topic, c.partition) for c in commits]
         owned = self.owned_for(group_id)
         if isinstance(owned, ErrorCode):
             return dict.fromkeys(keys, owned)
         consumer_group = self.consumer.get(group_id)
         if consumer_group is not None:  # member epochs (KIP-848)
-            rejected = consumer_group.validate_offset_commit(member_id, generation)
+            rejected = consumer_group.validate_offset_commit(member_id, generation, api_version)
         else:
             rejected = self.classic.check_commit(group_id, member_id, generation, instance_id)
         if rejected is not None:
@@ -379,14 +381,23 @@ class GroupCoordinator(CoordinatorPartitions[OwnedPartition]):
         group_id: str,
         partitions: Sequence[TopicPartition] | None,
         require_stable: bool = False,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> dict[TopicPartition, CommittedOffset | ErrorCode | None] | ErrorCode:
         """OffsetFetch: the committed offset of each partition (None: none committed); all of
-        the group's when ``partitions`` is None.  With ``require_stable`` (v7+, KIP-447) a
+        the group's when ``partitions`` is None.  A member of a KIP-848 group (OffsetFetch v9
+        gives ``member_id`` and ``member_epoch``) is checked as Kafka's ``validateOffsetFetch``
+        does: UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH.  With ``require_stable`` (v7+, KIP-447) a
         partition with a pending transactional offset is answered UNSTABLE_OFFSET_COMMIT (the
         client retries until the transaction completes)."""
         owned = self.owned_for(group_id)
         if isinstance(owned, ErrorCode):
             return owned
+        consumer_group = self.consumer.get(group_id)
+        if consumer_group is not None:  # OffsetFetch v9+: a member's id and epoch (KIP-848)
+            rejected = consumer_group.validate_offset_fetch(member_id, member_epoch)
+            if rejected is not None:
+                return rejected
         store = owned.offsets
         found: dict[TopicPartition, CommittedOffset | ErrorCode | None]
         if partitions is None:
@@ -479,7 +490,7 @@ class GroupCoordinator(CoordinatorPartitions[OwnedPartition]):
                 if not offsets and not groups:
                     break
                 tombstones = [encode_offset(g, t, p, None) for g, (t, p) in offsets]
-                tombstones += [encode_group(g, None) for g in groups]
+                tombstones += [record for _, records in groups for record in records]
                 if await self.append(owned, tombstones) is not ErrorCode.NONE:
                     break
                 removed += len(offsets)
@@ -493,16 +504,20 @@ class GroupCoordinator(CoordinatorPartitions[OwnedPartition]):
                     break
         return removed
 
-    def _expired(self, owned: OwnedPartition) -> tuple[list[tuple[str, TopicPartition]], list[str]]:
+    def _expired(
+        self, owned: OwnedPartition
+    ) -> tuple[list[tuple[str, TopicPartition]], list[tuple[str, list[Record]]]]:
         """Up to a batch of expired offsets, then the empty groups they leave without any
-        (those go Dead here: Kafka's ``maybeDeleteGroup``)."""
+        (those go Dead here: Kafka's ``maybeDeleteGroup``), each with its tombstones."""
         pending = owned.pending_commits
         offsets = owned.offsets.expired(
             self.clock_ms(), self.config.retention_ms, self._expiry_condition, pending
         )[:MAX_RECORDS_PER_BATCH]
         gone = Counter(group for group, _ in offsets)
-        groups: list[str] = []
-        for group_id in self.classic.empty_groups(owned):
+        groups: list[tuple[str, list[Record]]] = []
+        empty = [(g, True) for g in self.classic.empty_groups(owned)]
+        empty += [(g, False) for g in self.consumer.empty_groups(owned)]
+        for group_id, classic in empty:
             if len(offsets) + len(groups) >= MAX_RECORDS_PER_BATCH:
                 break
             left = len(owned.offsets.offsets(group_id)) - gone[group_id]
@@ -511,9 +526,10 @@ class GroupCoordinator(CoordinatorPartitions[OwnedPartition]):
                 and not any(g == group_id for g, _ in pending)
                 and not owned.offsets.has_open_transaction(group_id)  # Kafka keeps it then
             ):
-                error, _ = self.classic.delete(group_id)
-                if error is ErrorCode.NONE:
-                    groups.append(group_id)
+                if not classic:
+                    groups.append((group_id, self.consumer.take_deleted(group_id)))
+                elif self.classic.delete(group_id)[0] is ErrorCode.NONE:
+                    groups.append((group_id, [encode_group(group_id, None)]))
         return offsets, groups
 
     def _expiry_condition(self, group_id: str) -> ExpiryCondition | None:

@@ -32,12 +32,18 @@ pending revocation) by two members.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.fatal import fatal
 from broker.group.consumer_assignors import ASSIGNORS, UNIFORM, MemberSubscription
+from broker.group.consumer_heartbeat import (
+    HeartbeatError,
+    owned_partitions,
+    response_assignment,
+)
 from broker.group.consumer_member import (
     EMPTY,
     LEAVE_GROUP_MEMBER_EPOCH,
@@ -47,7 +53,6 @@ from broker.group.consumer_member import (
     CurrentAssignment,
     MemberState,
     TopicId,
-    normalized,
     reconcile,
 )
 from broker.group.consumer_records import (
@@ -74,8 +79,8 @@ from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import ConsumerGroupHeartbeatRequest as Heartbeat
 from kafka_protocol.messages import ConsumerGroupHeartbeatResponse as HeartbeatResponse
 
+OFFSET_COMMIT_MEMBER_EPOCH_VERSION = 9
 TopicLookup = Callable[[str], tuple[TopicId, int] | None]  # name -> (id, partition count)
-CLIENT_MEMBER_ID_VERSION = 1  # KIP-1082: from v1 the client names itself
 
 
 class ConsumerGroupState(enum.Enum):
@@ -98,63 +103,6 @@ class ConsumerGroupConfig:
     def __post_init__(self) -> None:
         assert self.session_timeout_ms > 0 and self.heartbeat_interval_ms > 0, self
         assert self.assignors and all(a in ASSIGNORS for a in self.assignors), self
-
-
-class HeartbeatError(Exception):
-    """A heartbeat refused with Kafka's error (nothing changed)."""
-
-    def __init__(self, error: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.error = error
-        self.message = message
-
-
-def validate(req: Heartbeat, api_version: int, assignors: Iterable[str]) -> None:
-    """Kafka's ``throwIfConsumerGroupHeartbeatRequestIsInvalid``."""
-
-    def invalid(message: str) -> HeartbeatError:
-        return HeartbeatError(ErrorCode.INVALID_REQUEST, message)
-
-    if not req.group_id:
-        raise invalid("GroupId can't be empty.")
-    if req.instance_id == "":
-        raise invalid("InstanceId can't be empty.")
-    if req.rack_id == "":
-        raise invalid("RackId can't be empty.")
-    if req.subscribed_topic_regex:  # "" clears a regex: clients send it with a topic list
-        raise invalid("SubscribedTopicRegex is not supported yet.")
-    if api_version >= CLIENT_MEMBER_ID_VERSION and not req.member_id:
-        raise invalid("MemberId can't be empty.")
-    epoch = req.member_epoch
-    if epoch > 0 or epoch == LEAVE_GROUP_MEMBER_EPOCH:
-        if not req.member_id:
-            raise invalid("MemberId can't be empty.")
-    elif epoch == 0:
-        if req.rebalance_timeout_ms == -1:
-            raise invalid("RebalanceTimeoutMs must be provided in first request.")
-        if req.topic_partitions is None or req.topic_partitions:
-            raise invalid("TopicPartitions must be empty when (re-)joining.")
-        if not req.subscribed_topic_names:
-            raise invalid("SubscribedTopicNames must be set in first request.")
-    elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-        if not req.member_id:
-            raise invalid("MemberId can't be empty.")
-        if req.instance_id is None:
-            raise invalid("InstanceId can't be null.")
-    else:
-        raise invalid("MemberEpoch is invalid.")
-    if req.server_assignor is not None and req.server_assignor not in assignors:
-        raise HeartbeatError(
-            ErrorCode.UNSUPPORTED_ASSIGNOR,
-            f"ServerAssignor {req.server_assignor} is not supported. "
-            f"Supported assignors: {', '.join(assignors)}.",
-        )
-
-
-def _owned(req: Heartbeat) -> Assignment | None:
-    if req.topic_partitions is None:
-        return None
-    return normalized({tp.topic_id: tp.partitions for tp in req.topic_partitions})
 
 
 class ConsumerGroup:
@@ -237,23 +185,43 @@ class ConsumerGroup:
         records: list[Record] = []
         member_id = req.member_id or new_member_id
         old = self.members.get(member_id)
+        static = self._static_member(req.instance_id)
+        replaced = None
         if req.member_epoch == 0:
-            if old is None and len(self.members) >= self.config.max_size:
+            if static is not None and static.member_id != member_id:
+                if static.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                    raise HeartbeatError(
+                        ErrorCode.UNRELEASED_INSTANCE_ID,
+                        f"Static member {member_id} with instance id {req.instance_id} cannot "
+                        f"join the group because the instance id is owned by {static.member_id}.",
+                    )
+                replaced = static
+            elif old is None and len(self.members) >= self.config.max_size:
                 raise HeartbeatError(
                     ErrorCode.GROUP_MAX_SIZE_REACHED,
                     "The consumer group has reached its maximum capacity of "
                     f"{self.config.max_size} members.",
                 )
         else:
+            if static is not None and static.member_id != member_id:
+                raise HeartbeatError(
+                    ErrorCode.FENCED_INSTANCE_ID,
+                    f"Static member {member_id} with instance id {req.instance_id} was fenced "
+                    f"by member {static.member_id}.",
+                )
             if old is None:
                 raise HeartbeatError(
                     ErrorCode.UNKNOWN_MEMBER_ID,
                     f"Member {member_id} is not a member of group {self.group_id}.",
                 )
             self._check_epoch(old, req)
+        if replaced is not None:  # from here on nothing is refused
+            old = self._replace_static(replaced, member_id, records)
         member = ConsumerMember(member_id) if old is None else old
-        before = (member.subscription(), member.instance_id, member.rack_id, member.client_id)
+        subscription_before = member.subscription()
         before_meta = self._member_metadata(member) if old is not None else None
+        if replaced is not None:
+            before_meta = None  # the new id's records are all written
         if req.instance_id is not None:
             member.instance_id = req.instance_id
         if req.rack_id is not None:
@@ -266,19 +234,17 @@ class ConsumerGroup:
             member.subscribed_topic_names = tuple(sorted(set(req.subscribed_topic_names)))
         member.client_id, member.client_host = client_id, client_host
         self.members[member_id] = member
-        bump = old is None or before[0] != member.subscription()
-        if self._member_metadata(member) != before_meta:
-            records.append(
-                encode(MEMBER_METADATA, self.group_id, member_id, self._member_metadata(member))
-            )
-        del before
+        bump = old is None or subscription_before != member.subscription()
+        metadata = self._member_metadata(member)
+        if metadata != before_meta:
+            records.append(encode(MEMBER_METADATA, self.group_id, member_id, metadata))
         bump = self._refresh_subscription(topics, records) or bump
         if bump:
             self._bump(records)
         if self.group_epoch > self.assignment_epoch:
             self._assign(records)
         previous_assigned = member.current.assigned if old is not None else None
-        self._reconcile(member, _owned(req), now_ms, records)
+        self._reconcile(member, owned_partitions(req), now_ms, records)
         member.session_deadline_ms = now_ms + self.config.session_timeout_ms
         self.owner_epochs()  # the invariant
         response = HeartbeatResponse(
@@ -292,8 +258,34 @@ class ConsumerGroup:
             and req.topic_partitions is not None
         )
         if full or previous_assigned != member.current.assigned:
-            response.assignment = _response_assignment(member.current.assigned)
+            response.assignment = response_assignment(member.current.assigned)
         return response, records
+
+    def _static_member(self, instance_id: str | None) -> ConsumerMember | None:
+        if instance_id is None:
+            return None
+        return next((m for m in self.members.values() if m.instance_id == instance_id), None)
+
+    def _replace_static(
+        self, old: ConsumerMember, member_id: str, records: list[Record]
+    ) -> ConsumerMember:
+        """A static member that left with epoch -2 rejoins under a new member id: the new id
+        takes its subscription and assignment at epoch 0, the old id's records go (Kafka's
+        ``replaceMember``); the group epoch is not bumped, so nobody else rebalances."""
+        del self.members[old.member_id]
+        target = self.targets.pop(old.member_id, EMPTY)
+        self.targets[member_id] = target
+        current = dataclasses.replace(old.current, member_epoch=0, previous_member_epoch=0)
+        new = dataclasses.replace(old, member_id=member_id, current=current)
+        self.members[member_id] = new
+        records += [
+            encode(CURRENT_ASSIGNMENT, self.group_id, old.member_id, None),
+            encode(TARGET_MEMBER, self.group_id, old.member_id, None),
+            encode(MEMBER_METADATA, self.group_id, old.member_id, None),
+            encode(TARGET_MEMBER, self.group_id, member_id, target_value(target)),
+            encode(CURRENT_ASSIGNMENT, self.group_id, member_id, _current(current)),
+        ]
+        return new
 
     def _check_epoch(self, member: ConsumerMember, req: Heartbeat) -> None:
         """Kafka's ``throwIfConsumerGroupMemberEpochIsInvalid``."""
@@ -306,7 +298,7 @@ class ConsumerGroup:
                 "partitions and rejoin.",
             )
         if received < known:
-            owned = _owned(req)
+            owned = owned_partitions(req)
             subset = owned is not None and all(
                 ps <= member.current.assigned.get(t, frozenset()) for t, ps in owned.items()
             )
@@ -410,14 +402,36 @@ class ConsumerGroup:
     # --- leaving and expiry -------------------------------------------------------------------
 
     def _leave(self, req: Heartbeat) -> tuple[HeartbeatResponse, list[Record]]:
-        member = self.members.get(req.member_id)
+        """Epoch -1: the member leaves.  A static member (instance id) leaving with -2 only
+        steps out: it keeps its partitions (nobody else gets them) until its session expires
+        or its instance rejoins (Kafka's ``consumerGroupStaticMemberGroupLeave``)."""
+        if req.instance_id is None:
+            member = self.members.get(req.member_id)
+        else:
+            member = self._static_member(req.instance_id)
+            if member is not None and member.member_id != req.member_id:
+                raise HeartbeatError(
+                    ErrorCode.FENCED_INSTANCE_ID,
+                    f"Static member {req.member_id} with instance id {req.instance_id} was "
+                    f"fenced by member {member.member_id}.",
+                )
         if member is None:
             raise HeartbeatError(
                 ErrorCode.UNKNOWN_MEMBER_ID,
                 f"Member {req.member_id} is not a member of group {self.group_id}.",
             )
-        records = self.remove_member(req.member_id)
-        return HeartbeatResponse(member_id=req.member_id, member_epoch=req.member_epoch), records
+        response = HeartbeatResponse(member_id=req.member_id, member_epoch=req.member_epoch)
+        if req.instance_id is not None and req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            member.current = dataclasses.replace(
+                member.current, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={}
+            )
+            member.rebalance_deadline_ms = None
+            return response, [
+                encode(
+                    CURRENT_ASSIGNMENT, self.group_id, member.member_id, _current(member.current)
+                )
+            ]
+        return response, self.remove_member(member.member_id)
 
     def remove_member(self, member_id: str, topics: TopicLookup | None = None) -> list[Record]:
         """The member goes, its partitions are free at once, the group epoch is bumped
@@ -453,14 +467,19 @@ class ConsumerGroup:
 
     # --- offsets and admin --------------------------------------------------------------------
 
-    def validate_offset_commit(self, member_id: str, member_epoch: int) -> ErrorCode | None:
-        """Kafka's ``ConsumerGroup.validateOffsetCommit`` (the OffsetCommit version is not
-        checked: this broker's OffsetCommit may not reach v9 yet)."""
+    def validate_offset_commit(
+        self, member_id: str, member_epoch: int, api_version: int
+    ) -> ErrorCode | None:
+        """Kafka's ``ConsumerGroup.validateOffsetCommit``: anyone may commit to an empty
+        group without an epoch; a member commits with its current epoch, in OffsetCommit v9+
+        (UNSUPPORTED_VERSION before: only v9 carries a member epoch)."""
         if member_epoch < 0 and not self.members:
             return None
         member = self.members.get(member_id)
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
+        if api_version < OFFSET_COMMIT_MEMBER_EPOCH_VERSION:
+            return ErrorCode.UNSUPPORTED_VERSION
         if member_epoch != member.member_epoch:
             return ErrorCode.STALE_MEMBER_EPOCH
         return None
@@ -541,13 +560,4 @@ class ConsumerGroup:
 def _current(c: CurrentAssignment) -> object:
     return current_value(
         c.member_epoch, c.previous_member_epoch, int(c.state), c.assigned, c.pending_revocation
-    )
-
-
-def _response_assignment(assigned: Assignment) -> HeartbeatResponse.Assignment:
-    return HeartbeatResponse.Assignment(
-        topic_partitions=[
-            HeartbeatResponse.TopicPartitions(topic_id=t, partitions=sorted(ps))
-            for t, ps in sorted(assigned.items(), key=lambda x: str(x[0]))
-        ]
     )

@@ -15,8 +15,9 @@ the same target from the same input.
   range, the first ``partitions % members`` one more; topics with the same partition count
   are co-partitioned (a member gets the same partition numbers of each).
 
-Cost: the uniform balancing pass is O(partitions x members) per move round, bounded by the
-group size (``group.consumer.max.size``) and the partitions of the subscribed topics.
+Cost: when every member subscribes to the same topics (the common case) ``uniform`` is
+O(partitions + members log members); otherwise its balancing pass costs O(partitions x members)
+per partition moved.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ Assignor = Callable[
 def uniform(
     members: Mapping[str, MemberSubscription], partitions: Mapping[TopicId, int]
 ) -> dict[str, Assignment]:
+    subscriptions = {s.topics for s in members.values()}
+    if len(subscriptions) == 1:
+        return _uniform_homogeneous(members, partitions, next(iter(subscriptions)))
     owner: dict[tuple[TopicId, int], str] = {}
     held: dict[str, set[tuple[TopicId, int]]] = {m: set() for m in members}
     for member_id in sorted(members):
@@ -76,26 +80,71 @@ def uniform(
     return {m: _as_assignment(tps) for m, tps in held.items()}
 
 
+def _uniform_homogeneous(
+    members: Mapping[str, MemberSubscription],
+    partitions: Mapping[TopicId, int],
+    topics: frozenset[TopicId],
+) -> dict[str, Assignment]:
+    """Every member subscribes to the same topics (Kafka's
+    ``UniformHomogeneousAssignmentBuilder``): each gets ``total // members`` partitions, the
+    first ``total % members`` of them (those that held the most) one more; each keeps what it
+    held up to its quota, the rest go round to those below theirs.  O(partitions + members)."""
+    every = [
+        (t, p) for t in sorted(topics, key=str) if t in partitions for p in range(partitions[t])
+    ]
+    order = sorted(members, key=lambda m: (-_held(members[m], partitions), m))
+    quota, extra = divmod(len(every), len(order))
+    cap = {m: quota + (1 if i < extra else 0) for i, m in enumerate(order)}
+    held: dict[str, set[tuple[TopicId, int]]] = {m: set() for m in order}
+    taken: set[tuple[TopicId, int]] = set()
+    for m in order:
+        for topic, ps in sorted(members[m].previous.items(), key=lambda x: str(x[0])):
+            for p in sorted(ps):
+                tp = (topic, p)
+                valid = topic in topics and p < partitions.get(topic, 0) and tp not in taken
+                if valid and len(held[m]) < cap[m]:
+                    held[m].add(tp)
+                    taken.add(tp)
+    free = iter(tp for tp in every if tp not in taken)
+    for m in order:
+        while len(held[m]) < cap[m]:
+            held[m].add(next(free))
+    return {m: _as_assignment(tps) for m, tps in held.items()}
+
+
+def _held(sub: MemberSubscription, partitions: Mapping[TopicId, int]) -> int:
+    """How many still valid partitions a member held."""
+    return sum(
+        sum(1 for p in ps if p < partitions.get(t, 0))
+        for t, ps in sub.previous.items()
+        if t in sub.topics
+    )
+
+
 def _balance(
     held: dict[str, set[tuple[TopicId, int]]],
     owner: dict[tuple[TopicId, int], str],
     eligible: Mapping[TopicId, list[str]],
 ) -> None:
-    """Move partitions from loaded members to eligible ones with at least two fewer; every
-    move lowers the sum of squared loads, so this ends."""
-    moved = True
-    while moved:
-        moved = False
+    """Move one partition at a time from the most loaded member that has one to give to an
+    eligible member with at least two fewer (the least loaded such); every move lowers the sum
+    of squared loads, so this ends, and no partition moves that need not."""
+    while True:
+        move = None
         for member_id in sorted(held, key=lambda m: (-len(held[m]), m)):
             for tp in sorted(held[member_id], key=lambda x: (str(x[0]), -x[1])):
                 target = min(eligible[tp[0]], key=lambda m: (len(held[m]), m))
                 if len(held[member_id]) - len(held[target]) > 1:
-                    held[member_id].discard(tp)
-                    held[target].add(tp)
-                    owner[tp] = target
-                    moved = True
-            if moved:
+                    move = (member_id, tp, target)
+                    break
+            if move is not None:
                 break
+        if move is None:
+            return
+        source, tp, target = move
+        held[source].discard(tp)
+        held[target].add(tp)
+        owner[tp] = target
 
 
 def range_(

@@ -22,6 +22,7 @@ from broker.handlers.consumer_groups import ConsumerGroupHandlers
 from broker.handlers.delete_records import DeleteRecordsHandler
 from broker.handlers.fetch import FetchHandler
 from broker.handlers.groups import GroupHandlers
+from broker.handlers.leader_hints import LeaderHints
 from broker.handlers.list_offsets import ListOffsetsHandler
 from broker.handlers.log_dirs import LogDirsHandlers
 from broker.handlers.metadata import AutoCreate, MetadataHandler
@@ -87,12 +88,17 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
     replicas = parts.replicas
     authorizer = BrokerAuthorizer.from_config(cfg.broker_defaults, lambda: parts.image)
     security = SecurityAdminHandlers(authorizer, lambda: parts.image)
+    hints = LeaderHints(  # KIP-951: the leader's address on the listener the client used
+        lambda: parts.image,
+        lambda broker, listener: parts.endpoint_of(broker, parts.node.listener_for(listener)),
+    )
     handlers = [
         ProduceHandler(
             replicas,
             parts.metrics,
             # transaction.partition.verification.enable=false: appended unverified, unawaited
             verifier=parts.transactions if parts.transactions.config.verification_enabled else None,
+            hints=hints,
         ).spec(),
         FetchHandler(
             replicas,
@@ -101,6 +107,7 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
             lambda: parts.image,
             cfg.replica_selector,
             throttle=parts.replication_throttles.leader,
+            hints=hints,
         ).spec(),
         ListOffsetsHandler(replicas).spec(),
         OffsetForLeaderEpochHandler(replicas).spec(),

@@ -232,7 +232,9 @@ def _described(
                 eligible_leader_replicas=[BrokerId(r) for r in p.elr],
                 last_known_elr=[BrokerId(r) for r in p.last_known_elr],
                 offline_replicas=[
-                    BrokerId(r) for r in p.replicas if image.is_replica_offline(r, listener)
+                    BrokerId(r)
+                    for r in p.replicas
+                    if image.is_replica_offline(r, listener, p.directory_of(r))
                 ],
             )
         )

@@ -17,8 +17,10 @@ it names a follower, answers that partition at once with no records and
 ``preferred_read_replica``.
 
 Topic ids (KIP-516): from v13 topics are named by id, resolved through the metadata image; an
-unknown id answers UNKNOWN_TOPIC_ID.  Versions 14-17 change nothing a sessionless broker
-without tiered storage serves differently.
+unknown id answers UNKNOWN_TOPIC_ID.  From v16 NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH
+carry the current leader and its address (KIP-951, :mod:`broker.handlers.leader_hints`).
+Versions 14, 15 and 17 change nothing a sessionless broker without tiered storage serves
+differently.
 
 Reading plans slices first (positions in segment files, no bytes touched) and materializes
 them as :class:`FileRegion` chunks (a dup'd fd the connection sends with ``os.sendfile`` and
@@ -50,6 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.dispatcher import ApiHandler, RequestContext
+from broker.handlers.leader_hints import LeaderHints
 from broker.log.errors import LogError, OffsetOutOfRangeError
 from broker.log.reader import FetchSlice
 from broker.log.txn_index import AbortedTxn
@@ -71,6 +74,7 @@ READ_COMMITTED = 1  # isolation_level
 CLIENT_METADATA_VERSION = 11  # rack_id: consumers may read from followers (KIP-392)
 TOPIC_ID_VERSION = 13  # topics named by id (KIP-516)
 REPLICA_STATE_VERSION = 15  # the replica id moved into replica_state (KIP-903)
+NODE_ENDPOINTS_VERSION = 16  # where the leader is, with NOT_LEADER_OR_FOLLOWER (KIP-951)
 NO_TOPIC_ID = uuid.UUID(int=0)
 
 
@@ -139,6 +143,7 @@ class FetchHandler:
         image: Callable[[], ClusterImage],
         replica_selector: str | None = None,
         throttle: ReplicationQuota | None = None,
+        hints: LeaderHints | None = None,
     ) -> None:
         self.replicas = replicas
         self.metrics = metrics
@@ -146,6 +151,7 @@ class FetchHandler:
         self.image = image
         self.replica_selector = replica_selector
         self.throttle = throttle  # leader.replication.throttled.* (broker.replication.throttle)
+        self.hints = hints  # KIP-951 (None: no hints)
 
     def spec(self) -> ApiHandler:
         return ApiHandler(1, 4, 17, self.handle, "Fetch")
@@ -254,6 +260,12 @@ class FetchHandler:
         if scope.client_rack is not None and self.replica_selector is not None:
             preferred = self._preferred_replica(part, scope.client_rack, fp.fetch_offset)
             if preferred is not None:
+                log.debug(
+                    "partition=%s consumer rack=%s sent to replica=%d",
+                    part.name,
+                    scope.client_rack,
+                    preferred,
+                )
                 return _Planned(topic, fp.partition, ErrorCode.NONE, part, preferred=preferred)
         if fp.fetch_offset > part.log_end_offset or fp.fetch_offset < part.log_start_offset:
             return _Planned(topic, fp.partition, ErrorCode.OFFSET_OUT_OF_RANGE, part)
@@ -302,8 +314,11 @@ class FetchHandler:
         if not isinstance(role, PartitionState):
             return None  # only the leader redirects
         brokers = self.image().brokers
+        starts = part.follower_log_starts
         followers = [
-            FollowerView(b, b in role.isr, s.log_end_offset, s.last_caught_up_time_ms)
+            FollowerView(
+                b, b in role.isr, s.log_end_offset, s.last_caught_up_time_ms, starts.get(b, -1)
+            )
             for b, s in role.followers.items()
         ]
         return preferred_read_replica(
@@ -336,6 +351,8 @@ class FetchHandler:
     def _respond(self, ctx: RequestContext, plan: list[_Planned], consumer: bool) -> FetchResponse:
         metrics = self.metrics
         by_topic: dict[tuple[str, uuid.UUID], list[FetchResponse.PartitionData]] = {}
+        hints = self.hints if ctx.api_version >= NODE_ENDPOINTS_VERSION else None
+        leaders: set[int] = set()
         for p in plan:
             part = p.part
             if p.error is not ErrorCode.NONE:
@@ -361,6 +378,11 @@ class FetchHandler:
                 metrics.topic_counters(p.topic)[2].inc(p.slice.size_bytes)
             if part is not None and consumer and p.error is ErrorCode.NONE:
                 metrics.consumer_fetch_counter(_served_as(p, part)).inc()
+            if hints and (leader := hints.current_leader(p.error, p.topic, p.index)):
+                data.current_leader = FetchResponse.LeaderIdAndEpoch(
+                    leader_id=BrokerId(leader[0]), leader_epoch=leader[1]
+                )
+                leaders.add(leader[0])
             by_topic.setdefault((p.topic, p.topic_id), []).append(data)
         metrics.fetch_latency.observe(time.perf_counter() - ctx.received_s)
         return FetchResponse(
@@ -369,7 +391,13 @@ class FetchHandler:
                     topic=TopicName(name), topic_id=topic_id, partitions=parts
                 )
                 for (name, topic_id), parts in by_topic.items()
-            ]
+            ],
+            node_endpoints=[
+                FetchResponse.NodeEndpoint(
+                    node_id=BrokerId(e.node_id), host=e.host, port=e.port, rack=e.rack
+                )
+                for e in (hints.endpoints(leaders, ctx.session.listener) if hints else ())
+            ],
         )
 
 

@@ -317,6 +317,7 @@ class GroupHandlers:
             req.group_instance_id,
             commits,
             expire,
+            ctx.api_version,  # KIP-848 members must commit with v9+
         )
         topics = _each_partition_answered(
             req.topics,
@@ -366,7 +367,13 @@ class GroupHandlers:
         stable = ctx.api_version >= REQUIRE_STABLE_VERSION and req.require_stable
         if ctx.api_version >= MULTI_GROUP_FETCH_VERSION:
             return OffsetFetchResponse(
-                groups=[self._fetch_group(g.group_id, _asked(g.topics), stable) for g in req.groups]
+                groups=[
+                    # v9: a KIP-848 member's id and epoch, checked by the coordinator
+                    self._fetch_group(
+                        g.group_id, _asked(g.topics), stable, g.member_id, g.member_epoch
+                    )
+                    for g in req.groups
+                ]
             )
         group = self._fetch_group(req.group_id, _asked(req.topics), stable)
         error = group.error_code
@@ -386,10 +393,17 @@ class GroupHandlers:
         return OffsetFetchResponse(error_code=error, topics=topics)
 
     def _fetch_group(
-        self, group_id: str, asked: list[tuple[str, list[int]]] | None, require_stable: bool
+        self,
+        group_id: str,
+        asked: list[tuple[str, list[int]]] | None,
+        require_stable: bool,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> OffsetFetchResponse.OffsetFetchResponseGroup:
         wanted = None if asked is None else [(t, p) for t, ps in asked for p in ps]
-        found = self.coordinator.fetch_offsets(group_id, wanted, require_stable)
+        found = self.coordinator.fetch_offsets(
+            group_id, wanted, require_stable, member_id, member_epoch
+        )
         by_topic: dict[str, list[OffsetFetchResponse.OffsetFetchResponsePartitions]] = {}
         if isinstance(found, ErrorCode):
             for t, p in wanted or []:

@@ -34,9 +34,9 @@ def partition_error(image: ClusterImage, p: PartitionImage) -> ErrorCode:
     controller moves the leadership), or it has no leader and its remaining ISR is on an
     offline directory (the controller had no in-sync replica elsewhere to elect)."""
     if p.leader >= 0:
-        storage = image.is_replica_storage_offline(p.leader)
+        storage = image.is_replica_storage_offline(p.leader, p.directory_of(p.leader))
         return ErrorCode.KAFKA_STORAGE_ERROR if storage else ErrorCode.NONE
-    if p.isr and any(image.is_replica_storage_offline(b) for b in p.isr):
+    if p.isr and any(image.is_replica_storage_offline(b, p.directory_of(b)) for b in p.isr):
         return ErrorCode.KAFKA_STORAGE_ERROR
     return ErrorCode.LEADER_NOT_AVAILABLE
 
@@ -173,7 +173,9 @@ class MetadataHandler:
                     replica_nodes=[BrokerId(r) for r in p.replicas],
                     isr_nodes=[BrokerId(r) for r in p.isr],
                     offline_replicas=[
-                        BrokerId(r) for r in p.replicas if image.is_replica_offline(r, listener)
+                        BrokerId(r)
+                        for r in p.replicas
+                        if image.is_replica_offline(r, listener, p.directory_of(r))
                     ],
                 )
             )

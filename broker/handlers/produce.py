@@ -29,6 +29,9 @@ back: a marker of that producer written in between (its transaction ended while 
 was being asked) clears the guard, and the batch is refused INVALID_TXN_STATE instead of opening
 a transaction nobody would end.
 
+From v10 NOT_LEADER_OR_FOLLOWER carries the partition's current leader and its address
+(KIP-951, :mod:`broker.handlers.leader_hints`).
+
 Versions 0-2 (message format v0/v1) are advertised because librdkafka enables compression
 only when Produce v0 is inside the range (as Kafka 4 does, KAFKA-18659), and refused per
 partition with a clear message.
@@ -44,6 +47,7 @@ from typing import NamedTuple
 
 from broker.deferred import Deferred
 from broker.dispatcher import ApiHandler, RequestContext
+from broker.handlers.leader_hints import LeaderHints
 from broker.log.validator import validate_records
 from broker.metrics import BrokerMetrics
 from broker.partition import AppendOutcome, Partition
@@ -56,12 +60,13 @@ from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import CorruptRecordError
 from kafka_protocol.messages import ProduceRequest, ProduceResponse
 from kafka_protocol.record_batch import ATTR_TRANSACTIONAL, HEADER_BYTES, MAGIC, RecordBatch
-from kafka_protocol.types import TopicName
+from kafka_protocol.types import BrokerId, TopicName
 
 log = logging.getLogger("broker.produce")
 
 MIN_RECORD_BATCH_VERSION = 3
 TRANSACTION_ABORTABLE_VERSION = 11  # KIP-890: clients that know TRANSACTION_ABORTABLE
+NODE_ENDPOINTS_VERSION = 10  # where the leader is, with NOT_LEADER_OR_FOLLOWER (KIP-951)
 ACKS_ALL = -1
 VALID_ACKS = (-1, 0, 1)
 Outcome = AppendOutcome | Deferred[AppendOutcome]
@@ -166,8 +171,10 @@ class ProduceHandler:
         replicas: ReplicaManager,
         metrics: BrokerMetrics,
         verifier: TransactionVerifier | None,
+        hints: LeaderHints | None = None,
     ) -> None:
         self.replicas = replicas
+        self.hints = hints  # KIP-951 (None: no hints)
         self.metrics = metrics
         self.verifier = verifier
         # (topic, partition, producer id) -> the verification under way for it: a later one
@@ -392,6 +399,8 @@ class ProduceHandler:
     ) -> ProduceResponse:
         by_topic: dict[str, list[ProduceResponse.PartitionProduceResponse]] = {}
         metrics = self.metrics
+        hints = self.hints if ctx.api_version >= NODE_ENDPOINTS_VERSION else None
+        leaders: set[int] = set()
         for topic, index, o in slots:
             out = o.result() if isinstance(o, Deferred) else o
             if out.error is not ErrorCode.NONE:
@@ -413,10 +422,21 @@ class ProduceHandler:
                     ],
                 )
             )
+            if hints and (leader := hints.current_leader(out.error, topic, index)):
+                by_topic[topic][-1].current_leader = ProduceResponse.LeaderIdAndEpoch(
+                    leader_id=BrokerId(leader[0]), leader_epoch=leader[1]
+                )
+                leaders.add(leader[0])
         metrics.produce_latency.observe(time.perf_counter() - ctx.received_s)
         return ProduceResponse(
             responses=[
                 ProduceResponse.TopicProduceResponse(name=TopicName(t), partition_responses=p)
                 for t, p in by_topic.items()
-            ]
+            ],
+            node_endpoints=[
+                ProduceResponse.NodeEndpoint(
+                    node_id=BrokerId(e.node_id), host=e.host, port=e.port, rack=e.rack
+                )
+                for e in (hints.endpoints(leaders, ctx.session.listener) if hints else ())
+            ],
         )

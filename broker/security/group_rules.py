@@ -313,6 +313,12 @@ def consumer_group_describe(check: Check, req: ConsumerGroupDescribeRequest) -> 
     kept = [g for g in req.group_ids if g not in refused]
 
     def amend(response: ConsumerGroupDescribeResponse) -> ConsumerGroupDescribeResponse:
+        for g in response.groups:
+            g.authorized_operations = (
+                check.operations(ResourceType.GROUP, g.group_id)
+                if req.include_authorized_operations
+                else AUTHORIZED_OPERATIONS_OMITTED
+            )
         response.groups.extend(
             ConsumerGroupDescribeResponse.DescribedGroup(error_code=GROUP_DENIED, group_id=g)
             for g in refused

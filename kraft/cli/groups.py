@@ -50,8 +50,17 @@ def group_of(args: argparse.Namespace) -> str:
 @command
 def groups_list(args: argparse.Namespace, client: AdminClient) -> int:
     groups = client.call("GET", "/v1/groups").body
-    rows = [(g["group_id"], g["state"], g["protocol_type"], g["coordinator"]) for g in groups]
-    headers = ("GROUP", "STATE", "PROTOCOL-TYPE", "COORDINATOR")
+    rows = [
+        (
+            g["group_id"],
+            g.get("group_type", "classic"),
+            g["state"],
+            g["protocol_type"],
+            g["coordinator"],
+        )
+        for g in groups
+    ]
+    headers = ("GROUP", "TYPE", "STATE", "PROTOCOL-TYPE", "COORDINATOR")
     return print_result(args.json, groups, lambda: format_table(headers, rows))
 
 
@@ -108,26 +117,37 @@ def offsets_text(group: dict[str, Any]) -> str:
     return format_table(OFFSET_COLUMNS, rows)
 
 
+def assignment_text(assignment: list[dict[str, Any]] | None) -> str | None:
+    """Partitions as Kafka's tool prints them, ``topic(0,1)``; None for none."""
+    parts = assignment or []
+    text = " ".join(f"{a['topic']}({','.join(map(str, a['partitions']))})" for a in parts)
+    return text or None
+
+
 def group_members_text(group: dict[str, Any]) -> str:
-    """``--describe --members``: each member and its partitions, ``topic(0,1)``."""
+    """``--describe --members``: each member and its partitions, ``topic(0,1)``; a consumer
+    group (KIP-848) also shows each member's epoch and target assignment (Kafka's
+    ``--members --verbose``)."""
+    consumer = group.get("group_type") == "consumer"
     rows = []
     for m in group["members"]:
         assignment = m["assignment"] or []
         count = sum(len(a["partitions"]) for a in assignment)
-        text = " ".join(f"{a['topic']}({','.join(map(str, a['partitions']))})" for a in assignment)
-        rows.append(
-            [
-                group["group_id"],
-                m["member_id"],
-                m["group_instance_id"],
-                m["host"],
-                m["client_id"],
-                count,
-                text or None,
-            ]
-        )
+        row = [
+            group["group_id"],
+            m["member_id"],
+            m["group_instance_id"],
+            m["host"],
+            m["client_id"],
+            count,
+            assignment_text(assignment),
+        ]
+        if consumer:
+            row += [m.get("member_epoch"), assignment_text(m.get("target_assignment"))]
+        rows.append(row)
     headers = ("GROUP", "CONSUMER-ID", "GROUP-INSTANCE-ID", "HOST", "CLIENT-ID", "#PARTITIONS")
-    return format_table((*headers, "ASSIGNMENT"), rows)
+    extra = ("MEMBER-EPOCH", "TARGET-ASSIGNMENT") if consumer else ()
+    return format_table((*headers, "ASSIGNMENT", *extra), rows)
 
 
 def group_state_text(group: dict[str, Any]) -> str:
@@ -140,7 +160,11 @@ def group_state_text(group: dict[str, Any]) -> str:
         group["state"],
         len(group["members"]),
     ]
-    headers = ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")
+    headers: tuple[str, ...] = ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE")
+    headers += ("#MEMBERS",)
+    if group.get("group_type") == "consumer":  # Kafka's --state --verbose for KIP-848 groups
+        row += [group.get("group_epoch"), group.get("assignment_epoch")]
+        headers += ("GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH")
     return format_table(headers, [row])
 
 

@@ -3,8 +3,9 @@ over the Kafka protocol (through any broker, which forwards to the active contro
 
     kraft reassign --bootstrap-server HOST:PORT --generate --broker-list 1,2,3
                    (--topics-to-move-json-file F | --topics a,b) [--seed N]
+                   [--disable-rack-aware]
     kraft reassign --bootstrap-server HOST:PORT --execute --reassignment-json-file F
-                   [--throttle BYTES_PER_S]
+                   [--throttle BYTES_PER_S] [--additional]
     kraft reassign --bootstrap-server HOST:PORT --verify --reassignment-json-file F
                    [--preserve-throttles]
     kraft reassign --bootstrap-server HOST:PORT --cancel --reassignment-json-file F
@@ -14,7 +15,8 @@ over the Kafka protocol (through any broker, which forwards to the active contro
 ``--plan`` is ``--reassignment-json-file`` and ``--brokers`` is ``--broker-list``. The files
 are Kafka's JSON (``kraft.reassign.plan``). ``--generate`` prints the current assignment (keep
 it for a rollback) and a proposed plan spreading the topics over the brokers given, rack-aware;
-it changes nothing. ``--execute`` sets the throttle when asked, then starts the moves.
+it changes nothing. ``--execute`` sets the throttle when asked, then starts the moves; like
+the tool, it refuses while other moves are in progress unless ``--additional``.
 ``--verify`` reports each partition and, once all are done, clears the throttles (broker rates on
 every broker, the plan's topics' lists); ``--cancel`` cancels the moves and clears them too.
 A partition refused, or not at its target and not moving (``--verify``), makes the command
@@ -190,6 +192,8 @@ def _name(key: tuple[str, int]) -> str:
 
 
 async def _generate(admin: KafkaAdmin, args: argparse.Namespace) -> int:
+    from kraft.controller.placement import UsableBroker
+
     if args.topics_to_move_json_file:
         topics = parse_topics_to_move(Path(args.topics_to_move_json_file).read_text())
     else:
@@ -200,6 +204,8 @@ async def _generate(admin: KafkaAdmin, args: argparse.Namespace) -> int:
     if unknown:
         raise AdminError("INVALID_REPLICA_ASSIGNMENT", f"broker {unknown[0]} is not registered")
     usable = [b for b in brokers if b.id in wanted]
+    if args.disable_rack_aware:
+        usable = [UsableBroker(b.id, None, b.fenced) for b in usable]
     proposed = generate(current, topics, usable, random.Random(args.seed))
     current_json = assignment_json(current)
     if args.json:
@@ -214,6 +220,12 @@ async def _generate(admin: KafkaAdmin, args: argparse.Namespace) -> int:
 
 
 async def _execute(admin: KafkaAdmin, args: argparse.Namespace, moves: list[Move]) -> int:
+    if not args.additional and (ongoing := await admin.ongoing()):
+        raise AdminError(
+            "REASSIGNMENT_IN_PROGRESS",
+            f"{len(ongoing)} partition(s) are being reassigned ({_name(min(ongoing))}, ...);"
+            " use --additional to start this plan too, or --cancel",
+        )
     topics = sorted({m.topic for m in moves})
     _, current = await admin.metadata(topics)
     missing = [m for m in moves if m.key not in current]
@@ -448,6 +460,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument(
         "--preserve-throttles", action="store_true", help="--verify/--cancel: leave throttles"
+    )
+    p.add_argument(
+        "--additional",
+        action="store_true",
+        help="--execute: start the plan although other moves are in progress",
+    )
+    p.add_argument(
+        "--disable-rack-aware", action="store_true", help="--generate: ignore the brokers' racks"
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument(

@@ -7,8 +7,9 @@ Theory of operation
 Every operation is a few requests on the brokers' own Kafka client::
 
     list       ListGroups to every unfenced broker (each lists the groups it coordinates)
-    describe   FindCoordinator -> DescribeGroups + OffsetFetch (all partitions) on the
-               coordinator -> ListOffsets (latest) on each partition's leader
+    describe   FindCoordinator -> ConsumerGroupDescribe (a KIP-848 group), else
+               DescribeGroups + OffsetFetch (all partitions) on the coordinator
+               -> ListOffsets (latest) on each partition's leader
     delete     FindCoordinator -> DeleteGroups (an empty group only: NON_EMPTY_GROUP)
     reset      FindCoordinator -> DescribeGroups (Empty or Dead only, as Kafka's tool) +
                OffsetFetch -> ListOffsets (earliest, latest or by timestamp) -> plan
@@ -28,6 +29,8 @@ from typing import Final
 
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
     DescribeGroupsRequest,
@@ -70,7 +73,8 @@ GroupAdminError = GroupError
 
 CLIENT_ID: Final = "kraft-group-admin"
 DESCRIBE_GROUPS_MAX: Final = 5
-LIST_GROUPS_MAX: Final = 4
+CONSUMER_GROUP_DESCRIBE_MAX: Final = 0
+LIST_GROUPS_MAX: Final = 5  # v5: each group's type (classic, consumer)
 DELETE_GROUPS_MAX: Final = 2
 INACTIVE_STATES: Final = frozenset({"Empty", "Dead"})  # where Kafka's tool resets offsets
 # OffsetCommit without a generation is refused while members are in the group.
@@ -83,7 +87,11 @@ _GROUP_BECAME_ACTIVE: Final = frozenset(
     }
 )
 
-Described = tuple[Coordinator, DescribeGroupsResponse.DescribedGroup, dict[TopicPartition, int]]
+Described = tuple[
+    Coordinator,
+    DescribeGroupsResponse.DescribedGroup | ConsumerGroupDescribeResponse.DescribedGroup,
+    dict[TopicPartition, int],
+]
 
 
 class GroupAdmin:
@@ -125,7 +133,13 @@ class GroupAdmin:
         assert isinstance(response, ListGroupsResponse)
         check(response.error_code, f"ListGroups on broker {broker_id}")
         return [
-            GroupListing(str(g.group_id), g.group_state, g.protocol_type, broker_id)
+            GroupListing(
+                str(g.group_id),
+                g.group_state,
+                g.protocol_type,
+                broker_id,
+                g.group_type or "classic",
+            )
             for g in response.groups
         ]
 
@@ -137,10 +151,27 @@ class GroupAdmin:
         coordinator, described, committed = await self._client.on_coordinator(
             group_id, f"describe group {group_id!r}", self._describe_at
         )
-        members = _members(described)
+        if isinstance(described, ConsumerGroupDescribeResponse.DescribedGroup):
+            members = _consumer_members(described)
+        else:
+            members = _members(described)
         wanted = {tp for m in members for tp in m.assignment or ()} | set(committed)
         latest = await self._client.list_offsets(wanted, LATEST)
         high_watermarks = {tp: None if isinstance(o, ErrorCode) else o for tp, o in latest.items()}
+        partitions = tuple(partition_offsets(members, committed, high_watermarks))
+        if isinstance(described, ConsumerGroupDescribeResponse.DescribedGroup):
+            return GroupDescription(
+                group_id=group_id,
+                state=described.group_state,
+                protocol_type=PROTOCOL_TYPE,
+                protocol=described.assignor_name,
+                coordinator=coordinator,
+                members=tuple(members),
+                partitions=partitions,
+                group_type="consumer",
+                group_epoch=described.group_epoch,
+                assignment_epoch=described.assignment_epoch,
+            )
         return GroupDescription(
             group_id=group_id,
             state=_state(described, committed),
@@ -148,11 +179,14 @@ class GroupAdmin:
             protocol=described.protocol_data,
             coordinator=coordinator,
             members=tuple(members),
-            partitions=tuple(partition_offsets(members, committed, high_watermarks)),
+            partitions=partitions,
         )
 
     async def _describe_at(self, coordinator: Coordinator, group_id: str) -> Described:
         address = (coordinator.host, coordinator.port)
+        consumer_group = await self._consumer_group_at(coordinator, group_id)
+        if consumer_group is not None:
+            return coordinator, consumer_group, await self._client.committed(coordinator, group_id)
         request = DescribeGroupsRequest(groups=[GroupId(group_id)])
         response = await self._client.send(address, request, DESCRIBE_GROUPS_MAX)
         assert isinstance(response, DescribeGroupsResponse)
@@ -167,6 +201,26 @@ class GroupAdmin:
                 ErrorCode.GROUP_ID_NOT_FOUND, f"consumer group {group_id!r} does not exist"
             )
         return coordinator, described, committed
+
+    async def _consumer_group_at(
+        self, coordinator: Coordinator, group_id: str
+    ) -> ConsumerGroupDescribeResponse.DescribedGroup | None:
+        """The group as ConsumerGroupDescribe answers (None: not a KIP-848 group), as Kafka's
+        AdminClient asks before falling back to DescribeGroups."""
+        address = (coordinator.host, coordinator.port)
+        request = ConsumerGroupDescribeRequest(group_ids=[GroupId(group_id)])
+        try:
+            response = await self._client.send(address, request, CONSUMER_GROUP_DESCRIBE_MAX)
+        except GroupError as exc:
+            if exc.error is ErrorCode.UNSUPPORTED_VERSION:  # a broker without KIP-848
+                return None
+            raise
+        assert isinstance(response, ConsumerGroupDescribeResponse)
+        [described] = response.groups
+        if described.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+            return None
+        check(described.error_code, f"ConsumerGroupDescribe of {group_id!r}")
+        return described
 
     # --- delete -------------------------------------------------------------------------------
 
@@ -311,9 +365,34 @@ def _members(described: DescribeGroupsResponse.DescribedGroup) -> list[MemberDes
     )
 
 
+def _consumer_members(
+    described: ConsumerGroupDescribeResponse.DescribedGroup,
+) -> list[MemberDescription]:
+    def partitions(a: ConsumerGroupDescribeResponse.Assignment) -> tuple[TopicPartition, ...]:
+        return tuple(
+            TopicPartition(tp.topic_name, p) for tp in a.topic_partitions for p in tp.partitions
+        )
+
+    return [
+        MemberDescription(
+            member_id=m.member_id,
+            group_instance_id=m.instance_id,
+            client_id=m.client_id,
+            host=m.client_host,
+            assignment=partitions(m.assignment),
+            member_epoch=m.member_epoch,
+            target_assignment=partitions(m.target_assignment),
+        )
+        for m in sorted(described.members, key=lambda m: m.member_id)
+    ]
+
+
 def _state(
-    described: DescribeGroupsResponse.DescribedGroup, committed: Mapping[TopicPartition, int]
+    described: DescribeGroupsResponse.DescribedGroup | ConsumerGroupDescribeResponse.DescribedGroup,
+    committed: Mapping[TopicPartition, int],
 ) -> str:
+    if isinstance(described, ConsumerGroupDescribeResponse.DescribedGroup):
+        return described.group_state  # a consumer group (KIP-848) is kept while Empty
     # Offsets committed without membership (assign() and commit) make a group that Kafka's
     # coordinator reports as Empty; this broker keeps no group object for them (Dead).
     if described.group_state == "Dead" and committed:

@@ -52,6 +52,7 @@ class GroupListing:
     state: str
     protocol_type: str
     coordinator: int  # the broker that listed it
+    group_type: str = "classic"  # or "consumer" (KIP-848)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,9 @@ class MemberDescription:
     # The member's partitions; None when the assignment is not a consumer's (another protocol
     # type, or bytes that do not decode).  Empty until the group is Stable (Kafka).
     assignment: tuple[TopicPartition, ...] | None
+    # KIP-848 consumer groups only: the member's epoch and the partitions it moves towards
+    member_epoch: int | None = None
+    target_assignment: tuple[TopicPartition, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +88,9 @@ class GroupDescription:
     coordinator: Coordinator
     members: tuple[MemberDescription, ...]
     partitions: tuple[PartitionOffsets, ...]
+    group_type: str = "classic"  # or "consumer" (KIP-848: the epochs below are its)
+    group_epoch: int | None = None
+    assignment_epoch: int | None = None
 
     @property
     def total_lag(self) -> int:

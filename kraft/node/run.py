@@ -148,8 +148,11 @@ def _consumer_group_config(cfg: NodeConfig) -> ConsumerGroupConfig:
             raise ConfigError(f"group.consumer.{key}={value} must be within {low}-{high}")
     if heartbeat >= session:
         raise ConfigError("group.consumer.heartbeat.interval.ms must be below the session timeout")
-    raw = cfg.get("group.consumer.assignors") or BROKER_CONFIGS["group.consumer.assignors"].default
-    names = [CLASS_NAMES[a.strip()] for a in (raw or "").split(",") if a.strip()]
+    definition = BROKER_CONFIGS["group.consumer.assignors"]
+    raw = cfg.get("group.consumer.assignors") or definition.default or ""
+    if (error := definition.validate(raw)) is not None:
+        raise ConfigError(f"group.consumer.assignors={raw!r}: {error}")
+    names = [CLASS_NAMES[a.strip()] for a in raw.split(",") if a.strip()]
     if not names:
         raise ConfigError("group.consumer.assignors must name at least one assignor")
     return ConsumerGroupConfig(

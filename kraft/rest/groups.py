@@ -94,16 +94,23 @@ def assignment_json(assignment: tuple[TopicPartition, ...] | None) -> list[dict[
 
 
 def member_json(member: MemberDescription) -> dict[str, Any]:
-    return {**dataclasses.asdict(member), "assignment": assignment_json(member.assignment)}
+    return {
+        **dataclasses.asdict(member),
+        "assignment": assignment_json(member.assignment),
+        "target_assignment": assignment_json(member.target_assignment),
+    }
 
 
 def description_json(group: GroupDescription) -> dict[str, Any]:
     c = group.coordinator
     return {
         "group_id": group.group_id,
+        "group_type": group.group_type,
         "state": group.state,
         "protocol_type": group.protocol_type,
         "protocol": group.protocol,
+        "group_epoch": group.group_epoch,
+        "assignment_epoch": group.assignment_epoch,
         "coordinator": {"id": c.node_id, "host": c.host, "port": c.port},
         "members": [member_json(m) for m in group.members],
         "partitions": [

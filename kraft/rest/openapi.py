@@ -62,8 +62,11 @@ CONFIG_VALUES: Final[Schema] = {
 def _group_schemas() -> dict[str, Schema]:
     state = {
         **STR,
-        "description": "Empty, PreparingRebalance, CompletingRebalance, Stable or Dead",
+        "description": "Empty, PreparingRebalance, CompletingRebalance, Stable or Dead; a"
+        " consumer group (KIP-848): Empty, Assigning, Reconciling, Stable or Dead",
     }
+    group_type = {**STR, "enum": ["classic", "consumer"], "description": "the group protocol"}
+    epoch = _nullable({**INT32, "description": "consumer groups (KIP-848) only"})
     assigned = _obj(["topic", "partitions"], topic=STR, partitions=INT_LIST)
     non_negative = {**INT, "minimum": 0}
     return {
@@ -73,6 +76,7 @@ def _group_schemas() -> dict[str, Schema]:
             state=state,
             protocol_type={**STR, "description": "consumer for consumer groups"},
             coordinator={**INT32, "description": "the broker coordinating the group"},
+            group_type=group_type,
         ),
         "GroupMember": _obj(
             ["member_id", "group_instance_id", "client_id", "host", "assignment"],
@@ -86,6 +90,15 @@ def _group_schemas() -> dict[str, Schema]:
                     "items": assigned,
                     "description": "the member's partitions (empty until the group is Stable;"
                     " null when the assignment is not a consumer's)",
+                }
+            ),
+            member_epoch=epoch,
+            target_assignment=_nullable(
+                {
+                    "type": "array",
+                    "items": assigned,
+                    "description": "consumer groups (KIP-848): the partitions the member moves"
+                    " towards (null for a classic group)",
                 }
             ),
         ),
@@ -112,9 +125,12 @@ def _group_schemas() -> dict[str, Schema]:
                 "lag",
             ],
             group_id=STR,
+            group_type=group_type,
             state=state,
             protocol_type=STR,
             protocol={**STR, "description": "the assignor (range, roundrobin, ...) once Stable"},
+            group_epoch=epoch,
+            assignment_epoch=epoch,
             coordinator=_obj(["id", "host", "port"], id=INT32, host=STR, port=INT32),
             members={"type": "array", "items": _ref("GroupMember")},
             partitions={

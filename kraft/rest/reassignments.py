@@ -8,6 +8,7 @@ AlterPartitionReassignments / ListPartitionReassignments, forwarded to the activ
     DELETE /v1/topics/{name}/reassignments   cancel them (``?partition=N``: only that one),
                                              and clear the topic's throttled-replica lists
 
+Like the other writes, each answers once this node's image shows the change (bounded wait).
 The request is checked against this node's image first (the partitions exist, the brokers are
 registered, no broker twice), so a bad request changes nothing; the controller checks again.
 A throttle is set before the moves start (the broker rates on every broker involved and the
@@ -35,6 +36,7 @@ from kafka_protocol.messages import (
     AlterPartitionReassignmentsResponse,
     ListPartitionReassignmentsResponse,
 )
+from kraft.controller.reassignment import in_progress
 from kraft.reassign.plan import TOPIC_THROTTLE_KEYS, Move, throttles
 from kraft.rest.common import (
     IMAGE_WAIT_S,
@@ -44,6 +46,7 @@ from kraft.rest.common import (
     bad_request,
     controller_of,
     image_of,
+    image_settles,
     json_object,
     kafka_error,
     node_of,
@@ -161,6 +164,15 @@ async def start_reassignments(request: web.Request) -> web.Response:
     error = _first_error(response)
     if error is not None:
         raise kafka_error(*error)
+
+    def started(image: ClusterImage) -> bool:  # this node's image shows every move begun
+        now = image.topics.get(topic.name)
+        return now is not None and all(
+            (p := now.partitions.get(i)) is not None and list(p.replicas[: len(r)]) == r
+            for i, r in targets.items()
+        )
+
+    await image_settles(node, started)
     return web.json_response(
         {"topic": topic.name, "reassignments": await _listing(node, topic)}, status=202
     )
@@ -190,6 +202,14 @@ async def cancel_reassignments(request: web.Request) -> web.Response:
         error = _first_error(response)
         if error is not None:
             raise kafka_error(*error)
+
+        def reverted(image: ClusterImage) -> bool:
+            now = image.topics.get(topic.name)
+            return now is None or not any(
+                (p := now.partitions.get(i)) is not None and in_progress(p) for i in ongoing
+            )
+
+        await image_settles(node, reverted)
     if only < 0:  # every move of the topic is over: its throttled-replica lists go too
         present = image_of(node).topic_configs(topic.name)
         cleared: dict[str, str | None] = {k: None for k in TOPIC_THROTTLE_KEYS if k in present}

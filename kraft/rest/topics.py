@@ -79,7 +79,9 @@ def topic_json(node: AdminNode, topic: TopicImage, *, all_configs: bool = False)
                 "replicas": list(p.replicas),
                 "isr": list(p.isr),
                 "offline_replicas": [
-                    r for r in p.replicas if image.is_replica_offline(r, listener)
+                    r
+                    for r in p.replicas
+                    if image.is_replica_offline(r, listener, p.directory_of(r))
                 ],
                 "log_start_offset": local.log_start_offset if local else None,
                 "high_watermark": local.high_watermark if local else None,

@@ -6,15 +6,22 @@ lowered) so that a rebalance takes a heartbeat or two, not seconds.  What is pro
 
 * two consumers share a topic: on a join and on a leave each partition goes to one member at a
   time (never two), the assignment ends balanced, and every record is consumed;
+* a member killed with ``kill -9`` is removed after its session timeout, not before, and the
+  survivor then owns every partition;
 * commits carry the member epoch: librdkafka's commits succeed, a restarted consumer resumes
   exactly where the last one committed, and a commit with a stale epoch or an unknown member
-  gets STALE_MEMBER_EPOCH / UNKNOWN_MEMBER_ID;
+  gets STALE_MEMBER_EPOCH / UNKNOWN_MEMBER_ID, and so does an OffsetFetch v9 naming them;
+* a member asking for ``range`` (``group.remote.assignor``) gets contiguous ranges;
+* a static member (``group.instance.id``) that restarts gets its partitions back, the other
+  member keeping its own throughout;
 * the admin clients see the new group type: confluent's describe (ConsumerGroupDescribe: type
   CONSUMER, the uniform assignor, each member's current and target assignment) and list,
   kafka-python's and aiokafka's ListGroups (group_type "consumer"); an empty group is deleted;
 * a classic JoinGroup to a consumer group gets INCONSISTENT_GROUP_PROTOCOL, a classic
   Heartbeat GROUP_ID_NOT_FOUND, and a ConsumerGroupHeartbeat to a live classic group
   GROUP_ID_NOT_FOUND;
+* bad heartbeats (an invalid epoch, no member id, no subscription, an unknown assignor, an
+  unknown member) get Kafka's errors and messages, and no group is created;
 * ``kill -9`` of the coordinator: the new coordinator loads the group from its KIP-848 records
   in ``__consumer_offsets``: the same member keeps its id, epoch and partitions and consumes on.
 """
@@ -22,6 +29,8 @@ lowered) so that a rebalance takes a heartbeat or two, not seconds.  What is pro
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,7 +41,7 @@ from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, Pro
 from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 from kafka.admin import KafkaAdminClient
 
-from integration.cluster_process import LocalCluster, admin_client
+from integration.cluster_process import LocalCluster, admin_client, rest_call
 from integration.raw_client import RawConnection
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
@@ -42,6 +51,7 @@ from kafka_protocol.messages import (
     HeartbeatRequest,
     JoinGroupRequest,
     OffsetCommitRequest,
+    OffsetFetchRequest,
 )
 
 pytestmark = pytest.mark.integration
@@ -144,6 +154,52 @@ def test_two_consumers_share_a_topic_and_rebalance_on_join_and_leave(
     c1.close()
 
 
+CRASHING_MEMBER = """
+import sys, time
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+              "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+c.subscribe([sys.argv[3]])
+while True:
+    c.poll(0.1)
+    print(len(c.assignment()), flush=True)
+"""
+
+
+def test_a_crashed_member_is_expired_after_its_session(cluster: LocalCluster) -> None:
+    """``kill -9`` of a member (no leave): the coordinator removes it once
+    ``group.consumer.session.timeout.ms`` (6 s here) has passed, and the survivor gets every
+    partition; not before (the crashed member's partitions are not handed out early)."""
+    group = "crashing"
+    survivor = consumer(cluster, group)
+    crasher = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_MEMBER, cluster.bootstrap, group, TOPIC],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        reader = Reader(survivor)
+        reader.until("a split with the other process", lambda: len(owned(survivor)) == 3)
+        assert crasher.stdout is not None
+        while crasher.stdout.readline().strip() != "3":
+            pass
+        crasher.kill()
+        crasher.wait()
+        killed_at = time.monotonic()
+        reader.until(
+            "the survivor to get everything",
+            lambda: owned(survivor) == set(range(PARTITIONS)),
+            timeout_s=WAIT_S,
+        )
+        assert time.monotonic() - killed_at >= 4.0  # the 6 s session, less heartbeat phases
+    finally:
+        if crasher.poll() is None:
+            crasher.kill()
+            crasher.wait()
+        survivor.close()
+
+
 def test_commits_carry_member_epochs_and_a_restart_resumes_there(cluster: LocalCluster) -> None:
     group = "committing"
     c1 = consumer(cluster, group)
@@ -190,8 +246,30 @@ def check_commit_errors(cluster: LocalCluster, group: str) -> None:
                     )
                 ],
             )
-            response = conn.request(req, 8)
+            response = conn.request(req, 9)
             assert response.topics[0].partitions[0].error_code == error
+        # a member's commit needs v9 (the version that carries member epochs), as Kafka's
+        epoch = raw_describe(cluster, group).members[0].member_epoch
+        v8 = OffsetCommitRequest(
+            group_id=group,
+            generation_id_or_member_epoch=epoch,
+            member_id=member.member_id,
+            topics=req.topics,
+        )
+        assert conn.request(v8, 8).topics[0].partitions[0].error_code == (
+            ErrorCode.UNSUPPORTED_VERSION
+        )
+        # OffsetFetch v9 carries the member too: the same checks, a group-level error
+        G = OffsetFetchRequest.OffsetFetchRequestGroup
+        for member_id, epoch, fetch_error in (
+            (member.member_id, 9999, ErrorCode.STALE_MEMBER_EPOCH),
+            ("nobody", 1, ErrorCode.UNKNOWN_MEMBER_ID),
+            (None, -1, ErrorCode.NONE),  # not a member (an admin client): allowed
+        ):
+            fetch = OffsetFetchRequest(
+                groups=[G(group_id=group, member_id=member_id, member_epoch=epoch, topics=None)]
+            )
+            assert conn.request(fetch, 9).groups[0].error_code == fetch_error
     finally:
         conn.close()
 
@@ -225,12 +303,54 @@ def test_admin_clients_show_the_group_type_and_assignments(cluster: LocalCluster
     finally:
         kafka_python.close()
     assert (group, "consumer") in asyncio.run(aiokafka_list(cluster))
+    check_rest_and_cli(cluster, group)
     c1.close()
     c2.close()
     deleted = admin.delete_consumer_groups([group])[group]
     deleted.result(10)
     listed = {g.group_id for g in admin.list_consumer_groups().result(10).valid}
     assert group not in listed
+
+
+def check_rest_and_cli(cluster: LocalCluster, group: str) -> None:
+    """REST and ``kraft groups`` show the type, the epochs and each member's current and target
+    assignment (the controller's admin API asks the brokers too)."""
+    controller = next(iter(cluster.controllers.values()))
+    status, listed = rest_call(controller, "GET", "/v1/groups")
+    assert status == 200 and {g["group_id"]: g["group_type"] for g in listed}[group] == "consumer"
+    status, described = rest_call(cluster.any_broker(), "GET", f"/v1/groups/{group}")
+    assert status == 200, described
+    assert (described["group_type"], described["state"]) == ("consumer", "Stable")
+    assert described["protocol"] == "uniform"
+    assert described["group_epoch"] == described["assignment_epoch"] >= 2
+    for m in described["members"]:
+        assert m["assignment"] == m["target_assignment"]
+        assert m["member_epoch"] == described["group_epoch"]
+    assigned = sorted(
+        p for m in described["members"] for a in m["assignment"] for p in a["partitions"]
+    )
+    assert assigned == list(range(PARTITIONS))
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kraft.cli",
+            "groups",
+            "describe",
+            group,
+            "--members",
+            "--admin",
+            controller.admin,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert cli.returncode == 0, cli.stderr
+    header, *rows = cli.stdout.split("\n")
+    assert "MEMBER-EPOCH" in header and "TARGET-ASSIGNMENT" in header
+    assert sum(f"{TOPIC}(" in row for row in rows) == 2
 
 
 async def aiokafka_list(cluster: LocalCluster) -> list[tuple[str, str]]:
@@ -240,6 +360,19 @@ async def aiokafka_list(cluster: LocalCluster) -> list[tuple[str, str]]:
         return [(g[0], g[1]) for g in await client.list_consumer_groups()]
     finally:
         await client.close()
+
+
+def test_members_ask_for_the_range_assignor(cluster: LocalCluster) -> None:
+    """``group.remote.assignor=range``: contiguous ranges, and describe names the assignor."""
+    group = "ranged"
+    c1 = consumer(cluster, group, **{"group.remote.assignor": "range"})
+    c2 = consumer(cluster, group, **{"group.remote.assignor": "range"})
+    Reader(c1, c2).until("a balanced split", lambda: len(owned(c1)) == len(owned(c2)) == 3)
+    assert sorted([sorted(owned(c1)), sorted(owned(c2))]) == [[0, 1, 2], [3, 4, 5]]
+    admin = admin_client(cluster)
+    assert admin.describe_consumer_groups([group])[group].result(10).partition_assignor == "range"
+    c1.close()
+    c2.close()
 
 
 def test_classic_requests_and_consumer_heartbeats_do_not_mix(cluster: LocalCluster) -> None:
@@ -294,6 +427,86 @@ def test_classic_requests_and_consumer_heartbeats_do_not_mix(cluster: LocalClust
             answered = response
     assert answered is not None and answered.error_code == ErrorCode.GROUP_ID_NOT_FOUND, address
     classic.close()
+
+
+def test_a_static_member_comes_back_to_its_partitions(cluster: LocalCluster) -> None:
+    """``group.instance.id``: a closing static member only steps out (member epoch -2), its
+    partitions wait for it while the other member keeps its own, and the restarted instance gets
+    them back under its new member id without a rebalance."""
+    group = "static"
+    first = consumer(cluster, group, **{"group.instance.id": "instance-1"})
+    other = consumer(cluster, group, **{"group.instance.id": "instance-2"})
+    reader = Reader(first, other)
+    reader.until("a balanced split", lambda: len(owned(first)) == len(owned(other)) == 3)
+    held, others = owned(first), owned(other)
+    first.close()
+    reader.consumers.remove(first)
+    deadline = time.monotonic() + 1.5  # three heartbeats of the other member
+    reader.until("time to pass", lambda: time.monotonic() > deadline)
+    assert owned(other) == others
+    again = consumer(cluster, group, **{"group.instance.id": "instance-1"})
+    reader.consumers.append(again)
+    reader.until("the instance to get its partitions back", lambda: owned(again) == held)
+    assert owned(other) == others
+    admin = admin_client(cluster)
+    described = admin.describe_consumer_groups([group])[group].result(10)
+    assert sorted(m.group_instance_id for m in described.members) == ["instance-1", "instance-2"]
+    again.close()
+    other.close()
+
+
+def test_bad_heartbeats_get_kafkas_errors_and_change_nothing(cluster: LocalCluster) -> None:
+    """Refused before the group is touched: no group is created, the broker stays up."""
+    base = {
+        "group_id": "refused",
+        "member_id": "m",
+        "member_epoch": 0,
+        "rebalance_timeout_ms": 10_000,
+        "subscribed_topic_names": [TOPIC],
+        "topic_partitions": [],
+    }
+    cases: list[tuple[dict[str, object], ErrorCode, str]] = [
+        ({"member_epoch": -3}, ErrorCode.INVALID_REQUEST, "MemberEpoch is invalid."),
+        ({"member_id": ""}, ErrorCode.INVALID_REQUEST, "MemberId can't be empty."),
+        (
+            {"subscribed_topic_names": []},
+            ErrorCode.INVALID_REQUEST,
+            "SubscribedTopicNames must be set in first request.",
+        ),
+        ({"server_assignor": "sticky"}, ErrorCode.UNSUPPORTED_ASSIGNOR, "ServerAssignor sticky"),
+        ({"member_epoch": 5}, ErrorCode.UNKNOWN_MEMBER_ID, "Member m is not a member"),
+    ]
+    admin = admin_client(cluster)  # its FindCoordinator creates __consumer_offsets if need be
+    # librdkafka waits for the coordinator, then falls back to DescribeGroups: Dead
+    dead = admin.describe_consumer_groups(["refused"])["refused"].result(30)
+    assert dead.state is ConsumerGroupState.DEAD
+    for broker in cluster.brokers.values():
+        conn = RawConnection(broker.address)
+        try:
+            for changes, error, message in cases:
+                response = conn.request(ConsumerGroupHeartbeatRequest(**{**base, **changes}), 1)
+                if response.error_code == ErrorCode.NOT_COORDINATOR:
+                    break
+                assert response.error_code == error, (changes, response)
+                assert (response.error_message or "").startswith(message), response
+        finally:
+            conn.close()
+    assert raw_describe_error(cluster, "refused") == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def raw_describe_error(cluster: LocalCluster, group: str) -> int:
+    """The coordinator's ConsumerGroupDescribe error for ``group``."""
+    for broker in cluster.brokers.values():
+        if not broker.alive():
+            continue
+        conn = RawConnection(broker.address)
+        try:
+            response = conn.request(ConsumerGroupDescribeRequest(group_ids=[group]), 0)
+        finally:
+            conn.close()
+        if response.groups[0].error_code != ErrorCode.NOT_COORDINATOR:
+            return int(response.groups[0].error_code)
+    raise AssertionError(f"no broker coordinates {group}")
 
 
 def raw_describe(cluster: LocalCluster, group: str) -> ConsumerGroupDescribeResponse.DescribedGroup:

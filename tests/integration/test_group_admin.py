@@ -184,6 +184,7 @@ def check_lag_while_active(cluster: LocalCluster, admin: str, controller_admin: 
             "state": "Stable",
             "protocol_type": "consumer",
             "coordinator": group["coordinator"]["id"],
+            "group_type": "classic",
         }
     ]
 

@@ -23,7 +23,7 @@ import kafka.errors
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
 
@@ -151,37 +151,48 @@ def test_partitions_move_onto_the_target_brokers(
 def test_ongoing_move_is_listed_and_cancelled(
     cluster: LocalCluster, kp_admin: KafkaAdminClient
 ) -> None:
-    """A target broker that is paused cannot catch up: the move stays listed until cancelled.
-    kafka-python sends these requests to the broker Metadata names as the controller, which
-    therefore must not be the one paused."""
-    controller = admin_client(cluster).list_topics(timeout=10).controller_id
-    kept, paused_id = (b for b in cluster.brokers if b != controller)
-    create_topic(cluster, "stuck", [[controller, kept]])
-    paused = cluster.brokers[paused_id]
-    paused.pause()
-    try:
-        tp = TopicPartition("stuck", 0)
-        result = kp_admin.alter_partition_reassignments({tp: [controller, paused_id]})
-        assert result == {tp: None}
-        listed = kp_admin.list_partition_reassignments()
-        assert listed == {
-            tp: {
-                "replicas": [controller, paused_id, kept],
-                "adding_replicas": [paused_id],
-                "removing_replicas": [kept],
-            }
-        }
-        assert kp_admin.list_partition_reassignments({"stuck": [0], "nope": [0]}) == listed
-        assert kp_admin.alter_partition_reassignments({tp: None}) == {tp: None}
-        assert kp_admin.list_partition_reassignments() == {}
-        p = partitions(cluster.brokers[controller], "stuck")[0]
-        assert p["replicas"] == [controller, kept] and sorted(p["isr"]) == sorted(
-            [controller, kept]
+    """A move held back by a follower throttle of one byte a second stays in progress (broker
+    4 gets its first fetch, then nothing for a while): listed until cancelled."""
+    create_topic(cluster, "stuck", [[2, 3]])
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 20})
+    for _ in range(3000):  # 3 MB: more than one replica fetch (replica.fetch.max.bytes)
+        producer.produce("stuck", value=bytes(1000), partition=0)
+    assert producer.flush(30) == 0
+    set_configs(cluster, "broker", "4", {"follower.replication.throttled.rate": "1"})
+    set_configs(cluster, "topic", "stuck", {"follower.replication.throttled.replicas": "0:4"})
+    tp = TopicPartition("stuck", 0)
+    assert kp_admin.alter_partition_reassignments({tp: [2, 4]}) == {tp: None}
+    listed = kp_admin.list_partition_reassignments()
+    assert listed == {tp: {"replicas": [2, 4, 3], "adding_replicas": [4], "removing_replicas": [3]}}
+    assert kp_admin.list_partition_reassignments({"stuck": [0], "nope": [0]}) == listed
+    assert kp_admin.alter_partition_reassignments({tp: None}) == {tp: None}
+    assert kp_admin.list_partition_reassignments() == {}
+    wait_for(
+        "reverted",
+        lambda: partitions(cluster.brokers[2], "stuck")[0]["replicas"] == [2, 3],
+        15,
+        cluster,
+    )
+    assert sorted(partitions(cluster.brokers[2], "stuck")[0]["isr"]) == [2, 3]
+    result = kp_admin.alter_partition_reassignments({tp: None})
+    assert result == {tp: kafka.errors.NoReassignmentInProgressError}
+    set_configs(cluster, "broker", "4", {"follower.replication.throttled.rate": None})
+
+
+def set_configs(cluster: LocalCluster, kind: str, name: str, values: dict[str, str | None]) -> None:
+    """IncrementalAlterConfigs with confluent-kafka: a value sets, None deletes."""
+    ops = [
+        ConfigEntry(
+            k,
+            v,
+            incremental_operation=AlterConfigOpType.DELETE if v is None else AlterConfigOpType.SET,
         )
-        result = kp_admin.alter_partition_reassignments({tp: None})
-        assert result == {tp: kafka.errors.NoReassignmentInProgressError}
-    finally:
-        paused.resume()
+        for k, v in values.items()
+    ]
+    resource = ConfigResource(kind, name, incremental_configs=ops)
+    client = admin_client(cluster)  # the handle must outlive its future
+    [future] = client.incremental_alter_configs([resource]).values()
+    future.result(timeout=15)
 
 
 def test_bad_reassignments_change_nothing(
@@ -330,9 +341,14 @@ def test_cli_generates_executes_verifies(cluster: LocalCluster, tmp_path: Path) 
     assert executed.returncode == 0, executed.stderr
     assert "Successfully started partition reassignments for cli-moved-0" in executed.stdout
     assert "Save this to use as the --reassignment-json-file" in executed.stdout
-    assert cluster.brokers[3].get("/v1/topics/cli-moved")["configs"][
-        "follower.replication.throttled.replicas"
-    ]
+    wait_for(
+        "throttle set",
+        lambda: cluster.brokers[3].get("/v1/topics/cli-moved")["configs"][
+            "follower.replication.throttled.replicas"
+        ],
+        15,
+        cluster,
+    )
 
     def verified() -> str | None:
         result = kraft_reassign(cluster, "--verify", "--reassignment-json-file", str(plan))
@@ -342,13 +358,23 @@ def test_cli_generates_executes_verifies(cluster: LocalCluster, tmp_path: Path) 
     text = wait_for("verify says completed", verified, 30, cluster, poll_s=0.3)
     assert text.count("is completed.") == 4
     assert "Clearing topic-level throttles on topic cli-moved" in text
-    assert "throttled" not in str(cluster.brokers[3].get("/v1/topics/cli-moved")["configs"])
+    wait_for(
+        "throttle cleared",
+        lambda: "throttled" not in str(cluster.brokers[3].get("/v1/topics/cli-moved")["configs"]),
+        15,
+        cluster,
+    )
     listed = kraft_reassign(cluster, "--list")
     assert listed.returncode == 0 and "No partition reassignments found." in listed.stdout
-    for p in proposed:
-        assert (
+    wait_for(
+        "broker 4 sees the plan done",
+        lambda: all(
             partitions(cluster.brokers[4], "cli-moved")[p["partition"]]["replicas"] == p["replicas"]
-        )
+            for p in proposed
+        ),
+        15,
+        cluster,
+    )
 
     # A plan naming an unknown broker is refused, and nothing moves.
     bad = tmp_path / "bad.json"
@@ -366,3 +392,52 @@ def test_cli_generates_executes_verifies(cluster: LocalCluster, tmp_path: Path) 
     cancelled = kraft_reassign(cluster, "--cancel", "--plan", str(plan), "--json")
     assert cancelled.returncode == 0, cancelled.stderr
     assert json.loads(cancelled.stdout)["cancelled"] == []
+
+
+def test_cli_lists_refuses_a_second_plan_and_cancels(cluster: LocalCluster, tmp_path: Path) -> None:
+    """A move onto a paused broker stays in progress: --list shows it, a second --execute is
+    refused without --additional, --cancel reverts it."""
+    create_topic(cluster, "cli-stuck", [[2], [3]])
+    paused_id, reachable = 4, cluster.brokers[2]
+    plan = tmp_path / "stuck.json"
+    plan.write_text(
+        json.dumps(
+            {"version": 1, "partitions": [{"topic": "cli-stuck", "partition": 0, "replicas": [4]}]}
+        )
+    )
+    other = tmp_path / "other.json"
+    other.write_text(
+        json.dumps(
+            {"version": 1, "partitions": [{"topic": "cli-stuck", "partition": 1, "replicas": [2]}]}
+        )
+    )
+
+    def reassign(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "kraft.cli", "reassign"]
+        command += ["--bootstrap-server", reachable.address, *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+
+    cluster.brokers[paused_id].pause()
+    try:
+        assert reassign("--execute", "--plan", str(plan)).returncode == 0
+        listed = reassign("--list")
+        assert "cli-stuck-0: replicas: 4,2. adding: 4. removing: 2." in listed.stdout
+        refused = reassign("--execute", "--plan", str(other))
+        assert refused.returncode == 1 and "REASSIGNMENT_IN_PROGRESS" in refused.stderr
+        assert partitions(reachable, "cli-stuck")[1]["replicas"] == [3]  # not started
+        verified = reassign("--verify", "--plan", str(plan))
+        assert "Reassignment of partition cli-stuck-0 is still in progress." in verified.stdout
+        cancelled = reassign("--cancel", "--plan", str(plan))
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert "Successfully cancelled partition reassignments for: cli-stuck-0" in cancelled.stdout
+        wait_for(
+            "reverted",
+            lambda: partitions(reachable, "cli-stuck")[0]["replicas"] == [2],
+            15,
+            cluster,
+        )
+        failed = reassign("--verify", "--plan", str(plan))
+        assert failed.returncode == 1 and "REASSIGNMENT_FAILED" in failed.stderr
+        assert "but replica set is [2] rather than [4]" in failed.stdout
+    finally:
+        cluster.brokers[paused_id].resume()

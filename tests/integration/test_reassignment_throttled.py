@@ -21,12 +21,24 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+)
 from history import Ack, Fail, HistoryWriter, Read, Send, check
 from kafka import TopicPartition as KpTopicPartition
 from kafka.admin import KafkaAdminClient
 
-from integration.cluster_process import LocalCluster, ServerProcess, admin_client, wait_for
+from integration.cluster_process import (
+    LocalCluster,
+    ServerProcess,
+    admin_client,
+    rest_call,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -222,6 +234,16 @@ def test_moving_every_partition_under_a_throttle(cluster: LocalCluster, tmp_path
     for broker in (2, 3):
         set_configs(cluster, "broker", str(broker), {"leader.replication.throttled.rate": rate})
     set_configs(cluster, "broker", "4", {"follower.replication.throttled.rate": rate})
+
+    # As kafka-configs.sh --describe --entity-type brokers --entity-name 4 shows it (broker 4
+    # answers from its image, which follows the controller's).
+    def described() -> Any:
+        [future] = admin.describe_configs([ConfigResource("broker", "4")]).values()
+        entry = future.result(timeout=15)["follower.replication.throttled.rate"]
+        return entry if entry.value == rate else None
+
+    entry = wait_for("broker 4 describes the rate", described, 15, cluster)
+    assert entry.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
     leaders = ",".join(f"{p}:{b}" for p, replicas in enumerate(START) for b in replicas)
     followers = ",".join(f"{p}:4" for p in range(PARTITIONS))
     set_configs(
@@ -261,6 +283,13 @@ def test_moving_every_partition_under_a_throttle(cluster: LocalCluster, tmp_path
             assert kp_admin.list_partition_reassignments() == {}
         finally:
             kp_admin.close()
+        # The follower's own measure of its throttled traffic (/metrics) is within the bound.
+        metrics = rest_call(new_broker, "GET", "/metrics")[1]
+        prefix = 'kafka_replication_throttled_bytes_per_second{side="follower"} '
+        measured = next(
+            float(x[len(prefix) :]) for x in metrics.splitlines() if x.startswith(prefix)
+        )
+        assert 0 < measured <= 1.2 * RATE_BYTES_PER_S, measured
         moved = bytes_on_disk(new_broker)
         achieved = moved / took_s
         print(f"moved {moved} bytes in {took_s:.2f} s: {achieved:.0f} B/s, bound {rate} B/s")

@@ -383,9 +383,10 @@ def raw_producer_id(node: ServerProcess) -> tuple[int, int]:
 
 
 def raw_fetch(
-    node: ServerProcess, topic: str, epoch: int, replica_id: int = -1
+    node: ServerProcess, topic: str, epoch: int, replica_id: int = -1, version: int = 12
 ) -> tuple[ErrorCode, int, int]:
-    """Fetch v12 from offset 0: (error, high watermark, bytes of records)."""
+    """Fetch (v12: followers serve consumers, KIP-392; v10: only the leader) from offset 0:
+    (error, high watermark, bytes of records)."""
     request = FetchRequest(
         replica_id=replica_id,
         max_wait_ms=0,
@@ -400,7 +401,7 @@ def raw_fetch(
             )
         ],
     )
-    answer = _raw(node, request, 12).responses[0].partitions[0]
+    answer = _raw(node, request, version).responses[0].partitions[0]
     records = answer.records or b""
     return ErrorCode.from_code(answer.error_code), int(answer.high_watermark), len(records)
 
@@ -1455,8 +1456,14 @@ def test_epoch_fencing_and_offset_for_leader_epoch_on_the_wire(fast: LocalCluste
     not_leader = ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert raw_produce(follower, topic, [b"to-a-follower"], acks=1)[0] == not_leader
     assert raw_produce(follower, topic, [b"to-a-follower"], acks=-1)[0] == not_leader
-    assert raw_fetch(follower, topic, e0)[0] == not_leader
-    assert raw_fetch(follower, topic, -1)[0] == not_leader
+    assert raw_fetch(follower, topic, e0, version=10)[0] == not_leader
+    assert raw_fetch(follower, topic, -1, version=10)[0] == not_leader
+    # Fetch v11+ consumers may read a follower, up to its high watermark (KIP-392)
+    wait_for(
+        "the follower serving a v12 consumer",
+        lambda: raw_fetch(follower, topic, e0)[:2] == (ErrorCode.NONE, 4),
+        fast,
+    )
     assert raw_list_offsets(follower, topic, -1)[0] == not_leader
     assert raw_epoch_end(follower, topic, -1, e0)[0] == not_leader
 
@@ -1502,7 +1509,11 @@ def test_epoch_fencing_and_offset_for_leader_epoch_on_the_wire(fast: LocalCluste
     assert raw_epoch_end(leader, topic, e2, e1) == (ErrorCode.NONE, e1, 7)
     assert raw_epoch_end(leader, topic, e2, e2) == (ErrorCode.NONE, e2, 8)
     assert raw_fetch(leader, topic, e1)[0] == ErrorCode.FENCED_LEADER_EPOCH
-    wait_for("b a follower again", lambda: raw_fetch(follower, topic, e2)[0] == not_leader, fast)
+    wait_for(
+        "b a follower again",
+        lambda: raw_fetch(follower, topic, e2, version=10)[0] == not_leader,
+        fast,
+    )
     values = [r.value for r in read_kcat(to(fast), topic)]
     assert values == [b"e0-0", b"e0-1", b"e0-2", b"e0-3", b"e1-4", b"e1-5", b"e1-6", b"e2-7"]
     # Each batch keeps the epoch of the leader that wrote it, as a consumer sees it (KIP-320).

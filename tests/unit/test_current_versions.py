@@ -26,8 +26,10 @@ from kafka_protocol.messages import (
     ApiVersionsRequest,
     FetchRequest,
     FetchResponse,
+    FindCoordinatorRequest,
     ListOffsetsRequest,
     MetadataRequest,
+    ProduceRequest,
     RequestHeader,
 )
 from kafka_protocol.metadata import PartitionRecord, RegisterBrokerRecord, TopicRecord
@@ -60,7 +62,17 @@ def _broker(selector: str | None) -> Broker:
     )
     broker = Broker(config, MemoryStorage(), _NoController(), ClusterImage.EMPTY, "c")  # type: ignore[arg-type]
     records: list[MetadataRecord] = [
-        RegisterBrokerRecord(broker_id=BrokerId(b), rack=rack, fenced=False, broker_epoch=10 + b)
+        RegisterBrokerRecord(
+            broker_id=BrokerId(b),
+            rack=rack,
+            fenced=False,
+            broker_epoch=10 + b,
+            end_points=[
+                RegisterBrokerRecord.BrokerEndpoint(
+                    name="PLAINTEXT", host=f"b{b}.example", port=9092, security_protocol=0
+                )
+            ],
+        )
         for b, rack in RACKS.items()
     ]
     for name, topic_id, replicas in (("led", LED, [2, 3, 1]), ("followed", FOLLOWED, [1, 2, 3])):
@@ -97,8 +109,7 @@ def _wire_response(resp: Any, version: int) -> FetchResponse:
     return decoded
 
 
-def _fetch(
-    broker: Broker,
+def _request(
     version: int,
     topic: str,
     topic_id: uuid.UUID,
@@ -107,7 +118,7 @@ def _fetch(
     replica_id: int = -1,
     rack: str = "",
     epoch: int = -1,
-) -> FetchResponse.PartitionData:
+) -> FetchRequest:
     partition = FetchRequest.FetchPartition(
         partition=0, fetch_offset=offset, partition_max_bytes=1 << 20, current_leader_epoch=epoch
     )
@@ -129,6 +140,21 @@ def _fetch(
         req.replica_state = FetchRequest.ReplicaState(replica_id=BrokerId(replica_id))
     else:
         req.replica_id = BrokerId(replica_id)
+    return req
+
+
+def _fetch(
+    broker: Broker,
+    version: int,
+    topic: str,
+    topic_id: uuid.UUID,
+    offset: int = 0,
+    *,
+    replica_id: int = -1,
+    rack: str = "",
+    epoch: int = -1,
+) -> FetchResponse.PartitionData:
+    req = _request(version, topic, topic_id, offset, replica_id=replica_id, rack=rack, epoch=epoch)
     ctx, decoded = _wire_request(req, version)
     resp = broker.dispatcher.handlers[1].handle(ctx, decoded)
     assert isinstance(resp, FetchResponse), "max_wait_ms=0 answers at once"
@@ -204,14 +230,46 @@ def test_an_unknown_topic_id_is_answered_unknown_topic_id(version: int) -> None:
     assert data.high_watermark == -1 and not data.records
 
 
-def test_the_replica_id_moves_into_replica_state_at_v15() -> None:
+@pytest.mark.parametrize("version", [12, 15, 16, 17])
+def test_from_v16_not_leader_names_the_leader_and_its_address(version: int) -> None:
+    """KIP-951: a replica fetching "followed" from here (its leader is broker 1)."""
+    broker = _with_data()
+    ctx, req = _wire_request(_request(version, "followed", FOLLOWED, 0, replica_id=3), version)
+    resp = broker.dispatcher.handlers[1].handle(ctx, req)
+    answer = _wire_response(resp, version)
+    (data,) = answer.responses[0].partitions
+    assert data.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    leader = (data.current_leader.leader_id, data.current_leader.leader_epoch)
+    endpoints = [(e.node_id, e.host, e.port, e.rack) for e in answer.node_endpoints]
+    if version >= 16:
+        assert leader == (1, 0)
+        assert endpoints == [(1, "b1.example", 9092, "rack-b")]
+    else:
+        assert leader == (-1, -1) and endpoints == []
+
+
+@pytest.mark.parametrize("version", [12, 15, 17])
+def test_a_follower_is_known_by_replica_id_or_from_v15_by_replica_state(version: int) -> None:
+    """Past the high watermark only a follower reads (to the log end), and its fetch moves
+    the high watermark: the replica id must be read from where the version carries it."""
     broker = _with_data()
     led = broker.replicas.get("led", 0)
     assert led is not None
-    # at v15 a top-level replica id is not on the wire: a consumer, bounded by the high
-    # watermark, and no follower state changes
-    data = _fetch(broker, 15, "led", LED, RECORDS)
-    assert data.error_code == ErrorCode.NONE and not data.records
+
+    async def append_more() -> None:
+        broker.replicas.append_nowait(led, RecordBatch(memoryview(_batch())))
+        for _ in range(4):
+            await asyncio.sleep(0)
+
+    asyncio.run(append_more())
+    assert (led.high_watermark, led.log_end_offset) == (RECORDS, 2 * RECORDS)
+    consumer = _fetch(broker, version, "led", LED, RECORDS)
+    assert consumer.error_code == ErrorCode.NONE and not consumer.records
+    follower = _fetch(broker, version, "led", LED, RECORDS, replica_id=3)
+    assert follower.error_code == ErrorCode.NONE and _count(follower.records) == RECORDS
+    _fetch(broker, version, "led", LED, 2 * RECORDS, replica_id=3)
+    _fetch(broker, version, "led", LED, 2 * RECORDS, replica_id=1)
+    assert led.high_watermark == 2 * RECORDS
 
 
 @pytest.mark.parametrize("version", [4, 10])
@@ -359,3 +417,66 @@ def test_api_versions_advertises_kafka_4_versions_and_kafka_python_infers_4_0() 
     # older versions stay: Produce 0 (librdkafka's compression check), Fetch 4, ListOffsets 1
     assert (table[0][0], table[1][0], table[2][0], table[3][0]) == (0, 4, 1, 0)
     assert infer_broker_version_from_api_versions(table) == (4, 0)
+
+
+@pytest.mark.parametrize("version", [9, 10, 11])
+def test_from_produce_v10_not_leader_names_the_leader_and_its_address(version: int) -> None:
+    broker = _with_data()
+    req = ProduceRequest(
+        acks=1,
+        timeout_ms=1000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=TopicName("followed"),
+                partition_data=[
+                    ProduceRequest.PartitionProduceData(index=0, records=memoryview(_batch()))
+                ],
+            )
+        ],
+    )
+
+    async def main() -> Any:
+        return _ask(broker, 0, req, version)
+
+    answer = asyncio.run(main())
+    (p,) = answer.responses[0].partition_responses
+    assert p.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    leader = (p.current_leader.leader_id, p.current_leader.leader_epoch)
+    endpoints = [(e.node_id, e.host, e.port, e.rack) for e in answer.node_endpoints]
+    if version >= 10:
+        assert leader == (1, 0) and endpoints == [(1, "b1.example", 9092, "rack-b")]
+    else:
+        assert leader == (-1, -1) and endpoints == []
+
+
+@pytest.mark.parametrize("version", [4, 5, 6])
+def test_find_coordinator_refuses_share_group_keys(version: int) -> None:
+    """v6 adds share-group keys (KIP-932); without a share coordinator Kafka answers
+    INVALID_REQUEST for them, as for any key type before v6."""
+    broker = _broker(None)
+    req = FindCoordinatorRequest(key_type=2, coordinator_keys=["g:topic:0", "h:topic:1"])
+    answer = _ask(broker, 10, req, version)
+    assert [(c.key, c.error_code) for c in answer.coordinators] == [
+        ("g:topic:0", ErrorCode.INVALID_REQUEST),
+        ("h:topic:1", ErrorCode.INVALID_REQUEST),
+    ]
+
+
+def test_replica_selector_class_is_checked_at_startup(tmp_path: Path) -> None:
+    """The one selector there is is accepted; anything else stops the broker from starting."""
+    from kraft.node.config import ConfigError, load_config
+    from kraft.node.dev_cluster_files import ClusterIdentity, node_properties, render_properties
+    from kraft.node.dev_cluster_plan import plan_cluster
+    from kraft.node.run import broker_config
+
+    plan = plan_cluster(1, 1, 9092, 8080)
+    identity = ClusterIdentity("MkU3OEVBNTcwNTJENDM2Qk", "s3cret", 3)
+    path = tmp_path / "broker.properties"
+    props = node_properties(plan.brokers[0], plan, identity, tmp_path, {})
+    path.write_text(render_properties(props, "test"))
+    chosen = broker_config(load_config(path, {"replica.selector.class": RACK_AWARE_SELECTOR}, {}))
+    assert (chosen.replica_selector, chosen.rack) == (RACK_AWARE_SELECTOR, "rack-1")
+    assert broker_config(load_config(path, {}, {})).replica_selector is None
+    bad = {"replica.selector.class": "com.example.MySelector"}
+    with pytest.raises(ConfigError, match=r"replica\.selector\.class"):
+        broker_config(load_config(path, bad, {}))

@@ -206,6 +206,47 @@ def test_describe_members_and_state(api: FakeApi, capsys: pytest.CaptureFixture[
     assert state[1].split() == ["g", "127.0.0.1:9093", "(2)", "range", "Stable", "2"]
 
 
+def test_describe_a_consumer_group_shows_epochs_and_targets(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A KIP-848 group: --members adds each member's epoch and target assignment, --state the
+    group and assignment epochs (Kafka's --verbose columns)."""
+    member = {
+        **MEMBER,
+        "member_epoch": 7,
+        "target_assignment": [{"topic": "orders", "partitions": [0, 1, 2]}],
+    }
+    waiting = {**IDLE_MEMBER, "member_epoch": 6, "target_assignment": None}
+    consumer = {
+        **GROUP,
+        "group_type": "consumer",
+        "state": "Reconciling",
+        "protocol": "uniform",
+        "group_epoch": 7,
+        "assignment_epoch": 7,
+        "members": [member, waiting],
+    }
+    api.reply("GET", "/v1/groups/k", (200, {**consumer, "group_id": "k"}))
+    assert run(["groups", "describe", "k", "--members"], api) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert lines[0][-3:] == ["ASSIGNMENT", "MEMBER-EPOCH", "TARGET-ASSIGNMENT"]
+    assert lines[1][-3:] == ["orders(0,1)", "7", "orders(0,1,2)"]
+    assert lines[2][-3:] == ["-", "6", "-"]
+    assert run(["groups", "describe", "k", "--state"], api) == 0
+    state = capsys.readouterr().out.splitlines()
+    assert state[0].split()[-2:] == ["GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH"]
+    assert state[1].split() == [
+        "k",
+        "127.0.0.1:9093",
+        "(2)",
+        "uniform",
+        "Reconciling",
+        "2",
+        "7",
+        "7",
+    ]
+
+
 def test_describe_json_is_the_api_answer(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
     api.reply("GET", "/v1/groups/a%2Fb", (200, GROUP))
     assert run(["groups", "describe", "a/b", "--json"], api) == 0
@@ -228,14 +269,22 @@ def test_list(api: FakeApi, capsys: pytest.CaptureFixture[str]) -> None:
     groups = [
         {"group_id": "g", "state": "Stable", "protocol_type": "consumer", "coordinator": 2},
         {"group_id": "h", "state": "Empty", "protocol_type": "consumer", "coordinator": 3},
+        {
+            "group_id": "k",
+            "state": "Reconciling",
+            "protocol_type": "consumer",
+            "coordinator": 4,
+            "group_type": "consumer",
+        },
     ]
     api.reply("GET", "/v1/groups", (200, groups))
     assert run(["groups", "list"], api) == 0
     lines = [line.split() for line in capsys.readouterr().out.splitlines()]
     assert lines == [
-        ["GROUP", "STATE", "PROTOCOL-TYPE", "COORDINATOR"],
-        ["g", "Stable", "consumer", "2"],
-        ["h", "Empty", "consumer", "3"],
+        ["GROUP", "TYPE", "STATE", "PROTOCOL-TYPE", "COORDINATOR"],
+        ["g", "classic", "Stable", "consumer", "2"],
+        ["h", "classic", "Empty", "consumer", "3"],
+        ["k", "consumer", "Reconciling", "consumer", "4"],
     ]
 
 

@@ -157,8 +157,20 @@ def test_list_and_describe() -> None:
         status, listed = await api.call("GET", "/v1/groups", "/v1/groups")
         assert status == 200
         assert listed == [
-            {"group_id": "g", "state": "Stable", "protocol_type": "consumer", "coordinator": 2},
-            {"group_id": "idle", "state": "Empty", "protocol_type": "consumer", "coordinator": 2},
+            {
+                "group_id": "g",
+                "state": "Stable",
+                "protocol_type": "consumer",
+                "coordinator": 2,
+                "group_type": "classic",
+            },
+            {
+                "group_id": "idle",
+                "state": "Empty",
+                "protocol_type": "consumer",
+                "coordinator": 2,
+                "group_type": "classic",
+            },
         ]
         status, group = await api.call("GET", "/v1/groups/g", "/v1/groups/{group}")
         assert status == 200
@@ -175,7 +187,10 @@ def test_list_and_describe() -> None:
             "client_id": "client-m-a",
             "host": "/10.0.0.9",
             "assignment": [{"topic": "t", "partitions": [0]}, {"topic": "u", "partitions": [0]}],
+            "member_epoch": None,
+            "target_assignment": None,
         }
+        assert (group["group_type"], group["group_epoch"]) == ("classic", None)
         assert group["partitions"] == [
             {
                 "topic": "t",

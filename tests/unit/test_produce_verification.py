@@ -72,6 +72,7 @@ class Broker:
         transactional_id: str | None = "tx",
         acks: int = -1,
         timeout_ms: int = 5_000,
+        version: int = 9,
     ) -> dict[int, ProduceResponse.PartitionProduceResponse]:
         req = ProduceRequest(
             transactional_id=None
@@ -89,7 +90,7 @@ class Broker:
                 )
             ],
         )
-        header = RequestHeader(request_api_key=0, request_api_version=9)
+        header = RequestHeader(request_api_key=0, request_api_version=version)
         ctx = RequestContext(header, Session.internal("User:test"), 0.0, 0.0)
         result = self.handler.handle(ctx, req)
         if asyncio.iscoroutine(result) or isinstance(result, Deferred):
@@ -141,6 +142,25 @@ def test_a_partition_not_in_the_transaction_is_refused_and_nothing_appended() ->
         assert got[1].error_code == ErrorCode.INVALID_TXN_STATE
         assert got[1].error_message == "the partition was not added to the transaction"
         assert broker.end_offsets() == [2, 0]
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [(10, ErrorCode.INVALID_TXN_STATE), (11, ErrorCode.TRANSACTION_ABORTABLE)],
+)
+def test_produce_v11_learns_that_a_partition_outside_the_transaction_is_abortable(
+    version: int, expected: ErrorCode
+) -> None:
+    """KIP-890: Kafka's coordinator answers TRANSACTION_ABORTABLE; before Produce v11 the
+    producer is told INVALID_TXN_STATE, which it knows."""
+
+    async def main() -> None:
+        broker = Broker(FakeVerifier({("t", 0): ErrorCode.INVALID_TXN_STATE}))
+        got = (await broker.produce({0: txn_batch()}, version=version))[0]
+        assert got.error_code == expected
+        assert broker.end_offsets() == [0, 0]
 
     asyncio.run(main())
 

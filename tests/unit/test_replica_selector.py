@@ -1,6 +1,7 @@
 """KIP-392's RackAwareReplicaSelector and the leader's choice of candidates, against a model
 written from Kafka's description: the leader unless the client's rack has replicas and the
-leader is not among them; then the most caught-up replica of that rack."""
+leader is not among them; then the most caught-up replica of that rack.  Candidates: in-sync
+followers whose log holds the fetch offset."""
 
 from __future__ import annotations
 
@@ -51,5 +52,9 @@ def test_only_in_sync_followers_holding_the_fetch_offset_are_candidates() -> Non
     assert choose(30) == 4  # both hold it: the higher log end offset wins
     assert choose(30, rack="a") is None  # the leader's own rack
     assert choose(30, rack="") is None
+    # a follower whose log starts after the offset (DeleteRecords, retention) cannot serve it
+    trimmed = [FollowerView(4, True, 60, 500, log_start_offset=40)]
+    assert preferred_read_replica("b", 30, 1, 100, trimmed, racks.get, 1_000) is None
+    assert preferred_read_replica("b", 40, 1, 100, trimmed, racks.get, 1_000) == 4
     tied = [FollowerView(3, True, 60, 900), FollowerView(4, True, 60, 500)]
     assert preferred_read_replica("b", 30, 1, 100, tied, racks.get, 1_000) == 3  # caught up later

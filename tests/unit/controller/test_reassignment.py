@@ -32,6 +32,7 @@ from kafka_protocol.messages import (
 )
 from kafka_protocol.types import BrokerId, TopicName
 from kraft.controller import Controller
+from metadata_log.delta import replay_records
 from metadata_log.image import ClusterImage
 
 E = ErrorCode
@@ -323,3 +324,18 @@ def _simulate(seed: int, steps: int = 60) -> None:
 @given(st.integers(min_value=0, max_value=2**32))
 def test_simulated_reassignments_keep_invariants(seed: int) -> None:
     _simulate(seed)
+
+
+def test_a_move_in_progress_survives_a_snapshot(
+    controller: Controller, image: ClusterImage
+) -> None:
+    """A new active controller loading a snapshot carries on with the move (the reassignment
+    state is in the partition registration, nowhere else)."""
+    image, _ = step(controller, image, "handle", reassign(("t", 0, [4, 5, 1])))
+    reloaded = replay_records(ClusterImage.EMPTY, image.to_records())
+    assert part(reloaded) == part(image)
+    assert listed(controller, reloaded) == listed(controller, image)
+    reloaded, _ = step(
+        controller, reloaded, "handle_alter_partition", isr_change(reloaded, [1, 2, 3, 4, 5])
+    )
+    assert part(reloaded).replicas == (4, 5, 1) and not part(reloaded).adding_replicas

@@ -103,3 +103,53 @@ def test_a_commit_on_its_way_to_the_log_keeps_its_offset_and_its_group() -> None
 
     assert asyncio.run(c.expire_offsets()) == 0
     assert c.written == [] and "g" in c.classic.groups
+
+
+def test_an_empty_consumer_group_goes_with_its_last_offset() -> None:
+    """KIP-848 groups: an empty one is deleted (its group-level records tombstoned) once its
+    offsets expired, as Kafka's ``cleanupGroupMetadata``; one with members stays."""
+    import uuid
+
+    from broker.coordinator.records import ConsumerGroupRecord
+    from broker.group.consumer import ConsumerGroup, ConsumerGroupConfig
+    from kafka_protocol.messages import ConsumerGroupHeartbeatRequest as Heartbeat
+
+    c = Coordinator(NOW_MS)
+    topic = (uuid.UUID(int=7), 2)
+    for group_id, leaves in (("gone", True), ("busy", False)):
+        group = ConsumerGroup(group_id, ConsumerGroupConfig())
+        join = Heartbeat(
+            group_id=group_id,
+            member_id="m",
+            member_epoch=0,
+            rebalance_timeout_ms=1_000,
+            subscribed_topic_names=["t"],
+            topic_partitions=[],
+        )
+        _, records = group.heartbeat(join, "c", "/h", 0, lambda _: topic, "")
+        if leaves:
+            leave = Heartbeat(group_id=group_id, member_id="m", member_epoch=-1)
+            records += group.heartbeat(leave, "c", "/h", 0, lambda _: topic, "")[1]
+        for key, value in records:
+            c.part.replay(key, value)
+        c.commit(group_id, "other-topic", at_ms=0)
+
+    async def load_and_expire() -> int:
+        c.consumer.on_loaded(c.part)  # its members' session timers need the loop
+        try:
+            return await c.expire_offsets()
+        finally:
+            c.consumer.on_unloaded(c.part)
+
+    removed = asyncio.run(load_and_expire())
+
+    assert removed == 2  # both groups' offsets of a topic nobody subscribes to
+    tombstoned = {
+        (r.key_version, bytes(r.key))
+        for r in c.written
+        if isinstance(r, ConsumerGroupRecord) and r.value is None
+    }
+    assert {version for version, _ in tombstoned} == {3, 4, 6}
+    assert all(b"gone" in key for _, key in tombstoned)
+    assert "gone" not in c.part.consumer_groups.groups
+    assert "busy" in c.part.consumer_groups.groups

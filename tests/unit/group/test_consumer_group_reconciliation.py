@@ -13,7 +13,8 @@ Checked after every step:
 * safety: no partition is owned by two clients at once, and the group's own view agrees
   (``owner_epochs`` crash-stops otherwise: the test's stop handler turns that into a failure);
 * the group's records, replayed into a fresh ``StoredConsumerGroups`` and restored, give the same
-  group (epochs, members' current assignments, targets): a failover loses nothing;
+  group (epochs, members' current assignments, targets): a failover loses nothing; and the
+  machine fails over now and then, carrying on with the restored group;
 * liveness, at the end: a few rounds of heartbeats make the group Stable with every subscribed
   partition owned by exactly one subscribed client, balanced within one partition when every
   member subscribes to the same topics.
@@ -37,13 +38,8 @@ from hypothesis.stateful import (
 
 from broker.coordinator.records import ConsumerGroupRecord, decode
 from broker.fatal import InvariantViolation, stop_handler
-from broker.group.consumer import (
-    ConsumerGroup,
-    ConsumerGroupConfig,
-    ConsumerGroupState,
-    HeartbeatError,
-    validate,
-)
+from broker.group.consumer import ConsumerGroup, ConsumerGroupConfig, ConsumerGroupState
+from broker.group.consumer_heartbeat import HeartbeatError, validate
 from broker.group.consumer_member import Assignment, TopicId
 from broker.group.consumer_records import Record, StoredConsumerGroups
 from kafka_protocol.errors import ErrorCode
@@ -67,6 +63,7 @@ def _raise_on_fatal() -> Iterator[None]:
 class Client:
     member_id: str
     topics: tuple[str, ...]
+    instance_id: str | None = None  # a static member
     epoch: int = 0
     owned: dict[TopicId, frozenset[int]] = field(default_factory=dict)
     joined: bool = False
@@ -80,6 +77,7 @@ def _request(c: Client, full: bool) -> Heartbeat:
         return Heartbeat(
             group_id="g",
             member_id=c.member_id,
+            instance_id=c.instance_id,
             member_epoch=0,
             rebalance_timeout_ms=5_000,
             subscribed_topic_names=list(c.topics),
@@ -88,6 +86,7 @@ def _request(c: Client, full: bool) -> Heartbeat:
     return Heartbeat(
         group_id="g",
         member_id=c.member_id,
+        instance_id=c.instance_id,
         member_epoch=c.epoch,
         rebalance_timeout_ms=5_000 if full else -1,
         subscribed_topic_names=list(c.topics) if full else None,
@@ -127,13 +126,39 @@ class ReconciliationMachine(RuleBasedStateMachine):
                 tp.topic_id: frozenset(tp.partitions) for tp in response.assignment.topic_partitions
             }
 
-    @rule(target=clients, topics=st.sets(st.sampled_from(sorted(TOPICS)), min_size=1))
-    def join(self, topics: set[str]) -> Client:
+    @rule(
+        target=clients,
+        topics=st.sets(st.sampled_from(sorted(TOPICS)), min_size=1),
+        static=st.booleans(),
+    )
+    def join(self, topics: set[str], static: bool) -> Client:
         self.ids += 1
-        c = Client(f"m{self.ids}", tuple(sorted(topics)))
+        c = Client(f"m{self.ids}", tuple(sorted(topics)), f"i{self.ids}" if static else None)
         self.live[c.member_id] = c
         self.heartbeat(c, True)
         return c
+
+    @rule(target=clients, c=consumes(clients))
+    def restart_static(self, c: Client) -> Client:
+        """A static member closes (epoch -2: it stops consuming, keeps its partitions in the
+        group) and its instance comes back under a new member id."""
+        if c.member_id not in self.live or c.instance_id is None or c.epoch <= 0:
+            return c
+        req = Heartbeat(
+            group_id="g", member_id=c.member_id, instance_id=c.instance_id, member_epoch=-2
+        )
+        try:
+            _, records = self.group.heartbeat(req, "cl", "/h", self.now, self.lookup, "x")
+        except HeartbeatError as refused:
+            assert refused.error is ErrorCode.UNKNOWN_MEMBER_ID  # expired meanwhile
+            return c
+        self.log += records
+        del self.live[c.member_id]
+        self.ids += 1
+        again = Client(f"m{self.ids}", c.topics, c.instance_id)
+        self.live[again.member_id] = again
+        self.heartbeat(again, True)
+        return again
 
     @rule(c=clients, full=st.booleans())
     def beat(self, c: Client, full: bool) -> None:
@@ -145,7 +170,9 @@ class ReconciliationMachine(RuleBasedStateMachine):
         if c.member_id not in self.live or not c.joined:
             return
         del self.live[c.member_id]
-        req = Heartbeat(group_id="g", member_id=c.member_id, member_epoch=-1)
+        req = Heartbeat(
+            group_id="g", member_id=c.member_id, instance_id=c.instance_id, member_epoch=-1
+        )
         try:
             _, records = self.group.heartbeat(req, "cl", "/h", self.now, self.lookup, "x")
             self.log += records
@@ -169,6 +196,17 @@ class ReconciliationMachine(RuleBasedStateMachine):
         for other in list(self.live.values()):
             self.heartbeat(other, True)
         self.log += self.group.tick(self.now)
+
+    @rule()
+    def failover(self) -> None:
+        """A new coordinator: the group rebuilt from its records carries on."""
+        stored = StoredConsumerGroups()
+        for key, value in self.log:
+            record = decode(key, value)
+            assert isinstance(record, ConsumerGroupRecord)
+            stored.apply(record.key_version, record.key, record.value)
+        if "g" in stored.groups:
+            self.group = ConsumerGroup.restore("g", stored.groups["g"], CONFIG, self.now)
 
     @invariant()
     def no_partition_owned_twice(self) -> None:
@@ -351,3 +389,100 @@ def test_a_member_that_does_not_revoke_in_time_is_removed() -> None:
     assert group.tick(4_999) == []
     assert group.tick(5_000)
     assert set(group.members) == {"m2"}
+
+
+def _static_join(group: ConsumerGroup, member_id: str, instance_id: str) -> set[int]:
+    req = Heartbeat(
+        group_id="g",
+        member_id=member_id,
+        instance_id=instance_id,
+        member_epoch=0,
+        rebalance_timeout_ms=5_000,
+        subscribed_topic_names=["a"],
+        topic_partitions=[],
+    )
+    response, _ = group.heartbeat(req, "c", "/h", 0, lambda n: (TOPICS[n], 4), "")
+    assert response.assignment is not None
+    return {p for tp in response.assignment.topic_partitions for p in tp.partitions}
+
+
+def _settle(group: ConsumerGroup) -> None:
+    """Every member heartbeats, acknowledging what it was told, until the group is Stable."""
+    for _ in range(4):
+        for m in list(group.members.values()):
+            if m.member_epoch < 0:
+                continue
+            owned = [
+                Heartbeat.TopicPartitions(topic_id=t, partitions=sorted(ps))
+                for t, ps in m.current.assigned.items()
+            ]
+            req = Heartbeat(
+                group_id="g",
+                member_id=m.member_id,
+                instance_id=m.instance_id,
+                member_epoch=m.member_epoch,
+                topic_partitions=owned,
+            )
+            group.heartbeat(req, "c", "/h", 0, lambda n: (TOPICS[n], 4), "")
+
+
+def test_a_static_member_rejoins_with_its_partitions_and_nobody_rebalances() -> None:
+    group = ConsumerGroup("g", CONFIG)
+    _static_join(group, "s1", "instance-1")
+    _join(group, "d1", ["a"])
+    _settle(group)
+    assert group.state is ConsumerGroupState.STABLE
+    held = group.members["s1"].current.assigned
+    epoch = group.group_epoch
+    # a second incarnation while the first is still in the group
+    with pytest.raises(HeartbeatError) as unreleased:
+        _static_join(group, "s1-again", "instance-1")
+    assert unreleased.value.error is ErrorCode.UNRELEASED_INSTANCE_ID
+    # the first one steps out (-2): its partitions stay its own
+    leave = Heartbeat(group_id="g", member_id="s1", instance_id="instance-1", member_epoch=-2)
+    response, _ = group.heartbeat(leave, "c", "/h", 0, lambda n: (TOPICS[n], 4), "")
+    assert response.member_epoch == -2
+    _settle(group)
+    assert group.members["s1"].current.assigned == held
+    assert group.group_epoch == epoch
+    # the new incarnation takes them over under its new id, at the same group epoch
+    got = _static_join(group, "s1-new", "instance-1")
+    assert got == set(held[TOPICS["a"]])
+    assert "s1" not in group.members and group.group_epoch == epoch
+    _settle(group)
+    assert group.state is ConsumerGroupState.STABLE
+    # the old id is fenced
+    stale = Heartbeat(group_id="g", member_id="s1", instance_id="instance-1", member_epoch=3)
+    with pytest.raises(HeartbeatError) as fenced:
+        group.heartbeat(stale, "c", "/h", 0, lambda n: (TOPICS[n], 4), "")
+    assert fenced.value.error is ErrorCode.FENCED_INSTANCE_ID
+
+
+def test_a_topic_created_after_the_subscription_is_assigned_at_the_next_heartbeat() -> None:
+    """The subscribed topics' metadata is looked up on every heartbeat: a topic that appears
+    (or grows) bumps the group epoch and is assigned without the member asking again."""
+    topics: dict[str, tuple[TopicId, int]] = {}
+    group = ConsumerGroup("g", CONFIG)
+    join = Heartbeat(
+        group_id="g",
+        member_id="m",
+        member_epoch=0,
+        rebalance_timeout_ms=5_000,
+        subscribed_topic_names=["later"],
+        topic_partitions=[],
+    )
+    response, _ = group.heartbeat(join, "c", "/h", 0, topics.get, "")
+    assert response.assignment is not None and response.assignment.topic_partitions == []
+    topics["later"] = (TOPICS["a"], 2)
+    beat = Heartbeat(group_id="g", member_id="m", member_epoch=response.member_epoch)
+    response, _ = group.heartbeat(beat, "c", "/h", 0, topics.get, "")
+    assert response.assignment is not None
+    assert [(tp.topic_id, tp.partitions) for tp in response.assignment.topic_partitions] == [
+        (TOPICS["a"], [0, 1])
+    ]
+    topics["later"] = (TOPICS["a"], 3)
+    beat = Heartbeat(group_id="g", member_id="m", member_epoch=response.member_epoch)
+    response, _ = group.heartbeat(beat, "c", "/h", 0, topics.get, "")
+    assert response.assignment is not None
+    assert response.assignment.topic_partitions[0].partitions == [0, 1, 2]
+    assert group.group_epoch == 3
