@@ -83,9 +83,12 @@ class ClusterDescriptionHandlers:
             ApiHandler(55, 0, 2, self.describe_quorum, "DescribeQuorum"),
         ]
 
+    # --- DescribeQuorum -----------------------------------------------------------------------
+
     async def describe_quorum(
         self, ctx: RequestContext, req: DescribeQuorumRequest
     ) -> DescribeQuorumResponse:
+        """Forwarded, at the client's version (the rule checked DESCRIBE on the cluster)."""
         return await self.controller.describe_quorum(req, ctx.api_version)
 
     # --- DescribeCluster ----------------------------------------------------------------------
