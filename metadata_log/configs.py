@@ -377,6 +377,15 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("sasl.mechanism.inter.broker.protocol", _T.STRING, "PLAIN"),
     ConfigDef("sasl.mechanism.controller.protocol", _T.STRING, "PLAIN"),
     ConfigDef("sasl.jaas.config", _T.PASSWORD, None, sensitive=True),
+    # Kerberos (GSSAPI): not offered here (sasl.enabled.mechanisms refuses it), but Kafka
+    # lists these among the dynamic listener configs, so admin tools that set them per broker
+    # (librdkafka's 0081-admin does) get them stored and described, as Kafka answers.
+    ConfigDef("sasl.kerberos.service.name", _T.STRING, None, dynamic=True),
+    ConfigDef("sasl.kerberos.kinit.cmd", _T.STRING, "/usr/bin/kinit", dynamic=True),
+    ConfigDef("sasl.kerberos.ticket.renew.window.factor", _T.DOUBLE, "0.8", dynamic=True),
+    ConfigDef("sasl.kerberos.ticket.renew.jitter", _T.DOUBLE, "0.05", dynamic=True),
+    ConfigDef("sasl.kerberos.min.time.before.relogin", _T.LONG, "60000", dynamic=True),
+    ConfigDef("sasl.kerberos.principal.to.local.rules", _T.LIST, "DEFAULT", dynamic=True),
     ConfigDef("connections.max.reauth.ms", _T.LONG, "0", at_least(0)),
     ConfigDef("connection.failed.authentication.delay.ms", _T.INT, "100", at_least(0)),
     # TLS of SSL and SASL_SSL listeners (broker/security/ssl_config.py; PEM stores only).

@@ -274,3 +274,17 @@ def test_alter_configs_errors(
 ) -> None:
     result = controller.handle(legacy(TOPIC, name, configs), image)
     assert result.response.responses[0].error_code == code and result.records == []
+
+
+def test_kerberos_listener_configs_are_dynamic_per_broker(
+    controller: Controller, image: ClusterImage
+) -> None:
+    """As Kafka's DynamicListenerConfig: librdkafka's 0081-admin sets one per broker."""
+    key = "sasl.kerberos.min.time.before.relogin"
+    image, code, _ = answer(controller, image, alter(BROKER, "1", (key, SET, "58000")))
+    assert code == 0 and image.configs[ConfigResource(BROKER, "1")] == {key: "58000"}
+    _, code, message = answer(controller, image, alter(BROKER, "1", (key, SET, "soon")))
+    assert code == E.INVALID_CONFIG and message is not None and key in message
+    factor = "sasl.kerberos.ticket.renew.window.factor"
+    _, code, _ = answer(controller, image, alter(BROKER, "", (factor, SET, "0.75")))
+    assert code == 0
