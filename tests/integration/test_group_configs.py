@@ -2,8 +2,9 @@
 (real processes): described and altered with confluent-kafka's and kafka-python's admin
 clients, and honoured by the group coordinator.
 
-The brokers' and controller's ``group.consumer.min.heartbeat.interval.ms`` is lowered to 100 ms
-so that a group may be given a 200 ms heartbeat interval; the broker default stays 5 s.  What is
+The brokers' and controller's ``group.consumer.min.heartbeat.interval.ms`` and
+``group.consumer.min.session.timeout.ms`` are lowered (100 ms, 1 s) so that a group may be given
+a 200 ms heartbeat interval or a 2 s session; the broker defaults stay 5 s and 45 s.  What is
 proved:
 
 * DescribeConfigs on a group that does not exist answers both keys with the broker's values,
@@ -12,6 +13,8 @@ proved:
   GROUP_CONFIG); an unknown key, a value below the broker's minimum, an empty group name are
   refused (INVALID_CONFIG / INVALID_REQUEST) and nothing changes; kafka-python's legacy
   AlterConfigs replaces a group's set and its DescribeConfigs sees it;
+* a group's session timeout is its members': a raw member that falls silent is removed after
+  the group's 2 s, the broker's being 45 s;
 * a ``group.protocol=consumer`` confluent-kafka member of that group gets the override: the raw
   ConsumerGroupHeartbeat response carries 200 ms (another group: 5000 ms), and the member
   heartbeats about five times a second (counted in the brokers' /metrics).
@@ -22,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException
@@ -39,8 +43,13 @@ from kafka.admin import ConfigResourceType, KafkaAdminClient
 from integration.clients import request_count
 from integration.cluster_process import LocalCluster, admin_client, wait_for
 from integration.raw_client import RawConnection
+from kafka_protocol._codec import Request
 from kafka_protocol.errors import ErrorCode
-from kafka_protocol.messages import ConsumerGroupHeartbeatRequest, IncrementalAlterConfigsRequest
+from kafka_protocol.messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
+    IncrementalAlterConfigsRequest,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -49,6 +58,7 @@ SESSION, HEARTBEAT = "consumer.session.timeout.ms", "consumer.heartbeat.interval
 EXTRA = {
     "offsets.topic.num.partitions": "3",
     "group.consumer.min.heartbeat.interval.ms": "100",
+    "group.consumer.min.session.timeout.ms": "1000",
     "broker.session.timeout.ms": "3000",
     "broker.heartbeat.interval.ms": "500",
 }
@@ -167,34 +177,43 @@ def test_the_default_group_resource_is_refused(cluster: LocalCluster) -> None:
     )
 
 
-def heartbeat_interval(cluster: LocalCluster, group: str) -> int:
-    """A raw ConsumerGroupHeartbeat joining ``group`` (then leaving): its heartbeat_interval_ms."""
+def on_coordinator(cluster: LocalCluster, group: str, request: Request, version: int) -> Any:
+    """The answer of ``group``'s coordinator to a raw request (the others: NOT_COORDINATOR)."""
+    for broker in cluster.brokers.values():
+        conn = RawConnection(broker.address)
+        try:
+            response = conn.request(request, version)
+        finally:
+            conn.close()
+        error = getattr(response, "error_code", None)
+        if error is None:  # ConsumerGroupDescribe: per group
+            error = response.groups[0].error_code
+        if error != ErrorCode.NOT_COORDINATOR:
+            return response
+    raise AssertionError("no coordinator answered")
+
+
+def joined(cluster: LocalCluster, group: str, member_id: str) -> Any:
+    """A raw member joins ``group`` (ConsumerGroupHeartbeat v1, epoch 0): the response."""
     join = ConsumerGroupHeartbeatRequest(
         group_id=group,
-        member_id="raw-member",
+        member_id=member_id,
         member_epoch=0,
         rebalance_timeout_ms=10_000,
         subscribed_topic_names=[TOPIC],
         topic_partitions=[],
     )
-    for broker in cluster.brokers.values():
-        conn = RawConnection(broker.address)
-        try:
-            response = conn.request(join, 1)
-            if response.error_code == ErrorCode.NONE:
-                leave = ConsumerGroupHeartbeatRequest(
-                    group_id=group, member_id="raw-member", member_epoch=-1
-                )
-                conn.request(leave, 1)
-                return int(response.heartbeat_interval_ms)
-            assert response.error_code in (
-                ErrorCode.NOT_COORDINATOR,
-                ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-            ), response
-        finally:
-            conn.close()
-    raise AssertionError("no coordinator answered")
+    response = on_coordinator(cluster, group, join, 1)
+    assert response.error_code == ErrorCode.NONE, response
+    return response
+
+
+def heartbeat_interval(cluster: LocalCluster, group: str) -> int:
+    """A raw member joining ``group`` (then leaving): its heartbeat_interval_ms."""
+    response = joined(cluster, group, "raw-member")
+    leave = ConsumerGroupHeartbeatRequest(group_id=group, member_id="raw-member", member_epoch=-1)
+    on_coordinator(cluster, group, leave, 1)
+    return int(response.heartbeat_interval_ms)
 
 
 def test_a_member_gets_its_groups_heartbeat_interval(cluster: LocalCluster) -> None:
@@ -231,3 +250,23 @@ def test_a_member_gets_its_groups_heartbeat_interval(cluster: LocalCluster) -> N
         assert heartbeat_interval(cluster, "slow") == 5000
     finally:
         member.close()
+
+
+def test_a_silent_member_leaves_after_its_groups_session_timeout(cluster: LocalCluster) -> None:
+    """A 2 s session for one group (the broker's is 45 s): a member that stops heartbeating is
+    removed after about 2 s, not before."""
+    alter(
+        cluster, "short", consumer_session_timeout_ms="2000", consumer_heartbeat_interval_ms="500"
+    )
+    joined(cluster, "short", "silent")
+    started = time.monotonic()
+
+    def members() -> list[str]:
+        response = on_coordinator(
+            cluster, "short", ConsumerGroupDescribeRequest(group_ids=["short"]), 0
+        )
+        return [m.member_id for m in response.groups[0].members]
+
+    assert members() == ["silent"]
+    wait_for("the silent member's removal", lambda: not members(), 10, cluster, poll_s=0.1)
+    assert 1.5 <= time.monotonic() - started <= 6.0
