@@ -10,6 +10,8 @@ between the change and the append, so a group's records reach the log in the ord
 changes) with acks=all; the heartbeat is answered once they are committed, so an assignment a
 member received survives a coordinator failover.  One timer per group removes the members
 whose session or revocation time ran out, its records appended the same way.
+A group's session timeout and heartbeat interval are its own GROUP configs where set
+(``metadata_log.group_configs``), read from the metadata image at each heartbeat and at load.
 
 A group id is either a classic group or a consumer group: a heartbeat for the id of a classic
 group with members is refused GROUP_ID_NOT_FOUND ("not a consumer group"); an empty classic
