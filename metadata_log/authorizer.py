@@ -62,7 +62,10 @@ SUPPORTED_OPERATIONS: Final[Mapping[ResourceType, frozenset[AclOperation]]] = {
             AclOperation.ALTER_CONFIGS,
         }
     ),
-    ResourceType.GROUP: frozenset({AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE}),
+    ResourceType.GROUP: frozenset(
+        {AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE}
+        | {AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS}  # group configs (KIP-848)
+    ),
     ResourceType.CLUSTER: frozenset(
         {
             AclOperation.CREATE,

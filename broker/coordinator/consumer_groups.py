@@ -10,6 +10,8 @@ between the change and the append, so a group's records reach the log in the ord
 changes) with acks=all; the heartbeat is answered once they are committed, so an assignment a
 member received survives a coordinator failover.  One timer per group removes the members
 whose session or revocation time ran out, its records appended the same way.
+A group's session timeout and heartbeat interval are its own GROUP configs where set
+(``metadata_log.group_configs``), read from the metadata image at each heartbeat and at load.
 
 A group id is either a classic group or a consumer group: a heartbeat for the id of a classic
 group with members is refused GROUP_ID_NOT_FOUND ("not a consumer group"); an empty classic
@@ -21,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 
 from broker.coordinator.classic_groups import ClassicGroups
 from broker.coordinator.owned import OwnedPartition, OwnedPartitions
@@ -32,6 +35,7 @@ from broker.group.consumer_records import Record
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import ConsumerGroupHeartbeatRequest as Heartbeat
 from kafka_protocol.messages import ConsumerGroupHeartbeatResponse as HeartbeatResponse
+from metadata_log.group_configs import HEARTBEAT_INTERVAL, SESSION_TIMEOUT, group_int
 
 log = logging.getLogger("broker.coordinator")
 
@@ -52,11 +56,13 @@ class ConsumerGroups:
         classic: ClassicGroups,
         config: ConsumerGroupConfig,
         topics: TopicLookup,
+        group_configs: Callable[[str], Mapping[str, str]] = lambda _: {},
     ) -> None:
         self.coordinator = coordinator
         self.classic = classic
         self.config = config
         self.topics = topics  # the current metadata image's topics
+        self.group_configs = group_configs  # a group's overrides in the current metadata image
         self.groups: dict[str, _Driven] = {}
         self._appends: set[asyncio.Task[None]] = set()
 
@@ -65,7 +71,7 @@ class ConsumerGroups:
     def on_loaded(self, owned: OwnedPartition) -> None:
         now = self.coordinator.clock_ms()
         for group_id, stored in owned.consumer_groups.groups.items():
-            group = ConsumerGroup.restore(group_id, stored, self.config, now)
+            group = ConsumerGroup.restore(group_id, stored, self.config_of(group_id), now)
             driven = self.groups[group_id] = _Driven(group, owned)
             self._schedule(driven)
 
@@ -75,6 +81,22 @@ class ConsumerGroups:
                 del self.groups[group_id]
                 if driven.timer is not None:
                     driven.timer.cancel()
+
+    def config_of(self, group_id: str) -> ConsumerGroupConfig:
+        """The broker's settings with the group's own configs (KIP-848 GROUP resource) over
+        them: its session timeout and heartbeat interval, as the metadata image has them now."""
+        overrides = self.group_configs(group_id)
+        if not overrides:
+            return self.config
+        return replace(
+            self.config,
+            session_timeout_ms=group_int(
+                SESSION_TIMEOUT, overrides, self.config.session_timeout_ms
+            ),
+            heartbeat_interval_ms=group_int(
+                HEARTBEAT_INTERVAL, overrides, self.config.heartbeat_interval_ms
+            ),
+        )
 
     def loaded_groups(self) -> list[tuple[str, ConsumerGroup]]:
         return sorted((g, d.group) for g, d in self.groups.items() if not d.group.dead)
@@ -109,6 +131,7 @@ class ConsumerGroups:
             if driven is None or driven.group.dead:
                 driven = _Driven(ConsumerGroup(req.group_id, self.config), owned)
                 self.groups[req.group_id] = driven
+        driven.group.config = self.config_of(req.group_id)  # read at each heartbeat, as Kafka
         now = self.coordinator.clock_ms()
         try:
             response, records = driven.group.heartbeat(

@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from broker.controller_channel import ControllerChannel, NewTopic
@@ -74,7 +74,7 @@ from broker.transaction.interfaces import TransactionVerifier
 from kafka_protocol.coordinator import OffsetCommitValue
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.record_batch import NO_SEQUENCE, RecordBatch, SimpleRecord, build_batch
-from metadata_log.image import ClusterImage
+from metadata_log.image import ClusterImage, ConfigResource, ConfigResourceType
 
 log = logging.getLogger("broker.coordinator")
 MAX_RECORDS_PER_BATCH = 1000  # tombstone batches for expiry are split into batches this large
@@ -123,7 +123,9 @@ class GroupCoordinator(CoordinatorPartitions[OwnedPartition]):
         self.config = config
         self._expiry: asyncio.Task[None] | None = None
         self.classic = ClassicGroups(self, config.groups)
-        self.consumer = ConsumerGroups(self, self.classic, config.consumer_groups, self.topic_of)
+        self.consumer = ConsumerGroups(
+            self, self.classic, config.consumer_groups, self.topic_of, self.group_configs
+        )
         self.classic.is_consumer_group = lambda group_id: self.consumer.get(group_id) is not None
         # KIP-890: asked before a TxnOffsetCommit's append whether the partition is in the
         # producer's transaction (the broker sets its transaction coordinator here)
@@ -133,6 +135,10 @@ class GroupCoordinator(CoordinatorPartitions[OwnedPartition]):
         """A topic's id and partition count in the current metadata image."""
         topic = self.image().topics.get(name)
         return None if topic is None else (topic.topic_id, len(topic.partitions))
+
+    def group_configs(self, group_id: str) -> Mapping[str, str]:
+        """A group's configs (GROUP resource, KIP-848) in the current metadata image."""
+        return self.image().configs.get(ConfigResource(ConfigResourceType.GROUP, group_id), {})
 
     # --- where groups live --------------------------------------------------------------------
 

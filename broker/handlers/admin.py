@@ -24,6 +24,7 @@ from metadata_log.configs import (
     effective_broker_config,
     effective_topic_config,
 )
+from metadata_log.group_configs import effective_group_config
 from metadata_log.image import ConfigResource, ConfigResourceType
 
 Result = DescribeConfigsResponse.DescribeConfigsResult
@@ -102,6 +103,12 @@ class AdminHandlers:
             if isinstance(loggers, broker_loggers.LoggerError):
                 return _error(resource_type, name, loggers.error_code, loggers.message)
             return loggers
+        if resource_type == ConfigResourceType.GROUP:  # any group id, existing or not (Kafka 4)
+            if not name:
+                message = "Group name must not be empty"
+                return _error(resource_type, name, ErrorCode.INVALID_REQUEST, message)
+            overrides = image.configs.get(ConfigResource(resource_type, name), {})
+            return effective_group_config(overrides, self.static_config)
         return _error(resource_type, name, ErrorCode.INVALID_REQUEST, "unsupported resource type")
 
     def _broker_sources(self) -> BrokerConfigSources:

@@ -11,7 +11,7 @@ from typing import Any, Final
 from broker.controller_channel import forwarded_api
 from broker.security import api_rules, group_rules, txn_rules
 from broker.security.api_authorization import Check, Passed, Rule, Verdict
-from broker.security.api_rules import CLUSTER_DENIED, TOPIC_DENIED, replace
+from broker.security.api_rules import CLUSTER_DENIED, GROUP_DENIED, TOPIC_DENIED, replace
 from kafka_protocol._codec import Response
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
@@ -83,10 +83,12 @@ BROKER_LOGGER: Final = 8  # ConfigResource.Type.BROKER_LOGGER
 def _config_refusal(
     check: Check, operation: AclOperation, resource_type: int, name: str
 ) -> ErrorCode | None:
-    """Kafka's configs authorization: a topic needs ``operation`` on it, a broker (or its
-    loggers) on the cluster."""
+    """Kafka's configs authorization: a topic or a group needs ``operation`` on it, a broker
+    (or its loggers) on the cluster."""
     if resource_type == ConfigResourceType.TOPIC:
         return None if check.topic(operation, name) else TOPIC_DENIED
+    if resource_type == ConfigResourceType.GROUP:
+        return None if check.group(operation, name) else GROUP_DENIED
     if resource_type in (ConfigResourceType.BROKER, BROKER_LOGGER):
         return None if check.cluster(operation) else CLUSTER_DENIED
     return None  # anything else: the handler answers it (INVALID_REQUEST)

@@ -1,11 +1,15 @@
-"""IncrementalAlterConfigs and AlterConfigs on TOPIC and BROKER resources (Kafka's
-``ConfigurationControlManager`` and the request checks of ``ControllerApis``).
+"""IncrementalAlterConfigs and AlterConfigs on TOPIC, BROKER and GROUP resources (Kafka's
+``ConfigurationControlManager``, ``ControllerConfigurationValidator`` and the request checks of
+``ControllerApis``).
 
 A resource's new config set is computed from the image, validated as a whole against the schema
 (``metadata_log.configs``) and turned into ConfigRecords (a null value deletes a key). A resource
 that appears twice in one request is rejected (INVALID_REQUEST "Duplicate resource."). Topic
 resources must name an existing topic; broker resources are ``""`` (the cluster default) or a
-broker id, and only dynamic broker configs may be set. Each resource succeeds or fails alone.
+broker id, and only dynamic broker configs may be set. Group resources name any group id but
+``""`` (the group need not exist) and take the keys of ``metadata_log.group_configs``, validated
+within this controller's ``group.consumer.min/max.*`` settings. Each resource succeeds or fails
+alone.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from metadata_log.configs import (
     validate_broker_config,
     validate_topic_configs,
 )
+from metadata_log.group_configs import validate_group_configs
 from metadata_log.image import ClusterImage, ConfigResource, ConfigResourceType, overlay
 from metadata_log.records import MetadataRecord
 
@@ -66,6 +71,10 @@ def check_resource(resource: ConfigResource, image: ClusterImage) -> ApiError | 
         return None
     if resource.resource_type == ConfigResourceType.BROKER:
         return _check_broker_name(resource.name)
+    if resource.resource_type == ConfigResourceType.GROUP:
+        if not resource.name:
+            return ApiError(ErrorCode.INVALID_REQUEST, "Default group resources are not allowed.")
+        return None
     name = ConfigResourceType(resource.resource_type).name
     return ApiError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {name}.")
 
@@ -92,6 +101,8 @@ def _validate(
     new = overlay(current, changes)
     if resource.resource_type == ConfigResourceType.TOPIC:
         invalid = validate_topic_configs(new)
+    elif resource.resource_type == ConfigResourceType.GROUP:
+        invalid = validate_group_configs(new, config.static_broker_config)
     else:
         set_keys = (k for k, v in changes.items() if v is not None)
         invalid = next((e for k in set_keys if (e := validate_broker_config(k, new[k]))), None)

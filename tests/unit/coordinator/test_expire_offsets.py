@@ -31,7 +31,7 @@ class Coordinator(GroupCoordinator):
 
     def __init__(self, now_ms: int) -> None:
         offsets_topic = SimpleNamespace(partitions={0: SimpleNamespace(leader=1)})
-        image: Any = SimpleNamespace(topics={OFFSETS_TOPIC: offsets_topic})
+        image: Any = SimpleNamespace(topics={OFFSETS_TOPIC: offsets_topic}, configs={})
         config = CoordinatorConfig(retention_ms=RETENTION_MS)
         no_io: Any = None  # writes are overridden below; the topic exists
         super().__init__(no_io, no_io, lambda: image, config, lambda: now_ms)
