@@ -52,6 +52,8 @@ from kafka_protocol.messages import (
     DeleteAclsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
     ElectLeadersRequest,
     ElectLeadersResponse,
     IncrementalAlterConfigsRequest,
@@ -87,6 +89,13 @@ class ControllerChannel(Forwarder, Protocol):
     async def allocate_producer_ids(self, broker_id: int, count: int) -> tuple[int, int]:
         """A block of ``count`` producer ids never handed out before: (first id, count).
         Raises :class:`ControllerRequestError`."""
+        ...
+
+    async def describe_quorum(
+        self, request: DescribeQuorumRequest, version: int
+    ) -> DescribeQuorumResponse:
+        """The metadata quorum as the active controller describes it (Kafka's brokers forward
+        a client's DescribeQuorum); a top-level error when no controller answers."""
         ...
 
 

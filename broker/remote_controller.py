@@ -30,7 +30,12 @@ from broker.kafka_client import ControllerClient, NoUsableVersionError
 from kafka_protocol._codec import Request, Response
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.exceptions import LocalProtocolError
-from kafka_protocol.messages import AllocateProducerIdsRequest, AllocateProducerIdsResponse
+from kafka_protocol.messages import (
+    AllocateProducerIdsRequest,
+    AllocateProducerIdsResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
+)
 from kafka_protocol.types import BrokerId
 
 log = logging.getLogger(__name__)
@@ -81,6 +86,22 @@ class RemoteControllerChannel:
             return unsupported
         assert isinstance(response, api.response_type), response.NAME
         return cast(Response, response)
+
+    async def describe_quorum(
+        self, request: DescribeQuorumRequest, version: int
+    ) -> DescribeQuorumResponse:
+        """The client's DescribeQuorum, at its version (the controllers serve 0-2), answered by
+        the active controller; REQUEST_TIMED_OUT when none answers in time."""
+        try:
+            async with asyncio.timeout(self.unreachable_timeout_s):
+                response = await self.client.request(request, version)
+        except TimeoutError:
+            message = f"no controller answered within {self.unreachable_timeout_s:g} s"
+            return DescribeQuorumResponse(
+                error_code=ErrorCode.REQUEST_TIMED_OUT, error_message=message, topics=[]
+            )
+        assert isinstance(response, DescribeQuorumResponse), response.NAME
+        return response
 
     async def allocate_producer_ids(self, broker_id: int, count: int) -> tuple[int, int]:
         """A block of producer ids: (first id, count).  The controller chooses the block size

@@ -17,8 +17,8 @@ tests on one controller and three brokers as its CI's scenarios, kafka-python's
 * aiokafka: ``tests/test_transactional_producer.py``, ``tests/test_transactional_consumer.py``
   and the four transactional ACL tests of ``tests/test_sasl.py`` (deselected from the
   security selection);
-* librdkafka (PLAINTEXT): 0103-transactions (a run per sub-test function, less the one
-  that needs DeleteRecords), 0129-fetch_aborted_msgs and 0061-consumer_lag
+* librdkafka (PLAINTEXT): 0103-transactions (a run per sub-test function),
+  0129-fetch_aborted_msgs and 0061-consumer_lag
   (read_committed lag of a transactional producer), on one controller and three brokers
   (``kraft server``: 0103 creates its topics with replication factor 3); not
   0098-consumer-txn (a Java producer).
@@ -46,22 +46,26 @@ checked out at the versions installed here (``pip show kafka-python aiokafka``;
   (``create_ssl_context`` on the certificates); all skipped without ``--docker-image``.
 * ``--librdkafka DIR``: a librdkafka tree *built* with its tests (``./configure
   --disable-gssapi --disable-zstd --disable-curl && make libs && make -C tests test-runner``,
-  ~5 minutes on 2 cores).  Its ``tests/sasl_test.py`` runs the suite on trivup clusters in
-  several security set-ups; the same set-ups are run here against our broker with the
-  ``test.conf`` and ``SSL_*`` environment that ``LibrdkafkaTestApp.py`` writes, flags
-  ``-p1 -L -Q`` as its ``make sasl`` target (but 0142-reauthentication's sub-tests, which
-  ``-Q`` would skip, run without it), and a test selection per set-up (see
-  :data:`LIBRDKAFKA_SUITES`).  librdkafka's tests are those of the newest tag stored
-  (v2.15.0) when the installed library is 2.16.0.  Its broker speaks TLS 1.2 at most, as
-  trivup's does.  A failed 0097-ssl_verify is reported with the known causes its log shows
-  (``client_suites/rdk_diagnosis.py``: librdkafka's handshake race, OpenSSL's alert number).
+  ~5 minutes on 2 cores; with RapidJSON's headers installed (``rapidjson-dev``) first, or
+  0053-stats, 0101-fetch_from_follower and 0110-batch_size skip themselves).  Its
+  ``tests/sasl_test.py`` runs the suite on trivup clusters in several security set-ups; the
+  same set-ups are run here against our broker with the ``test.conf`` and ``SSL_*`` environment
+  that ``LibrdkafkaTestApp.py`` writes, flags ``-p1 -L -Q`` as its ``make sasl`` target (but
+  0142-reauthentication's sub-tests, which ``-Q`` would skip, run without it), and a test
+  selection per set-up (see :data:`LIBRDKAFKA_SUITES`).  librdkafka's tests are those of the
+  newest tag stored (v2.15.0) when the installed library is 2.16.0.  Its broker speaks TLS 1.2
+  at most, as trivup's does.  A failed 0097-ssl_verify is reported with the known causes its
+  log shows (``client_suites/rdk_diagnosis.py``: librdkafka's handshake race, OpenSSL's alert
+  number).
 
 Each client gets its own broker, ``python -m kraft.cli dev`` with the settings its CI's
 broker has (listeners PLAINTEXT, SSL, MTLS (SSL, ``ssl.client.auth=required``),
 SASL_PLAINTEXT, SASL_SSL; TLS from ``kraft.node.certificates``; PLAIN users from
 ``sasl.jaas.config``; SCRAM users created with AlterUserScramCredentials;
 StandardAuthorizer with ``super.users=User:admin`` and ``allow.everyone.if.no.acl.found``).
-Exit status 0 when every selected test passed or was skipped for a reason printed.
+``--only a,b`` replaces the broker selection of the pytest suites given by those node ids (a
+failure re-run alone, away from the load of the whole suite).  Exit status 0 when every
+selected test passed or was skipped for a reason printed.
 """
 
 from __future__ import annotations
@@ -324,7 +328,13 @@ def run_aiokafka(
 
 
 def run_client(
-    name: str, source: Path, work: Path, tls: TlsFiles, extra: tuple[str, ...], selected: set[str]
+    name: str,
+    source: Path,
+    work: Path,
+    tls: TlsFiles,
+    extra: tuple[str, ...],
+    selected: set[str],
+    only: list[str] | None = None,
 ) -> list[SuiteResult]:
     """One client's selections against one ``kraft dev`` node (librdkafka: security only)."""
     results: list[SuiteResult] = []
@@ -336,7 +346,7 @@ def run_client(
             if "transactions" in selected:
                 results.append(run_kafka_python(source, work, broker, KAFKA_PYTHON_TXN_TESTS))
             if "broker" in selected:
-                tests, excluded = KAFKA_PYTHON_BROKER_TESTS, KAFKA_PYTHON_BROKER_EXCLUDED
+                tests, excluded = only or KAFKA_PYTHON_BROKER_TESTS, KAFKA_PYTHON_BROKER_EXCLUDED
                 results.append(run_kafka_python(source, work, broker, tests, excluded))
         elif name == "aiokafka":
             if "security" in selected:
@@ -344,7 +354,7 @@ def run_client(
             if "transactions" in selected:
                 results.append(run_aiokafka(source, work, broker, AIOKAFKA_TXN_TESTS, {}))
             if "broker" in selected:
-                tests, excluded = AIOKAFKA_BROKER_TESTS, AIOKAFKA_BROKER_EXCLUDED
+                tests, excluded = only or AIOKAFKA_BROKER_TESTS, AIOKAFKA_BROKER_EXCLUDED
                 functional = ("functional_only",)
                 results.append(run_aiokafka(source, work, broker, tests, excluded, functional))
         else:
@@ -372,7 +382,10 @@ def run_librdkafka_on_cluster(
     from confluent_kafka.admin import AdminClient
     from integration.cluster_process import LocalCluster
 
-    cluster = LocalCluster.create(work / name, 1, 3, config).start()
+    cluster = LocalCluster.create(work / name, 1, 3, config)
+    for broker_id, broker in cluster.brokers.items():  # trivup's, which 0101 checks
+        broker.properties["broker.rack"] = f"RACK{broker_id}"
+    cluster.start()
     try:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         deadline = time.monotonic() + 60
@@ -402,6 +415,11 @@ def main() -> int:
     )
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--only",
+        help="comma-separated pytest node ids replacing the broker selection of the client"
+        " given (to re-run failures one by one)",
+    )
     args = parser.parse_args()
     if not (args.kafka_python or args.aiokafka or args.librdkafka):
         parser.error("give at least one of --kafka-python, --aiokafka, --librdkafka")
@@ -416,7 +434,13 @@ def main() -> int:
     results: list[SuiteResult] = []
     plan = [
         ("kafka-python", args.kafka_python, KAFKA_PYTHON_BROKER + fixed_listeners()),
-        ("aiokafka", args.aiokafka, ("num.partitions=2",)),
+        # as its image's Kafka with config/server.properties: broker id 0 (test_sender asks
+        # node 0) and no initial rebalance delay (its group tests wait 2-3 s)
+        (
+            "aiokafka",
+            args.aiokafka,
+            ("num.partitions=2", "node.id=0", "group.initial.rebalance.delay.ms=0"),
+        ),
         (
             "librdkafka",
             args.librdkafka,
@@ -425,7 +449,8 @@ def main() -> int:
     ]
     for name, source, extra in plan:
         if source is not None and (name != "librdkafka" or "security" in selected):
-            results += run_client(name, source.resolve(), work, tls, extra, selected)
+            only = args.only.split(",") if args.only else None
+            results += run_client(name, source.resolve(), work, tls, extra, selected, only)
     rdk = args.librdkafka.resolve() if args.librdkafka is not None else None
     if rdk is not None and "transactions" in selected:
         config = {"num.partitions": "4"}

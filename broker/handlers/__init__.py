@@ -139,7 +139,11 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
         ),
         *security.specs(),
         *ClusterDescriptionHandlers(
-            parts.node, lambda: parts.image, authorizer, cfg.max_request_partition_size_limit
+            parts.node,
+            lambda: parts.image,
+            authorizer,
+            cfg.max_request_partition_size_limit,
+            parts.controller,
         ).specs(),
         *ClientQuotaHandlers(lambda: parts.image).specs(),
     ]

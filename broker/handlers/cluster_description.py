@@ -1,5 +1,6 @@
 """DescribeCluster 0-2 and DescribeTopicPartitions 0 (KIP-966): the brokers and the topics'
-partitions as this broker's metadata image has them.
+partitions as this broker's metadata image has them; DescribeQuorum 0-2, which a broker
+forwards to the active controller as Kafka's do (``ControllerChannel.describe_quorum``).
 
 DescribeCluster (as Kafka's ``KafkaApis.handleDescribeCluster`` / ``AuthHelper``): the
 registered brokers with an endpoint on the listener the request came in on (always this
@@ -31,6 +32,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Final
 
+from broker.controller_channel import ControllerChannel
 from broker.dispatcher import ApiHandler, RequestContext
 from broker.identity import BrokerIdentity, ImageSource
 from broker.security.authorization import BrokerAuthorizer
@@ -38,6 +40,8 @@ from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import (
     DescribeClusterRequest,
     DescribeClusterResponse,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
     DescribeTopicPartitionsRequest,
     DescribeTopicPartitionsResponse,
 )
@@ -64,7 +68,9 @@ class ClusterDescriptionHandlers:
         image: ImageSource,
         authorizer: BrokerAuthorizer,
         max_partitions: int,  # max.request.partition.size.limit
+        controller: ControllerChannel,
     ) -> None:
+        self.controller = controller
         self.node = node
         self.image = image
         self.authorizer = authorizer
@@ -74,7 +80,16 @@ class ClusterDescriptionHandlers:
         return [
             ApiHandler(60, 0, 2, self.describe_cluster, "DescribeCluster"),
             ApiHandler(75, 0, 0, self.describe_topic_partitions, "DescribeTopicPartitions"),
+            ApiHandler(55, 0, 2, self.describe_quorum, "DescribeQuorum"),
         ]
+
+    # --- DescribeQuorum -----------------------------------------------------------------------
+
+    async def describe_quorum(
+        self, ctx: RequestContext, req: DescribeQuorumRequest
+    ) -> DescribeQuorumResponse:
+        """Forwarded, at the client's version (the rule checked DESCRIBE on the cluster)."""
+        return await self.controller.describe_quorum(req, ctx.api_version)
 
     # --- DescribeCluster ----------------------------------------------------------------------
 

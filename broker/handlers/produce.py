@@ -123,7 +123,7 @@ def validate_batch(
         now_ms=wall_ms() if now_ms is None else now_ms,
     )
     if refusal is not None:
-        errors = () if refusal.record_index < 0 else ((refusal.record_index, refusal.message),)
+        errors = tuple((i, refusal.message) for i in refusal.bad_records)
         return AppendOutcome(refusal.error, message=refusal.message, record_errors=errors)
     return batch
 

@@ -17,7 +17,9 @@ before anything is appended.  It walks the records in one compiled pass
 fetched batches (``fetched_batches.py``) and a segment's tail in recovery (``segment.py``).
 
 Each refusal names the first bad record (Produce v8+ ``record_errors``, KIP-467).  Kafka lists
-every bad record; the walk stops at the first, which is enough for a producer to see why.
+every bad record; the walk stops at the first, which is enough for a producer to see why,
+except for keyless records in a compacted topic, which are all listed (librdkafka tells the
+bad records from the others only when several are listed).
 
 Each batch becomes two buffers for the segment's single ``writev``: a new 17-byte prefix and
 the untouched rest of the batch, sliced from the (read-only) request frame::
@@ -68,11 +70,20 @@ _CRC_AT = 17
 
 class RecordsRefusal(NamedTuple):
     """Why a batch is refused: the error, a message, the index of the first bad record in
-    the batch (-1: the batch as a whole)."""
+    the batch (-1: the batch as a whole), and of every bad record when the check found them
+    all (records without a key in a compacted topic)."""
 
     error: ErrorCode
     message: str
     record_index: int
+    record_indexes: tuple[int, ...] = ()
+
+    @property
+    def bad_records(self) -> tuple[int, ...]:
+        """The indexes of Produce's ``record_errors`` (KIP-467)."""
+        if self.record_indexes:
+            return self.record_indexes
+        return () if self.record_index < 0 else (self.record_index,)
 
 
 def validate_records(
@@ -99,11 +110,16 @@ def validate_records(
         if refusals:
             return min(refusals, key=lambda r: r.record_index)
     if walk.first_null_key >= 0 and config.compact:
+        # every keyless record, as Kafka lists them: librdkafka fails those with
+        # INVALID_RECORD and the others with _INVALID_DIFFERENT_RECORD only when there are
+        # several (a refusal path: one Python pass over records the walk found well formed)
+        keyless = tuple(i for i, r in enumerate(batch.iter_records()) if r.key is None)
         return RecordsRefusal(
             ErrorCode.INVALID_RECORD,
             f"record {walk.first_null_key}: a compacted topic does not accept records"
             " without a key",
             walk.first_null_key,
+            keyless,
         )
     return None
 

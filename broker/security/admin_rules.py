@@ -395,6 +395,15 @@ BROKER_RULES: Final[dict[int, Rule]] = {
     32: Rule(DescribeConfigsResponse, describe_configs),
     42: Rule(DeleteGroupsResponse, group_rules.delete_groups),
     47: Rule(OffsetDeleteResponse, group_rules.offset_delete),
+    # forwarded to the active controller, which checks the broker's principal: the client's
+    # needs DESCRIBE on the cluster here (Kafka's ControllerApis.handleDescribeQuorum)
+    55: Rule(
+        DescribeQuorumResponse,
+        cluster_operation(
+            AclOperation.DESCRIBE,
+            _refused(DescribeQuorumResponse, error_message=CLUSTER_DENIED.message),
+        ),
+    ),
     60: Rule(DescribeClusterResponse, describe_cluster),
     61: Rule(DescribeProducersResponse, txn_rules.describe_producers),
     65: Rule(DescribeTransactionsResponse, txn_rules.describe_transactions),

@@ -46,6 +46,9 @@ The table, as Kafka 3.x checks (``KafkaApis``, ``ControllerApis``, ``AuthHelper`
                            the controller's; create, delete, partitions, configs, elections)
     DescribeConfigs        DESCRIBE_CONFIGS TOPIC / CLUSTER (broker resources)
     DescribeCluster        nothing (as Kafka); authorized operations need DESCRIBE CLUSTER
+    DescribeTopicPartitions DESCRIBE TOPIC (in its handler, before paging, as Kafka's
+                           DescribeTopicPartitionsRequestHandler): named refused, listing omits
+    DescribeQuorum         DESCRIBE CLUSTER (then forwarded)   CLUSTER_AUTHORIZATION_FAILED
     UnregisterBroker       ALTER CLUSTER
     DeleteRecords          DELETE TOPIC                        TOPIC_AUTHORIZATION_FAILED
     DescribeLogDirs        DESCRIBE CLUSTER (v3+: top-level)   CLUSTER_AUTHORIZATION_FAILED

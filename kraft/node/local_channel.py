@@ -27,8 +27,10 @@ from kafka_protocol.messages import (
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
+    DescribeQuorumRequest,
+    DescribeQuorumResponse,
 )
-from kafka_protocol.types import BrokerId
+from kafka_protocol.types import BrokerId, TopicName
 from kraft.controller.cluster import METADATA_VERSION_4_0_IV3
 from kraft.controller.result import ControllerApiError, ControllerConfig
 from kraft.quorum.local_controller import LocalController
@@ -77,6 +79,28 @@ class LocalControllerChannel:
         """In-process: the dataclasses do not depend on the version, and the broker encodes the
         answer at the client's."""
         return await self.controller.forward(request)
+
+    async def describe_quorum(
+        self, request: DescribeQuorumRequest, version: int
+    ) -> DescribeQuorumResponse:
+        """This node's controller is the whole quorum: the only voter and the leader (epoch 0:
+        a local controller holds no elections), caught up to the log's end."""
+        end = self.log.next_offset
+        voter = DescribeQuorumResponse.ReplicaState(
+            replica_id=BrokerId(self.node_id), log_end_offset=end
+        )
+        partition = DescribeQuorumResponse.PartitionData(
+            partition_index=0,
+            leader_id=BrokerId(self.node_id),
+            leader_epoch=0,
+            high_watermark=end,
+            current_voters=[voter],
+            observers=[],
+        )
+        topic = DescribeQuorumResponse.TopicData(
+            topic_name=TopicName("__cluster_metadata"), partitions=[partition]
+        )
+        return DescribeQuorumResponse(topics=[topic])
 
     async def allocate_producer_ids(self, broker_id: int, count: int) -> tuple[int, int]:
         try:

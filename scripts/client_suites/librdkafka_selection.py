@@ -105,7 +105,7 @@ LIBRDKAFKA_SUITES = (
 
 
 # The transactional tests, over PLAINTEXT on three brokers.  0103-transactions runs one
-# sub-test function per run (SUBTESTS), so that the one left out does not end the others.
+# sub-test function per run (SUBTESTS), so that a failing one does not end the others.
 RDK_TXN_TESTS = ("0129", "0061")
 RDK_0103_SUBTESTS = (
     "do_test_misuse_txn",
@@ -115,15 +115,11 @@ RDK_0103_SUBTESTS = (
     "do_test_empty_txn",
     "do_test_wmark_isolation_level",
     "do_test_txn_abort_control_message_leader_epoch",
+    "do_test_fatal_idempo_error_without_kip360",  # deletes a transaction's records (DeleteRecords)
 )
 RDK_TXN_EXCLUDED = (
     ("0098-consumer-txn", "drives a Java producer (kafka-clients' TransactionProducerCli)"),
     ("0103_transactions_local, 0105-transactions_mock", "local: librdkafka's mock cluster"),
-    (
-        "0103 sub-test do_test_fatal_idempo_error_without_kip360",
-        "deletes the records of a transaction with DeleteRecords, an API this broker does not"
-        " have (librdkafka: 'Required feature not supported by broker')",
-    ),
 )
 RDK_TXN_SUITES = (
     RdkSuite(

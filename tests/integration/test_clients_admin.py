@@ -487,6 +487,15 @@ def test_kafka_python_errors(
     assert not {t.name for t, _ in cases[1:]} & set(listed), "a refused topic was created"
 
 
+def test_kafka_python_describe_metadata_quorum(kp_admin: KafkaAdminClient) -> None:
+    """A single node's controller is the whole quorum: the only voter and the leader."""
+    (topic,) = kp_admin.describe_metadata_quorum()["topics"]
+    (partition,) = topic["partitions"]
+    assert partition["error"] is None and partition["leader_id"] == 1
+    assert [v["replica_id"] for v in partition["current_voters"]] == [1]
+    assert partition["high_watermark"] > 0
+
+
 def test_kafka_python_describe_cluster(kp_admin: KafkaAdminClient, node: NodeProcess) -> None:
     cluster = kp_admin.describe_cluster()
     assert cluster["controller_id"] == 1 and cluster["cluster_id"]

@@ -34,6 +34,8 @@ from kafka.errors import GroupIdNotFoundError, GroupSubscribedToTopicError, NoEr
 from kafka.errors import KafkaError as KafkaPythonError
 
 from integration.cluster_process import LocalCluster, admin_client, wait_for
+from integration.raw_client import RawConnection
+from kafka_protocol.messages import DescribeClusterRequest
 
 pytestmark = pytest.mark.integration
 
@@ -48,6 +50,7 @@ EXTRA = {
 }
 WAIT_S = 30.0
 UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST = 3, 42
+MISMATCHED_ENDPOINT_TYPE, UNSUPPORTED_ENDPOINT_TYPE = 114, 115
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +152,19 @@ def test_describe_cluster_lists_every_broker_as_metadata_does(
     via_aiokafka = asyncio.run(aio())
     assert via_aiokafka["cluster_id"] == described["cluster_id"]
     assert {b["node_id"] for b in via_aiokafka["brokers"]} == set(brokers)
+
+
+def test_describe_cluster_refuses_a_controllers_request_on_a_broker(cluster: LocalCluster) -> None:
+    """KIP-919: a broker describes brokers only (as Kafka's ``AuthHelper``)."""
+    conn = RawConnection(cluster.any_broker().address)
+    try:
+        for endpoint_type, error in ((2, MISMATCHED_ENDPOINT_TYPE), (7, UNSUPPORTED_ENDPOINT_TYPE)):
+            answer = conn.request(DescribeClusterRequest(endpoint_type=endpoint_type), 1)
+            assert (answer.error_code, answer.brokers) == (error, []), answer
+        answer = conn.request(DescribeClusterRequest(), 0)  # v0: brokers, implicitly
+        assert answer.error_code == 0 and len(answer.brokers) == 3
+    finally:
+        conn.close()
 
 
 # --- DescribeTopicPartitions ---------------------------------------------------------------------
@@ -273,6 +289,24 @@ def test_offset_delete_through_both_admin_clients(
     finally:
         consumer.close()
     assert offsets()[2] == 12
+
+
+# --- DescribeQuorum through a broker ------------------------------------------------------------
+
+
+def test_describe_metadata_quorum_through_a_broker(
+    cluster: LocalCluster, kp_admin: KafkaAdminClient
+) -> None:
+    """kafka-python's describe_metadata_quorum asks a broker, which forwards it to the active
+    controller, as Kafka's brokers do."""
+    quorum = kp_admin.describe_metadata_quorum()
+    (topic,) = quorum["topics"]
+    assert topic["topic_name"] == "__cluster_metadata"
+    (partition,) = topic["partitions"]
+    assert partition["error"] is None
+    assert partition["leader_id"] == cluster.active_controller()
+    assert partition["leader_epoch"] >= 1 and partition["high_watermark"] > 0
+    assert [v["replica_id"] for v in partition["current_voters"]] == list(cluster.controllers)
 
 
 # --- a fenced broker (last: it kills a broker) ---------------------------------------------------

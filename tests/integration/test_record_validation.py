@@ -6,10 +6,11 @@ confluent-kafka, kafka-python, aiokafka and kcat (none of which loops, fails or 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaError, Producer
 from record_corruption import CORRUPTIONS, Batch, Rec, reference_walk
 
 from integration.clients import (
@@ -169,4 +170,29 @@ def test_a_compacted_topic_refuses_a_record_without_a_key(node: NodeProcess) -> 
     conn.close()
     assert_same_records(
         as_read(keyed, 0), read_kcat(node, "validated-compact"), "kcat on the compacted topic"
+    )
+
+
+def test_librdkafka_tells_keyless_records_from_their_batch_mates(node: NodeProcess) -> None:
+    """librdkafka's 0011-produce_batch: one batch of 10 records, 3 without a key, to a
+    compacted topic.  The broker lists every keyless record in ``record_errors`` (as Kafka);
+    librdkafka then fails exactly those with INVALID_RECORD and the rest with
+    _INVALID_DIFFERENT_RECORD (with a single record error it fails all with INVALID_RECORD)."""
+    create_topic(node, "validated-compact-batch", 1, {"cleanup.policy": "compact"})
+    producer = Producer({"bootstrap.servers": node.bootstrap, "linger.ms": 1000})
+    errors: dict[int, int] = {}
+
+    def report(i: int) -> Callable[[KafkaError | None, object], None]:
+        def on_delivery(err: KafkaError | None, _msg: object) -> None:
+            errors[i] = err.code() if err is not None else 0
+
+        return on_delivery
+
+    for i in range(10):
+        key = None if i in (0, 4, 7) else f"k{i}".encode()
+        producer.produce("validated-compact-batch", b"v", key, partition=0, on_delivery=report(i))
+    assert producer.flush(15) == 0
+    assert {i for i, code in errors.items() if code == KafkaError.INVALID_RECORD} == {0, 4, 7}
+    assert {i for i, code in errors.items() if code == KafkaError._INVALID_DIFFERENT_RECORD} == (
+        set(range(10)) - {0, 4, 7}
     )

@@ -267,13 +267,30 @@ def test_timestamps_within_kip_937_bounds(
     )
 
 
-def test_a_compacted_topic_names_the_first_record_without_a_key() -> None:
+def test_a_compacted_topic_names_every_record_without_a_key() -> None:
+    """As Kafka, every keyless record is listed (librdkafka's 0011-produce_batch counts them:
+    with a single record error it fails the whole batch with INVALID_RECORD)."""
     batch = valid_batch([(b"k", b"v", [], 0), (None, b"v", [], 0), (None, b"v", [], 0)]).seal()
     compacted = LogConfig(cleanup_policy=("compact",))
     outcome = validate_batch(partition(compacted), memoryview(batch), 0)
     assert isinstance(outcome, AppendOutcome) and outcome.error is ErrorCode.INVALID_RECORD
-    assert outcome.record_errors == ((1, outcome.message),)
+    assert outcome.record_errors == ((1, outcome.message), (2, outcome.message))
     assert isinstance(validate_batch(partition(), memoryview(batch), 0), RecordBatch)
+
+
+@settings(max_examples=50, deadline=None)
+@given(keyed=st.lists(st.booleans(), min_size=1, max_size=40))
+def test_the_keyless_records_of_a_compacted_topic_are_exactly_those_listed(
+    keyed: list[bool],
+) -> None:
+    batch = valid_batch([(b"k" if k else None, b"v", [], 0) for k in keyed]).seal()
+    compacted = LogConfig(cleanup_policy=("compact",))
+    outcome = validate_batch(partition(compacted), memoryview(batch), 0)
+    if all(keyed):
+        assert isinstance(outcome, RecordBatch)
+        return
+    assert isinstance(outcome, AppendOutcome)
+    assert [i for i, _ in outcome.record_errors] == [i for i, k in enumerate(keyed) if not k]
 
 
 # --- readers: a follower's fetch, a segment's tail ------------------------------------------
