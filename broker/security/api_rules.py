@@ -126,16 +126,28 @@ def produce(check: Check, req: ProduceRequest) -> Verdict:
     return Passed(replace(req, topic_data=kept), amend, skip=not kept)
 
 
+_UNKNOWN_ID = "\0unknown topic id"  # no topic name can hold a NUL
+
+
 def fetch(check: Check, req: FetchRequest) -> Verdict:
-    if req.replica_id >= 0:  # a follower: CLUSTER_ACTION, else every partition refused
-        allowed: set[str] = (
-            {str(t.topic) for t in req.topics}
-            if check.cluster(AclOperation.CLUSTER_ACTION)
-            else set()
-        )
+    """READ on each topic (CLUSTER_ACTION for a follower); from v13 topics are named by id,
+    resolved through the image (an unknown id is not refused here: the handler answers it
+    UNKNOWN_TOPIC_ID, as Kafka's)."""
+
+    def name_of(t: FetchRequest.FetchTopic) -> str:
+        if check.api_version < 13:
+            return str(t.topic)
+        found = check.image.topics.by_id.get(t.topic_id)
+        return found.name if found is not None else _UNKNOWN_ID
+
+    replica_id = req.replica_state.replica_id if check.api_version >= 15 else req.replica_id
+    if replica_id >= 0:  # a follower: CLUSTER_ACTION, else every partition refused
+        follower = check.cluster(AclOperation.CLUSTER_ACTION)
+        allowed: set[str] = {name_of(t) for t in req.topics} if follower else set()
     else:
-        allowed = check.topics(AclOperation.READ, (t.topic for t in req.topics))
-    kept, refused = split_topics(req.topics, lambda t: t.topic, allowed)
+        allowed = check.topics(AclOperation.READ, (name_of(t) for t in req.topics))
+        allowed.add(_UNKNOWN_ID)  # answered UNKNOWN_TOPIC_ID by the handler, as Kafka does
+    kept, refused = split_topics(req.topics, name_of, allowed)
     if not refused:
         return Passed(req)
 

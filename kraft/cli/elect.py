@@ -17,7 +17,8 @@ import asyncio
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from kraft.cli.admin_auth import LoginError, kafka_security
-from kraft.cli.arguments import bootstrap_addresses, non_negative_int
+from kraft.cli.arguments import non_negative_int
+from kraft.cli.broker_tool import add_broker_options, connect_to_broker
 from kraft.cli.output import fail, print_json
 from kraft.cli.rest_client import REQUEST_TIMEOUT_S, AdminError
 
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from broker.kafka_client import KafkaConnection
     from broker.security.client_security import ClientSecurity
 
-DEFAULT_BOOTSTRAP: Final = "127.0.0.1:9092"
 ELECTION_TYPES: Final = {"preferred": 0, "unclean": 1}  # Kafka's ElectionType
 ELECT_LEADERS_KEY, ELECT_LEADERS_MAX_VERSION = 43, 2
 METADATA_KEY, METADATA_MAX_VERSION = 3, 12
@@ -87,7 +87,7 @@ async def _elect(
 
     try:
         async with asyncio.timeout(REQUEST_TIMEOUT_S):
-            conn = await _connect(args.bootstrap_server, security)
+            conn = await connect_to_broker(args.bootstrap_server, security)
             try:
                 version = conn.version_for(ELECT_LEADERS_KEY, ELECT_LEADERS_MAX_VERSION)
                 if version is None or (version == 0 and args.election_type != "preferred"):
@@ -127,20 +127,6 @@ async def _elect(
     ]
 
 
-async def _connect(
-    addresses: list[tuple[str, int]], security: ClientSecurity | None
-) -> KafkaConnection:
-    from broker.kafka_client import KafkaClientError, KafkaConnection
-
-    reasons = []
-    for host, port in addresses:
-        try:
-            return await KafkaConnection.open(host, port, client_id="kraft-cli", security=security)
-        except KafkaClientError as exc:  # unreachable, or the login refused
-            reasons.append(str(exc))
-    raise AdminError("BROKER_UNREACHABLE", "; ".join(reasons))
-
-
 async def _partitions_of(conn: KafkaConnection, topic: str) -> list[int]:
     """Every partition of ``topic``, from a Metadata request (never creating the topic)."""
     from kafka_protocol.errors import ErrorCode
@@ -173,13 +159,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "in-sync replica is alive, any live replica (unclean: committed records may be lost).",
     )
     elect.add_argument(
-        "--bootstrap-server",
-        type=bootstrap_addresses,
-        default=bootstrap_addresses(DEFAULT_BOOTSTRAP),
-        metavar="HOST:PORT",
-        help=f"a broker (or a comma-separated list; default: {DEFAULT_BOOTSTRAP})",
-    )
-    elect.add_argument(
         "--election-type",
         type=str.lower,
         choices=tuple(ELECTION_TYPES),
@@ -200,12 +179,5 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="P",
         help="a partition of --topic (repeatable)",
     )
-    elect.add_argument("--json", action="store_true", help="print JSON")
-    elect.add_argument(
-        "--command-config",
-        metavar="FILE",
-        help="Kafka client properties: security.protocol, sasl.mechanism, sasl.jaas.config,"
-        " ssl.truststore.location (as kafka-leader-election.sh --admin.config)",
-    )
-    elect.add_argument("--ca-file", metavar="FILE", help="PEM CA to trust (SSL, SASL_SSL)")
+    add_broker_options(elect, "kafka-leader-election.sh --admin.config")
     elect.set_defaults(func=run)

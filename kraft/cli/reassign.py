@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from kraft.cli.admin_auth import LoginError, kafka_security
-from kraft.cli.arguments import bootstrap_addresses, non_negative_int, positive_int
-from kraft.cli.elect import _connect as connect_to_broker
+from kraft.cli.arguments import non_negative_int, positive_int
+from kraft.cli.broker_tool import add_broker_options, connect_to_broker
 from kraft.cli.output import fail, print_json
 from kraft.cli.rest_client import REQUEST_TIMEOUT_S, AdminError
 from kraft.reassign.plan import (
@@ -56,7 +56,6 @@ if TYPE_CHECKING:
     from broker.security.client_security import ClientSecurity
     from kraft.controller.placement import UsableBroker
 
-DEFAULT_BOOTSTRAP: Final = "127.0.0.1:9092"
 METADATA: Final = (3, 12)
 ALTER_REASSIGNMENTS: Final = (45, 0)
 LIST_REASSIGNMENTS: Final = (46, 0)
@@ -425,13 +424,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description="Generate, start, verify, cancel or list partition reassignments. Plans"
         " are kafka-reassign-partitions.sh's JSON files.",
     )
-    p.add_argument(
-        "--bootstrap-server",
-        type=bootstrap_addresses,
-        default=bootstrap_addresses(DEFAULT_BOOTSTRAP),
-        metavar="HOST:PORT",
-        help=f"a broker (or a comma-separated list; default: {DEFAULT_BOOTSTRAP})",
-    )
     action = p.add_mutually_exclusive_group(required=True)
     for name, text in (
         ("--generate", "propose a plan spreading --topics over --broker-list (changes nothing)"),
@@ -469,12 +461,5 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--disable-rack-aware", action="store_true", help="--generate: ignore the brokers' racks"
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument(
-        "--command-config",
-        metavar="FILE",
-        help="Kafka client properties: security.protocol, sasl.mechanism, sasl.jaas.config,"
-        " ssl.truststore.location (as kafka-reassign-partitions.sh --command-config)",
-    )
-    p.add_argument("--ca-file", metavar="FILE", help="PEM CA to trust (SSL, SASL_SSL)")
+    add_broker_options(p, "kafka-reassign-partitions.sh --command-config")
     p.set_defaults(func=run)

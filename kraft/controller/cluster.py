@@ -249,7 +249,7 @@ def offline_dir_records(
         records.extend(records_for_broker_leaving(after, broker.id, unclean))
     else:  # JBOD: only the replicas assigned to the failed directories go (log_dirs.py)
         gone = log_dirs.replicas_in_dirs(after, broker.id, newly_offline)
-        records.extend(log_dirs.replicas_leaving(after, broker.id, gone, unclean))
+        records.extend(records_for_broker_leaving(after, broker.id, unclean, only=gone))
     return records
 
 

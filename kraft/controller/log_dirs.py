@@ -19,12 +19,7 @@ from collections.abc import Iterable
 from kafka_protocol.errors import ErrorCode
 from kafka_protocol.messages import AssignReplicasToDirsRequest, AssignReplicasToDirsResponse
 from kafka_protocol.metadata import PartitionChangeRecord
-from kraft.controller.partitions import (
-    UncleanPolicy,
-    active_brokers,
-    all_partitions,
-    partition_change,
-)
+from kraft.controller.partitions import UncleanPolicy, all_partitions, records_for_broker_leaving
 from kraft.controller.result import ControllerResult
 from metadata_log.delta import replay_records
 from metadata_log.image import DIRECTORY_UNASSIGNED, ClusterImage, PartitionImage
@@ -61,7 +56,9 @@ def assign_replicas_to_dirs(
         answered.append(Response.DirectoryData(id=directory.id, topics=topics))
     if offline_assigned:  # assigned to a directory already offline: the replica goes too
         after = replay_records(image, records)
-        records += replicas_leaving(after, request.broker_id, set(offline_assigned), unclean)
+        records += records_for_broker_leaving(
+            after, request.broker_id, unclean, only=set(offline_assigned)
+        )
     return ControllerResult(records, Response(directories=answered))
 
 
@@ -105,29 +102,3 @@ def replicas_in_dirs(
         for topic, partition_id, partition in all_partitions(image)
         if broker_id in partition.replicas and partition.directory_of(broker_id) in wanted
     }
-
-
-def replicas_leaving(
-    image: ClusterImage,
-    broker_id: int,
-    which: set[tuple[uuid.UUID, int]],
-    unclean: UncleanPolicy,
-) -> list[PartitionChangeRecord]:
-    """Remove the broker from the ISR of the partitions in ``which`` and move its leaderships
-    there (as ``records_for_broker_leaving``, for some partitions only)."""
-    base = active_brokers(image)
-
-    def is_active(b: int) -> bool:
-        return b != broker_id and base(b)
-
-    out = []
-    for topic, partition_id, partition in all_partitions(image):
-        if (topic.topic_id, partition_id) not in which or broker_id not in partition.isr:
-            continue
-        isr = tuple(b for b in partition.isr if b != broker_id) or partition.isr
-        record = partition_change(
-            topic.topic_id, partition_id, partition, isr, is_active, unclean(topic.name)
-        )
-        if record is not None:
-            out.append(record)
-    return out

@@ -21,7 +21,7 @@ Rules:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Set
 from dataclasses import dataclass, field
 
 from kafka_protocol.metadata import PartitionChangeRecord
@@ -124,9 +124,14 @@ def all_partitions(image: ClusterImage) -> Iterator[tuple[TopicImage, int, Parti
 
 
 def records_for_broker_leaving(
-    image: ClusterImage, broker_id: int, unclean: UncleanPolicy = never_unclean
+    image: ClusterImage,
+    broker_id: int,
+    unclean: UncleanPolicy = never_unclean,
+    only: Set[tuple[uuid.UUID, int]] | None = None,
 ) -> list[PartitionChangeRecord]:
-    """Remove ``broker_id`` from every ISR and move its leaderships (fencing, shutdown)."""
+    """Remove ``broker_id`` from every ISR and move its leaderships (fencing, shutdown), or
+    only those of the (topic id, partition) in ``only`` (its replicas on a failed log
+    directory)."""
     base = active_brokers(image)
 
     def is_active(b: int) -> bool:
@@ -135,6 +140,8 @@ def records_for_broker_leaving(
     out = []
     for topic, partition_id, partition in all_partitions(image):
         if broker_id not in partition.isr:
+            continue
+        if only is not None and (topic.topic_id, partition_id) not in only:
             continue
         isr = tuple(b for b in partition.isr if b != broker_id) or partition.isr
         record = partition_change(

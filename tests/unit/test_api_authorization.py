@@ -163,6 +163,48 @@ def test_follower_fetch_needs_cluster_action() -> None:
     assert _errors(response, "responses", "partitions", "topic") == {"mine": OK}
 
 
+def test_fetch_by_topic_id_is_checked_on_the_topics_name() -> None:
+    """Fetch v13+ names topics by id: READ is checked on the name the image gives it; an
+    unknown id passes to the handler (UNKNOWN_TOPIC_ID there); from v15 a follower's id is in
+    replica_state (KIP-903)."""
+    ids = {name: IMAGE.topics.by_name[name].topic_id for name in ("mine", "theirs")}
+    unknown = uuid.uuid4()
+
+    def by_id(*topic_ids: uuid.UUID, replica_id: int = -1) -> m.FetchRequest:
+        req = _fetch(*("" for _ in topic_ids))
+        for t, topic_id in zip(req.topics, topic_ids, strict=True):
+            t.topic_id = topic_id
+        req.replica_state = m.FetchRequest.ReplicaState(replica_id=BrokerId(replica_id))
+        return req
+
+    def errors(response: m.FetchResponse) -> dict[uuid.UUID, int]:
+        return {t.topic_id: p.error_code for t in response.responses for p in t.partitions}
+
+    echo_ids = Echo(
+        1,
+        lambda req: m.FetchResponse(
+            responses=[
+                m.FetchResponse.FetchableTopicResponse(
+                    topic_id=t.topic_id,
+                    partitions=[m.FetchResponse.PartitionData(partition_index=0)],
+                )
+                for t in req.topics
+            ]
+        ),
+    )
+    acls = [acl(T, "mine", Op.READ)]
+    for version in (13, 17):
+        response = run(
+            echo_ids.spec(), by_id(ids["mine"], ids["theirs"], unknown), acls, version=version
+        )
+        assert errors(response) == {ids["mine"]: OK, ids["theirs"]: TOPIC_DENIED, unknown: OK}
+    follower = by_id(ids["mine"], replica_id=2)
+    response = run(echo_ids.spec(), follower, acls, version=15)
+    assert errors(response) == {ids["mine"]: TOPIC_DENIED}
+    response = run(echo_ids.spec(), follower, [acl(C, CLUSTER_NAME, Op.CLUSTER_ACTION)], version=15)
+    assert errors(response) == {ids["mine"]: OK}
+
+
 def test_list_offsets_needs_describe_which_read_implies() -> None:
     R = m.ListOffsetsResponse
     echo = Echo(
