@@ -50,7 +50,11 @@ def port_pool(ephemeral: tuple[int, int]) -> range:
     """The ports tests pick from: the larger side of ``ephemeral`` above :data:`PORT_FLOOR`."""
     low, high = ephemeral
     pool = max(range(PORT_FLOOR, low), range(high + 1, 65536), key=len)
-    assert len(pool) >= 10 * SLICE_PORTS, f"ip_local_port_range {low}-{high} leaves no room"
+    if len(pool) < 10 * SLICE_PORTS:
+        raise RuntimeError(
+            f"ip_local_port_range {low}-{high} leaves no room for test ports above {PORT_FLOOR};"
+            f" narrow it (sysctl net.ipv4.ip_local_port_range) to leave {10 * SLICE_PORTS} free"
+        )
     return pool
 
 
