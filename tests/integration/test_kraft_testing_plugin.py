@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import textwrap
@@ -223,3 +224,28 @@ def test_a_broker_restarts_on_its_ports_with_its_data(tmp_path: Path) -> None:
         assert [r.value for r in c.consume("kept")] == [b"one", b"two"]
     assert data.exists()  # a given directory is left to its owner
     shutil.rmtree(data)
+
+
+def test_a_secure_cluster_serves_its_client_settings_only(kraft_cluster_factory: Any) -> None:
+    from confluent_kafka import KafkaError, Producer
+
+    from kraft.cli.admin_auth import AdminLogin
+    from kraft.cli.rest_client import AdminClient, AdminError
+
+    c = kraft_cluster_factory(secure=True)
+    assert c.client_config()["security.protocol"] == "SASL_SSL"
+    c.create_topic("secret")
+    producer = Producer(c.client_config())
+    producer.produce("secret", b"by a client")
+    assert producer.flush(10) == 0
+    assert [r.value for r in c.consume("secret", count=1)] == [b"by a client"]
+
+    errors: list[KafkaError] = []
+    intruder = Producer({**c.client_config(), "sasl.password": "wrong", "error_cb": errors.append})
+    intruder.produce("secret", b"x")
+    intruder.flush(3)
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+    trusting = AdminLogin(ssl_context=ssl.create_default_context(cafile=str(c.ca_file)))
+    with pytest.raises(AdminError) as refused:  # the REST API (https) without the admin's login
+        AdminClient(c.admin_url, login=trusting).call("GET", "/v1/topics")
+    assert "authentication failed" in refused.value.message, refused.value
