@@ -108,3 +108,12 @@ def test_a_port_in_use_is_skipped(tmp_path: Path) -> None:
         busy.bind(("127.0.0.1", pool.start))
         [port] = PortAllocator(pool, tmp_path, first_slice=0).take(1)
     assert port == pool.start + 1
+
+
+def test_the_readme_shows_the_example_that_the_tests_run() -> None:
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    marker = "<!-- examples/test_with_kraft_cluster.py -->\n```python\n"
+    assert marker in readme
+    shown = readme.split(marker, 1)[1].split("```\n", 1)[0]
+    assert shown == (root / "examples" / "test_with_kraft_cluster.py").read_text()
