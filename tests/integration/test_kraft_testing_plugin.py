@@ -249,3 +249,22 @@ def test_a_secure_cluster_serves_its_client_settings_only(kraft_cluster_factory:
     with pytest.raises(AdminError) as refused:  # the REST API (https) without the admin's login
         AdminClient(c.admin_url, login=trusting).call("GET", "/v1/topics")
     assert "authentication failed" in refused.value.message, refused.value
+
+
+def test_nodes_outlive_the_thread_that_started_them() -> None:
+    """A node stops when the test *process* dies, not when the thread that started it exits
+    (PR_SET_PDEATHSIG alone would stop it then)."""
+    import threading
+
+    from kraft.testing import ClusterSpec, KraftCluster, start_cluster
+
+    started: list[KraftCluster] = []
+    thread = threading.Thread(target=lambda: started.append(start_cluster(ClusterSpec())))
+    thread.start()
+    thread.join()
+    [c] = started
+    try:
+        c.create_topic("after-the-thread")  # a REST round trip: the node still serves
+        assert all(alive(pid) for pid in c.pids.values()) and c.pids
+    finally:
+        c.close()
