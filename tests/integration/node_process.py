@@ -98,6 +98,7 @@ class NodeProcess(ProcessControl):
             "--admin-port",
             str(admin_port),
         ]
+        cmd += ["--parent-pid", str(os.getpid())]  # stops if this test process is killed
         cmd += self.dev_flags
         for o in self.overrides:
             cmd += ["--override", o]
