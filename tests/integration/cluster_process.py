@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka.admin import AdminClient
 
@@ -264,11 +264,17 @@ def admin_client(cluster: LocalCluster) -> AdminClient:
     return AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 10000})
 
 
+class HasLogs(Protocol):
+    """A cluster whose nodes' logs a failure shows: LocalCluster or kraft.testing's."""
+
+    def logs(self) -> str: ...
+
+
 def wait_for(
     what: str,
     condition: Callable[[], Any],
     timeout_s: float,
-    cluster: LocalCluster,
+    cluster: HasLogs,
     *,
     poll_s: float = 0.02,
     ignore: tuple[type[Exception], ...] = (AssertionError, OSError),
