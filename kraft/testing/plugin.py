@@ -25,17 +25,18 @@ test processes).  A failing test's report shows the last log lines of every node
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kraft.testing.cluster import KraftCluster, start_cluster
-from kraft.testing.spec import ClusterSpec
+if TYPE_CHECKING:  # the rest is imported when a fixture runs: every pytest run loads this
+    from kraft.testing.local_cluster import KraftCluster
+    from kraft.testing.spec import ClusterSpec
 
 SCOPES = ("session", "package", "module", "class", "function")
 SCOPE_OPTION = "--kraft-cluster-scope"
 SCOPE_INI = "kraft_cluster_scope"
-CLUSTERS = pytest.StashKey[list[KraftCluster]]()
+CLUSTERS = pytest.StashKey["list[KraftCluster]"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -62,6 +63,8 @@ def cluster_scope(fixture_name: str, config: pytest.Config) -> Any:
 
 
 def _start(request: pytest.FixtureRequest, spec: ClusterSpec) -> KraftCluster:
+    from kraft.testing.local_cluster import start_cluster
+
     factory = request.getfixturevalue("tmp_path_factory")
     running = start_cluster(spec, factory.mktemp(f"kraft-{spec.id}", numbered=True))
     request.config.stash[CLUSTERS].append(running)
@@ -78,6 +81,8 @@ def _close(request: pytest.FixtureRequest, running: KraftCluster) -> None:
 @pytest.fixture(scope=cluster_scope)
 def kraft_cluster(request: pytest.FixtureRequest) -> Iterator[KraftCluster]:
     """A running kraft cluster (see the module's documentation)."""
+    from kraft.testing.spec import ClusterSpec
+
     running = _start(request, ClusterSpec.of(getattr(request, "param", None)))
     try:
         yield running
@@ -88,6 +93,8 @@ def kraft_cluster(request: pytest.FixtureRequest) -> Iterator[KraftCluster]:
 @pytest.fixture
 def kraft_cluster_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., KraftCluster]]:
     """Start clusters for this test: ``kraft_cluster_factory(brokers=3)``; closed at its end."""
+    from kraft.testing.spec import ClusterSpec
+
     started: list[KraftCluster] = []
 
     def start(spec: ClusterSpec | None = None, **fields: Any) -> KraftCluster:

@@ -18,7 +18,7 @@ time.  So :func:`free_ports` picks
 * never the same port twice in one process (a killed node's port stays its own), and only
   ports that can be bound right now (a leftover listener or a TIME_WAIT is skipped).
 
-Used by :mod:`kraft.testing.cluster`, the project's own test harness and its benchmark scripts.
+Used by :mod:`kraft.testing.local_cluster`, the project's own test harness and its benchmarks.
 """
 
 from __future__ import annotations

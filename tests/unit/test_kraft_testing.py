@@ -117,3 +117,17 @@ def test_the_readme_shows_the_example_that_the_tests_run() -> None:
     assert marker in readme
     shown = readme.split(marker, 1)[1].split("```\n", 1)[0]
     assert shown == (root / "examples" / "test_with_kraft_cluster.py").read_text()
+
+
+def test_loading_the_plugin_starts_nothing_heavy() -> None:
+    """pytest loads the plugin in every run once kraft-platform is installed: the cluster code
+    (and the broker packages it needs) is imported only when a fixture runs."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, kraft.testing.plugin; "
+        "print(sorted(m for m in sys.modules if m.startswith(('kraft.testing.', 'broker'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "['kraft.testing.plugin']", done.stdout
