@@ -108,30 +108,57 @@ def wait_for_file(path: Path, proc: subprocess.Popen[str], timeout_s: float) -> 
     raise AssertionError(f"no {path} after {timeout_s} s:\n{proc.communicate()[0]}")
 
 
-def leftovers(state: dict[str, Any]) -> list[str]:
-    return [f"pid {p} runs" for p in state["pids"] if alive(p)] + [
-        f"port {p} listens" for p in state["ports"] if listening(p)
-    ]
+def node_processes(base: Path) -> list[int]:
+    """The running ``kraft.cli`` processes whose command line names a path under ``base``
+    (a node's config file is in its data directory)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        mentions_base = any(str(base).encode() in a for a in argv)
+        if b"kraft.cli" in argv and mentions_base and alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
 
 
-def start_interrupted_run(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], Any]:
+def leftovers(state: dict[str, Any], base: Path) -> list[str]:
+    return (
+        [f"pid {p} runs" for p in state["pids"] if alive(p)]
+        + [f"port {p} listens" for p in state["ports"] if listening(p)]
+        + [f"node process {p} runs" for p in node_processes(base)]
+    )
+
+
+def launch_interrupted_run(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], Path]:
     """pytest on :data:`INTERRUPTED` in its own process group (so our signals reach it and its
-    xdist workers, as a terminal's would, and not this test run); the cluster's state."""
+    xdist workers, as a terminal's would, and not this test run), its data under the base
+    directory returned."""
     project = user_project(tmp_path, "test_interrupted.py", INTERRUPTED)
-    state_file = tmp_path / "state.json"
+    base = tmp_path / "base"
     proc = subprocess.Popen(
-        pytest_command(*extra),
+        pytest_command("--basetemp", str(base), *extra),
         cwd=project,
-        env=user_env(state_file),
+        env=user_env(tmp_path / "state.json"),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         process_group=0,
     )
-    state = wait_for_file(state_file, proc, timeout_s=60)
+    return proc, base
+
+
+def start_interrupted_run(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], Any, Path]:
+    """:func:`launch_interrupted_run` once its cluster runs: the cluster's pids and ports."""
+    proc, base = launch_interrupted_run(tmp_path, *extra)
+    state = wait_for_file(tmp_path / "state.json", proc, timeout_s=60)
     assert len(state["pids"]) == 3 and all(alive(p) for p in state["pids"]), state
     assert all(listening(p) for p in state["ports"][:2]), state
-    return proc, state
+    assert sorted(node_processes(base)) == sorted(state["pids"])
+    return proc, state, base
 
 
 def test_the_example_passes_under_xdist(tmp_path: Path) -> None:
@@ -151,22 +178,35 @@ def test_the_example_passes_under_xdist(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["plain", "xdist"])
 def test_ctrl_c_leaves_no_process_or_port(tmp_path: Path, xdist: tuple[str, ...]) -> None:
-    proc, state = start_interrupted_run(tmp_path, *xdist)
+    proc, state, base = start_interrupted_run(tmp_path, *xdist)
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode != 0, out
     # pytest has stopped the cluster before exiting: nothing to wait for
-    assert leftovers(state) == [], out
+    assert leftovers(state, base) == [], out
+
+
+def test_ctrl_c_while_the_cluster_starts_leaves_no_process(tmp_path: Path) -> None:
+    proc, base = launch_interrupted_run(tmp_path)
+    deadline = time.monotonic() + 60
+    while not node_processes(base):  # a node has started; the cluster is not ready yet
+        assert time.monotonic() < deadline and proc.poll() is None, "no node started"
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0, out
+    assert not (tmp_path / "state.json").exists(), "interrupted after the cluster was ready"
+    assert node_processes(base) == [], out
 
 
 def test_sigkill_of_pytest_leaves_no_process_or_port(tmp_path: Path) -> None:
-    proc, state = start_interrupted_run(tmp_path)
+    proc, state, base = start_interrupted_run(tmp_path)
     os.killpg(proc.pid, signal.SIGKILL)  # no teardown at all: the nodes stop themselves
     proc.communicate(timeout=10)
     deadline = time.monotonic() + 15  # their SIGTERM, brokers and controllers together
-    while leftovers(state) and time.monotonic() < deadline:
+    while leftovers(state, base) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert leftovers(state) == []
+    assert leftovers(state, base) == []
 
 
 @pytest.mark.parametrize(
@@ -268,3 +308,19 @@ def test_nodes_outlive_the_thread_that_started_them() -> None:
         assert all(alive(pid) for pid in c.pids.values()) and c.pids
     finally:
         c.close()
+
+
+def test_a_failing_tests_report_shows_the_nodes_logs(tmp_path: Path) -> None:
+    failing = "def test_fails(kraft_cluster):\n    assert kraft_cluster.pids == {}\n"
+    project = user_project(tmp_path, "test_failing.py", failing)
+    done = subprocess.run(
+        pytest_command("-p", "no:cacheprovider"),
+        cwd=project,
+        env={**user_env(tmp_path / "unused"), "KRAFT_LOG_LEVEL": "INFO"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "kraft cluster combined logs" in done.stdout, done.stdout
+    assert "--- node-1 (broker,controller): last lines of" in done.stdout, done.stdout
