@@ -55,9 +55,7 @@ def test_helpers_without_a_client(kraft_cluster):
     assert [r.value for r in kraft_cluster.consume(topic, count=3)] == [b"a", b"b", b"c"]
 
 
-@pytest.mark.parametrize(
-    "kraft_cluster", [{"brokers": 3, "partitions": 3}], indirect=True, ids=["3-brokers"]
-)
+@pytest.mark.parametrize("kraft_cluster", [{"brokers": 3}], indirect=True)  # 1 controller
 def test_survives_a_broker_crash(kraft_cluster):
     topic = f"payments-{uuid.uuid4().hex[:8]}"
     kraft_cluster.create_topic(topic, partitions=1, replication_factor=3)

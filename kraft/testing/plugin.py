@@ -109,6 +109,18 @@ def kraft_cluster_factory(request: pytest.FixtureRequest) -> Iterator[Callable[.
             _close(request, running)
 
 
+def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
+    """``test_x[1c3b-p3-secure]`` rather than ``test_x[kraft_cluster0]``."""
+    if argname != "kraft_cluster":
+        return None
+    from kraft.testing.spec import ClusterSpec, SpecError
+
+    try:
+        return ClusterSpec.of(val).id
+    except (SpecError, TypeError):
+        return None  # pytest's own id; the fixture reports the bad spec
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
