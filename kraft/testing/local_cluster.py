@@ -94,7 +94,7 @@ class KraftCluster:
         )
 
     def _admin_urls(self) -> list[str]:
-        running = [b for b in self.brokers if b.alive()] or self.brokers
+        running = [b for b in self.brokers if b.serving()] or self.brokers
         return [self.admin_url_of(b) for b in running]
 
     # --- planning and files ---------------------------------------------------------------
@@ -208,6 +208,15 @@ class KraftCluster:
         """SIGTERM broker ``node_id`` and wait (its controlled shutdown); SIGKILL after the
         grace period."""
         stop_nodes([self.broker(node_id)], self.stop_grace_s)
+
+    def pause_broker(self, node_id: int) -> None:
+        """SIGSTOP broker ``node_id``: a hung process (its sockets stay open, nothing answers;
+        the controller fences it after ``broker.session.timeout.ms``)."""
+        self.broker(node_id).signal(signal.SIGSTOP)
+
+    def resume_broker(self, node_id: int) -> None:
+        """SIGCONT a paused broker."""
+        self.broker(node_id).signal(signal.SIGCONT)
 
     def restart_broker(self, node_id: int) -> None:
         """Start broker ``node_id`` again (stopped or killed; a running one is stopped first)

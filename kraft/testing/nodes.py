@@ -43,6 +43,7 @@ class NodeProcess:
     directory: Path
     proc: subprocess.Popen[bytes] | None = None
     address: str = ""  # host:port from its READY line
+    paused: bool = False  # SIGSTOPped
     _stdout_seen: int = field(default=0, repr=False)
 
     @property
@@ -76,6 +77,7 @@ class NodeProcess:
         """Start the process; :meth:`ready` tells when it serves."""
         self.directory.mkdir(parents=True, exist_ok=True)
         self.address = ""
+        self.paused = False
         with self.stdout_log.open("ab") as out, self.stderr_log.open("ab") as err:
             self._stdout_seen = out.tell()
             self.proc = subprocess.Popen(
@@ -117,12 +119,17 @@ class NodeProcess:
             return f"(nothing in {self.stderr_log})"
         return f"last lines of {self.stderr_log}:\n" + "\n".join(f"    {t}" for t in tail)
 
+    def serving(self) -> bool:
+        """Running and not paused: its APIs answer."""
+        return self.alive() and not self.paused
+
     def signal(self, sig: signal.Signals) -> None:
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 if sig in (signal.SIGKILL, signal.SIGTERM):
                     os.kill(self.proc.pid, signal.SIGCONT)  # a paused node must see it too
                 self.proc.send_signal(sig)
+            self.paused = sig == signal.SIGSTOP
 
 
 def exit_status(code: int | None) -> str:

@@ -262,6 +262,10 @@ def test_a_broker_restarts_on_its_ports_with_its_data(tmp_path: Path) -> None:
         assert listening(port)
         assert sorted(c.wait_for_isr("kept", 0, timeout_s=30)) == c.broker_ids
         assert [r.value for r in c.consume("kept")] == [b"one", b"two"]
+        c.pause_broker(leader)  # hung: fenced after the session timeout, out of the ISR
+        assert leader not in c.wait_for_isr("kept", 0, size=2, timeout_s=30)
+        c.resume_broker(leader)
+        assert sorted(c.wait_for_isr("kept", 0, timeout_s=30)) == c.broker_ids
     assert data.exists()  # a given directory is left to its owner
     shutil.rmtree(data)
 
