@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from bench_machine import machine_info
 from bench_stats import Target, fmt, percentile
