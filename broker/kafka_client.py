@@ -351,13 +351,22 @@ class ControllerClient:
         self._active = _Route("active controller")
         self._any = _Route("any controller")
         self._closed = False
+        # bootstrap indexes whose last connection attempt was refused: no process listens
+        self._refused: set[int] = set()
 
     async def request(
-        self, request: Request, max_version: int, *, to_active: bool = True
+        self,
+        request: Request,
+        max_version: int,
+        *,
+        to_active: bool = True,
+        unless_none_listens: bool = False,
     ) -> Response:
         """Send ``request`` at the highest common version up to ``max_version``; retry on
         connection failures (and NOT_CONTROLLER when ``to_active``) until the caller's
-        deadline.  Raises :class:`NoUsableVersionError` if the controller cannot take it."""
+        deadline.  Raises :class:`NoUsableVersionError` if the controller cannot take it.
+        ``unless_none_listens``: raise :class:`KafkaConnectionError` instead of retrying once
+        every controller address has refused the connection (no controller process runs)."""
         route = self._active if to_active else self._any
         # Short and flat: during an election no controller is active for a few hundred ms,
         # and a growing backoff would add up to a second to every failover.
@@ -379,8 +388,16 @@ class ControllerClient:
             # active controller is usually the next address, and a backoff between each
             # one would delay heartbeats past the brokers' session timeout.
             failures += 1
+            if unless_none_listens and self.none_listening():
+                raise KafkaConnectionError(
+                    "no controller is running: every controller address refused the connection"
+                )
             if failures % len(self.bootstrap) == 0:
                 await backoff.sleep()
+
+    def none_listening(self) -> bool:
+        """Whether the last connection attempt to every controller address was refused."""
+        return len(self._refused) == len(self.bootstrap)
 
     def _log_auth_failure(self, reason: str) -> None:
         """Once per distinct failure until a request succeeds: the node keeps retrying (an
@@ -431,12 +448,16 @@ class ControllerClient:
             if route.conn is not None and not route.conn.closed:
                 return route.conn
             route.conn = None
-            host, port = self.bootstrap[route.index]
+            index = route.index
+            host, port = self.bootstrap[index]
             try:
                 route.conn = await KafkaConnection.open(host, port, self.client_id, self.security)
             except (OSError, AuthenticationError, asyncio.CancelledError) as exc:  # re-raised
+                if isinstance(exc.__cause__, ConnectionRefusedError):
+                    self._refused.add(index)
                 self._advance(route, f"cannot be reached ({exc!r})")
                 raise
+            self._refused.discard(index)
             return route.conn
 
     def _move_on(self, route: _Route, conn: KafkaConnection | None, reason: str) -> None:

@@ -15,7 +15,9 @@ A broker starts fenced: it serves no partitions until the controller unfences it
    interval later.  STALE_BROKER_EPOCH or BROKER_ID_NOT_REGISTERED means the controller no
    longer knows this registration (our session expired): register again.
 3. ``controlled_shutdown()`` heartbeats with ``want_shut_down`` every 250 ms until the
-   controller answers ``should_shut_down`` (it has moved leadership away from us).
+   controller answers ``should_shut_down`` (it has moved leadership away from us), or until
+   every controller address refuses the connection: no controller runs that could move
+   leadership, so waiting for one (until the caller's bound) would only delay the exit.
 
 States, as the flags say them::
 
@@ -51,7 +53,7 @@ from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
 from broker.failure_streak import FailureStreak
-from broker.kafka_client import Backoff, ControllerClient
+from broker.kafka_client import Backoff, ControllerClient, KafkaConnectionError
 from broker.metadata_follower import MetadataFollower
 from kafka_protocol.clock import monotonic_s
 from kafka_protocol.errors import ErrorCode
@@ -244,15 +246,21 @@ class BrokerLifecycle:
         """Ask to shut down until the controller says we may (bounded by the caller)."""
         self._want_shut_down = True
         while self.registered and not self.should_shut_down:
-            await self._heartbeat_round()
+            try:
+                await self._heartbeat_round(unless_none_listens=True)
+            except KafkaConnectionError as exc:
+                log.warning(
+                    "broker %d: %s; stopping without a controlled shutdown", self.broker_id, exc
+                )
+                return
             if not self.should_shut_down:
                 await asyncio.sleep(SHUTDOWN_HEARTBEAT_S)
 
-    async def _heartbeat_round(self) -> None:
+    async def _heartbeat_round(self, *, unless_none_listens: bool = False) -> None:
         sent_at_s = self._clock_s()
         try:
             async with asyncio.timeout(self.request_deadline_s):
-                response = await self._heartbeat()
+                response = await self._heartbeat(unless_none_listens)
         except TimeoutError:
             self._heartbeat_unanswered()
             self.client.rotate(to_active=True, reason="left a heartbeat unanswered")
@@ -275,7 +283,7 @@ class BrokerLifecycle:
         else:
             raise BrokerLifecycleError(error, f"broker {self.broker_id} heartbeat refused")
 
-    async def _heartbeat(self) -> BrokerHeartbeatResponse:
+    async def _heartbeat(self, unless_none_listens: bool = False) -> BrokerHeartbeatResponse:
         request = BrokerHeartbeatRequest(
             broker_id=BrokerId(self.broker_id),
             broker_epoch=self.broker_epoch,
@@ -284,7 +292,9 @@ class BrokerLifecycle:
             want_shut_down=self._want_shut_down,
             offline_log_dirs=self.log_dirs.offline_log_dirs() if self.log_dirs is not None else [],
         )
-        response = await self.client.request(request, BROKER_HEARTBEAT_VERSION)
+        response = await self.client.request(
+            request, BROKER_HEARTBEAT_VERSION, unless_none_listens=unless_none_listens
+        )
         assert isinstance(response, BrokerHeartbeatResponse)
         return response
 

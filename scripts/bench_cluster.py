@@ -30,11 +30,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from bench_machine import machine_info
 from bench_stats import Target, fmt, percentile
-from integration.node_process import free_ports  # the tests' ports: no race with port-0 binds
 
 from kraft.node.dev_cluster import (
     NodeSpec,
@@ -44,6 +42,7 @@ from kraft.node.dev_cluster import (
     server_command,
     write_node_configs,
 )
+from kraft.testing.ports import free_ports  # the tests' ports: no race with port-0 binds
 
 REPO = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_S = 60.0

@@ -12,6 +12,9 @@ from hypothesis import HealthCheck, settings
 
 from broker.fatal import stop_handler
 
+# kraft.testing's fixtures (also loaded by its pytest11 entry point once the package is installed)
+pytest_plugins = ("kraft.testing.plugin",)
+
 settings.register_profile(
     "dev", max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

@@ -79,6 +79,10 @@ def _announce(line: str) -> None:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
+    if args.parent_pid is not None:
+        from kraft.node.dev_cluster import exit_with_parent
+
+        exit_with_parent(args.parent_pid)
     if args.controllers != 1 or args.brokers != 1:
         from kraft.node.dev_cluster import run_dev_cluster
 
@@ -192,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument(
         "--override", action="append", metavar="KEY=VALUE", help="a setting for every node"
     )
+    # a test harness's process: stop when it dies, whatever killed it (as `server` takes it)
+    dev.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
     dev.set_defaults(func=cmd_dev)
 
     server = sub.add_parser("server", help="run one node from a properties file and KRAFT_* env")

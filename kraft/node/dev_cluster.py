@@ -31,8 +31,10 @@ import contextlib
 import ctypes
 import os
 import re
+import select
 import signal
 import sys
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -112,8 +114,39 @@ def server_command(spec: NodeSpec, config: Path) -> list[str]:
 
 
 def exit_with_parent(parent_pid: int) -> None:
-    """Have this process sent SIGTERM when ``parent_pid``, its parent, dies, even by SIGKILL
-    (Linux's ``PR_SET_PDEATHSIG``); at once if it is gone already.  Elsewhere, nothing."""
+    """Have this process sent SIGTERM when ``parent_pid``, its parent, dies, even by SIGKILL;
+    at once if it is gone already.
+
+    A daemon thread waits on a pidfd of the parent (Linux >= 5.3), which is readable once that
+    *process* has exited.  ``PR_SET_PDEATHSIG``, the fallback where pidfds are missing, fires
+    when the parent's *thread* that started this process exits: a test that starts a node from
+    a short-lived thread would see it stop at once.  Elsewhere (not Linux), nothing."""
+    if os.getppid() != parent_pid:  # died already: adopted
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    try:
+        pidfd = os.pidfd_open(parent_pid)
+    except ProcessLookupError:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    except (AttributeError, OSError):  # no pidfds (old kernel, not Linux)
+        _parent_death_signal(parent_pid)
+        return
+    if os.getppid() != parent_pid:  # died before pidfd_open: the pid may be another's now
+        os.close(pidfd)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    threading.Thread(
+        target=_terminate_when_exited, args=(pidfd,), name="parent-watch", daemon=True
+    ).start()
+
+
+def _terminate_when_exited(pidfd: int) -> None:
+    select.select([pidfd], [], [])  # readable once the process has exited
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _parent_death_signal(parent_pid: int) -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM)) != 0:

@@ -2,8 +2,10 @@
 
 Each node is the container entry point (``python -m kraft.cli server --config FILE``) with a
 generated properties file and its own data directory, so a test can ``kill -9``, SIGSTOP,
-restart or stop any one of them. Ports are picked once (``free_port``, see ``node_process``:
-outside the kernel's ephemeral range, from slices this process holds) and kept across restarts.
+restart or stop any one of them; it stops itself should the test process die (``--parent-pid``,
+as :mod:`kraft.testing` starts its nodes). Ports are picked once (``free_port``, from
+:mod:`kraft.testing.ports`: outside the kernel's ephemeral range, from slices this process
+holds) and kept across restarts.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka.admin import AdminClient
 
@@ -88,6 +90,8 @@ class ServerProcess(ProcessControl):
             *self.command_prefix,
             *(sys.executable, "-m", "kraft.cli", "server", "--config", str(self.config_path)),
         ]
+        if not self.command_prefix:  # stops if this test process is killed (no kill -9 leaks)
+            cmd += ["--parent-pid", str(os.getpid())]
         env = {**os.environ, "KRAFT_LOG_LEVEL": os.environ.get("KRAFT_LOG_LEVEL", "INFO")}
         stderr = self.log_path.open("a")
         self.proc = subprocess.Popen(
@@ -260,11 +264,17 @@ def admin_client(cluster: LocalCluster) -> AdminClient:
     return AdminClient({"bootstrap.servers": cluster.bootstrap, "socket.timeout.ms": 10000})
 
 
+class HasLogs(Protocol):
+    """A cluster whose nodes' logs a failure shows: LocalCluster or kraft.testing's."""
+
+    def logs(self) -> str: ...
+
+
 def wait_for(
     what: str,
     condition: Callable[[], Any],
     timeout_s: float,
-    cluster: LocalCluster,
+    cluster: HasLogs,
     *,
     poll_s: float = 0.02,
     ignore: tuple[type[Exception], ...] = (AssertionError, OSError),

@@ -20,8 +20,6 @@ import logging
 import re
 import time
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -31,38 +29,40 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, OffsetSpec
 from kafka import TopicPartition as KpTopicPartition
 
-from integration.cluster_process import LocalCluster, ServerProcess
-
-pytestmark = pytest.mark.integration
+from kraft.testing import ClusterSpec, KraftCluster
+from kraft.testing.nodes import NodeProcess
 
 SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 TIMEOUT_S = 30.0
 LEADER, RACK_2, RACK_3 = 2, 3, 4  # broker ids; brokers get racks rack-1.. in turn
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    root = Path(tmp_path_factory.mktemp("versions"))
-    c = LocalCluster.create(root, 1, 3, {"replica.selector.class": SELECTOR}).start()
-    try:
-        assert [b.properties["broker.rack"] for b in c.brokers.values()] == [
-            "rack-1",
-            "rack-2",
-            "rack-3",
-        ]
-        yield c
-    finally:
-        c.kill_all()
+# one controller and three brokers (racks rack-1, rack-2, rack-3), for this module
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.parametrize(
+        "kraft_cluster",
+        [ClusterSpec(brokers=3, overrides={"replica.selector.class": SELECTOR})],
+        indirect=True,
+        ids=["1c3b"],
+    ),
+]
 
 
-def _create(cluster: LocalCluster, name: str, assignment: list[list[int]]) -> None:
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+@pytest.fixture
+def cluster(kraft_cluster: KraftCluster) -> KraftCluster:
+    assert [b.spec.rack for b in kraft_cluster.brokers] == ["rack-1", "rack-2", "rack-3"]
+    return kraft_cluster
+
+
+def _create(cluster: KraftCluster, name: str, assignment: list[list[int]]) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     topic = NewTopic(name, num_partitions=len(assignment), replica_assignment=assignment)
     admin.create_topics([topic], operation_timeout=TIMEOUT_S)[name].result(TIMEOUT_S)
 
 
-def _produce(cluster: LocalCluster, topic: str, values: list[bytes]) -> None:
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+def _produce(cluster: KraftCluster, topic: str, values: list[bytes]) -> None:
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
     for v in values:
         producer.produce(topic, value=v, partition=0)
     assert producer.flush(TIMEOUT_S) == 0
@@ -93,18 +93,19 @@ def _librdkafka_log(name: str) -> tuple[logging.Logger, _Lines]:
     return logger, lines
 
 
-def _consumed(node: ServerProcess) -> dict[str, float]:
+def _consumed(cluster: KraftCluster, node: NodeProcess) -> dict[str, float]:
     """The broker's ``kafka_consumer_fetch_partitions`` counts by how it served them."""
-    with urllib.request.urlopen(node.admin + "/metrics", timeout=TIMEOUT_S) as response:
+    url = cluster.admin_url_of(node) + "/metrics"
+    with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
         text = response.read().decode()
     pattern = re.compile(r'^kafka_consumer_fetch_partitions_total\{served_as="(\w+)"\} (\S+)$')
     return {m[1]: float(m[2]) for line in text.splitlines() if (m := pattern.match(line))}
 
 
-def test_confluent_kafka_speaks_the_newest_versions(cluster: LocalCluster) -> None:
+def test_confluent_kafka_speaks_the_newest_versions(cluster: KraftCluster) -> None:
     _create(cluster, "newest", [[2, 3, 4], [3, 4, 2]])
     logger, lines = _librdkafka_log("newest")
-    conf = {"bootstrap.servers": cluster.bootstrap, "debug": "protocol", "logger": logger}
+    conf = {"bootstrap.servers": cluster.bootstrap_servers, "debug": "protocol", "logger": logger}
     producer = Producer({**conf, "acks": "all"})
     sent = [(p, b"v%d-%d" % (p, i)) for i in range(20) for p in (0, 1)]
     for p, v in sent:
@@ -137,9 +138,9 @@ def test_confluent_kafka_speaks_the_newest_versions(cluster: LocalCluster) -> No
     assert versions["Produce"] >= 10, versions
 
 
-def test_kafka_python_identifies_kafka_4_and_uses_its_versions(cluster: LocalCluster) -> None:
+def test_kafka_python_identifies_kafka_4_and_uses_its_versions(cluster: KraftCluster) -> None:
     _create(cluster, "kp-versions", [[3, 4, 2]])
-    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all")
     try:
         for i in range(10):
             producer.send("kp-versions", b"kp-%d" % i, partition=0)
@@ -151,7 +152,7 @@ def test_kafka_python_identifies_kafka_4_and_uses_its_versions(cluster: LocalClu
     for group, upto in zip(groups, (4, 10), strict=True):
         consumer = KafkaConsumer(
             "kp-versions",
-            bootstrap_servers=cluster.bootstrap,
+            bootstrap_servers=cluster.bootstrap_servers,
             group_id=group,
             auto_offset_reset="earliest",
             enable_auto_commit=False,
@@ -169,7 +170,7 @@ def test_kafka_python_identifies_kafka_4_and_uses_its_versions(cluster: LocalClu
             consumer.commit({tp: _offset_and_metadata(upto)})
         finally:
             consumer.close()
-    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
     try:
         # both groups in one OffsetFetch (v8+ batches groups of one coordinator)
         offsets = admin.list_group_offsets({g: None for g in groups})
@@ -194,11 +195,11 @@ def _offset_and_metadata(offset: int) -> object:
     return OffsetAndMetadata(offset, "", -1)
 
 
-def test_aiokafka_produces_consumes_and_lists_group_offsets(cluster: LocalCluster) -> None:
+def test_aiokafka_produces_consumes_and_lists_group_offsets(cluster: KraftCluster) -> None:
     _create(cluster, "aio-versions", [[4, 2, 3]])
 
     async def main() -> tuple[list[bytes], int]:
-        producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+        producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all")
         await producer.start()
         try:
             for i in range(10):
@@ -207,7 +208,7 @@ def test_aiokafka_produces_consumes_and_lists_group_offsets(cluster: LocalCluste
             await producer.stop()
         consumer = AIOKafkaConsumer(
             "aio-versions",
-            bootstrap_servers=cluster.bootstrap,
+            bootstrap_servers=cluster.bootstrap_servers,
             group_id="aio-g",
             auto_offset_reset="earliest",
             enable_auto_commit=False,
@@ -223,7 +224,7 @@ def test_aiokafka_produces_consumes_and_lists_group_offsets(cluster: LocalCluste
             await consumer.commit()
         finally:
             await consumer.stop()
-        admin = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+        admin = AIOKafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
         await admin.start()
         try:
             offsets = await admin.list_consumer_group_offsets("aio-g")
@@ -236,18 +237,18 @@ def test_aiokafka_produces_consumes_and_lists_group_offsets(cluster: LocalCluste
     assert committed == 10
 
 
-def test_a_consumer_reads_from_the_follower_in_its_rack(cluster: LocalCluster) -> None:
+def test_a_consumer_reads_from_the_follower_in_its_rack(cluster: KraftCluster) -> None:
     """Leader in rack-1; confluent-kafka with client.rack=rack-2 reads broker 3, kafka-python
     with client_rack=rack-3 reads broker 4; the records are the ones produced."""
     _create(cluster, "racks", [[LEADER, RACK_2, RACK_3]])
     values = [b"r-%d" % i for i in range(50)]
     _produce(cluster, "racks", values)
-    before = {i: _consumed(b) for i, b in cluster.brokers.items()}
+    before = {b.node_id: _consumed(cluster, b) for b in cluster.brokers}
 
     logger, lines = _librdkafka_log("racks")
     consumer = Consumer(
         {
-            "bootstrap.servers": cluster.bootstrap,
+            "bootstrap.servers": cluster.bootstrap_servers,
             "group.id": "rack-2-reader",
             "client.rack": "rack-2",
             "auto.offset.reset": "earliest",
@@ -268,7 +269,7 @@ def test_a_consumer_reads_from_the_follower_in_its_rack(cluster: LocalCluster) -
     finally:
         consumer.close()
     assert got == values
-    after = {i: _consumed(b) for i, b in cluster.brokers.items()}
+    after = {b.node_id: _consumed(cluster, b) for b in cluster.brokers}
 
     def delta(broker: int, how: str) -> float:
         return after[broker].get(how, 0.0) - before[broker].get(how, 0.0)
@@ -279,7 +280,7 @@ def test_a_consumer_reads_from_the_follower_in_its_rack(cluster: LocalCluster) -
     assert any("preferred replica" in line for line in lines.lines), "librdkafka migrated"
 
     kp = KafkaConsumer(
-        bootstrap_servers=cluster.bootstrap,
+        bootstrap_servers=cluster.bootstrap_servers,
         group_id=None,
         client_rack="rack-3",
         enable_auto_commit=False,
@@ -297,4 +298,4 @@ def test_a_consumer_reads_from_the_follower_in_its_rack(cluster: LocalCluster) -
     finally:
         kp.close()
     assert kp_values == values
-    assert _consumed(cluster.brokers[RACK_3]).get("follower", 0.0) >= 1
+    assert _consumed(cluster, cluster.broker(RACK_3)).get("follower", 0.0) >= 1

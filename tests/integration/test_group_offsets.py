@@ -9,48 +9,54 @@ by the others, and survive a kill -9 of the group's coordinator: the new leader 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.structs import OffsetAndMetadata
 
 from broker.coordinator.records import OFFSETS_TOPIC, partition_for
-from integration.cluster_process import LocalCluster, admin_client, wait_for
-
-pytestmark = pytest.mark.integration
+from integration.cluster_process import wait_for
+from kraft.testing import ClusterSpec, KraftCluster
 
 OFFSETS_PARTITIONS = 5
-EXTRA = {
-    "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
-    "broker.session.timeout.ms": "3000",
-    "broker.heartbeat.interval.ms": "500",
-}
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.parametrize(
+        "kraft_cluster",
+        [
+            ClusterSpec(
+                brokers=3, overrides={"offsets.topic.num.partitions": str(OFFSETS_PARTITIONS)}
+            )
+        ],
+        indirect=True,
+        ids=["1c3b"],
+    ),
+]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    cluster = LocalCluster.create(Path(tmp_path_factory.mktemp("offsets")), 1, 3, EXTRA).start()
-    try:
-        client = admin_client(cluster)
-        client.create_topics([NewTopic("orders", 2, 3)])["orders"].result(timeout=10)
-        yield cluster
-    finally:
-        cluster.kill_all()
+def cluster(kraft_cluster: KraftCluster) -> KraftCluster:
+    """One controller and three brokers (a killed one is fenced within 3 s), with ``orders``."""
+    kraft_cluster.create_topic("orders", partitions=2, replication_factor=3)
+    return kraft_cluster
 
 
-def _confluent(cluster: LocalCluster, group: str) -> Consumer:
+def _confluent(cluster: KraftCluster, group: str) -> Consumer:
     return Consumer(
-        {"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False}
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": group,
+            "enable.auto.commit": False,
+        }
     )
 
 
-def _committed(cluster: LocalCluster, group: str) -> list[int]:
+def _committed(cluster: KraftCluster, group: str) -> list[int]:
     consumer = _confluent(cluster, group)
     try:
         found = consumer.committed([TopicPartition("orders", 0), TopicPartition("orders", 1)], 5)
@@ -59,14 +65,14 @@ def _committed(cluster: LocalCluster, group: str) -> list[int]:
         consumer.close()
 
 
-def test_offsets_committed_by_one_client_are_read_by_another(cluster: LocalCluster) -> None:
+def test_offsets_committed_by_one_client_are_read_by_another(cluster: KraftCluster) -> None:
     consumer = _confluent(cluster, "shared")
     commits = [TopicPartition("orders", 0, 42, "from librdkafka"), TopicPartition("orders", 1, 7)]
     result = consumer.commit(offsets=commits, asynchronous=False)
     assert [tp.error for tp in result] == [None, None]
     consumer.close()
 
-    other = KafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id="shared")
+    other = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id="shared")
     try:
         tp0 = KafkaTopicPartition("orders", 0)
         assert other.committed(tp0) == 42
@@ -79,7 +85,7 @@ def test_offsets_committed_by_one_client_are_read_by_another(cluster: LocalClust
     assert _committed(cluster, "nobody") == [-1001, -1001], "no offset: librdkafka's INVALID"
 
 
-def test_commits_of_an_unknown_topic_are_refused(cluster: LocalCluster) -> None:
+def test_commits_of_an_unknown_topic_are_refused(cluster: KraftCluster) -> None:
     consumer = _confluent(cluster, "strays")
     try:
         with pytest.raises(KafkaException) as refused:
@@ -89,7 +95,7 @@ def test_commits_of_an_unknown_topic_are_refused(cluster: LocalCluster) -> None:
         consumer.close()
 
 
-def test_offsets_survive_a_kill_of_the_coordinator(cluster: LocalCluster) -> None:
+def test_offsets_survive_a_kill_of_the_coordinator(cluster: KraftCluster) -> None:
     group = "survivor"
     consumer = _confluent(cluster, group)
     consumer.commit(
@@ -97,10 +103,13 @@ def test_offsets_survive_a_kill_of_the_coordinator(cluster: LocalCluster) -> Non
         asynchronous=False,
     )
     consumer.close()
-    md = admin_client(cluster).list_topics(OFFSETS_TOPIC, timeout=5).topics[OFFSETS_TOPIC]
+    md = (
+        AdminClient(cluster.client_config())
+        .list_topics(OFFSETS_TOPIC, timeout=5)
+        .topics[OFFSETS_TOPIC]
+    )
     coordinator = md.partitions[partition_for(group, OFFSETS_PARTITIONS)].leader
-    victim = cluster.brokers[coordinator]
-    victim.kill()
+    cluster.kill_broker(coordinator)
     started = time.monotonic()
     try:
         found = wait_for(
@@ -113,12 +122,11 @@ def test_offsets_survive_a_kill_of_the_coordinator(cluster: LocalCluster) -> Non
         assert found
         assert time.monotonic() - started < 15, "the new coordinator took too long"
     finally:
-        victim.launch()
-        victim.wait_ready()
+        cluster.restart_broker(coordinator)
 
 
-def test_offset_delete_and_deleted_topics_remove_offsets(cluster: LocalCluster) -> None:
-    client = admin_client(cluster)
+def test_offset_delete_and_deleted_topics_remove_offsets(cluster: KraftCluster) -> None:
+    client = AdminClient(cluster.client_config())
     client.create_topics([NewTopic("doomed", 1, 3)])["doomed"].result(timeout=10)
     consumer = _confluent(cluster, "tidy")
     commits = [
@@ -130,7 +138,7 @@ def test_offset_delete_and_deleted_topics_remove_offsets(cluster: LocalCluster) 
     consumer.close()
 
     # OffsetDelete (kafka-python's admin) on an empty group: that offset goes, others stay
-    kafka_admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    kafka_admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
     try:
         result = kafka_admin.delete_group_offsets("tidy", [KafkaTopicPartition("orders", 0)])
     finally:
@@ -142,7 +150,7 @@ def test_offset_delete_and_deleted_topics_remove_offsets(cluster: LocalCluster) 
     client.delete_topics(["doomed"])["doomed"].result(timeout=10)
 
     def doomed_offset_gone() -> bool:
-        other = KafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id="tidy")
+        other = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, group_id="tidy")
         try:
             return other.committed(KafkaTopicPartition("doomed", 0)) is None
         finally:

@@ -179,6 +179,59 @@ def test_controlled_shutdown_heartbeats_until_the_controller_agrees() -> None:
     asyncio.run(scenario())
 
 
+def test_controlled_shutdown_ends_at_once_when_no_controller_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every controller refusing the connection (none runs): nothing could move leadership,
+    so the shutdown goes on at once instead of waiting for the caller's bound (10 s in a
+    node), as it does while a controller that answers has not agreed yet."""
+
+    async def scenario() -> None:
+        first, second = FakeController(max_batches_per_fetch=10), FakeController()
+        first.unfence_offset = log_with_registration(first)
+        await second.start()
+        gone = second.address
+        await second.close()  # its port now refuses connections
+        async with running(first):
+            client = ControllerClient([first.address, gone], "broker-1")
+            follower = MetadataFollower(client, 1, lambda d, i: None)
+            lifecycle = lifecycle_of(client, follower, heartbeat_interval_ms=50)
+            tasks = [asyncio.create_task(follower.run()), asyncio.create_task(lifecycle.run())]
+            await eventually(lambda: lifecycle.ready)
+        # both controllers are gone now
+        try:
+            async with asyncio.timeout(2.0):
+                await lifecycle.controlled_shutdown()
+            assert not lifecycle.should_shut_down
+            assert client.none_listening()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            client.close()
+
+    caplog.set_level(logging.WARNING, logger="broker.lifecycle")
+    asyncio.run(scenario())
+    assert any("without a controlled shutdown" in r.getMessage() for r in caplog.records)
+
+
+def test_controlled_shutdown_waits_while_a_controller_listens() -> None:
+    """A controller that accepts connections but does not answer may yet move leadership:
+    the shutdown keeps asking (until the caller's bound)."""
+
+    async def scenario() -> None:
+        fake = FakeController(max_batches_per_fetch=10)
+        fake.unfence_offset = log_with_registration(fake)
+        async with running(fake), broker(fake, heartbeat_interval_ms=50) as lifecycle:
+            await eventually(lambda: lifecycle.ready)
+            fake.hold = {63}  # heartbeats unanswered from now on
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await lifecycle.controlled_shutdown()
+
+    asyncio.run(scenario())
+
+
 def test_a_controller_that_leaves_heartbeats_unanswered_is_left(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
