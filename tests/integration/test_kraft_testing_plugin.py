@@ -23,7 +23,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "test_with_kraft_cluster.py"
+EXAMPLE = REPO / "docs" / "examples" / "test_with_kraft_cluster.py"
 
 # A user's test file: the cluster is up, its pids and ports are written down, then the test
 # waits for the signal the outer test sends.

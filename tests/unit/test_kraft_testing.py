@@ -113,10 +113,10 @@ def test_a_port_in_use_is_skipped(tmp_path: Path) -> None:
 def test_the_readme_shows_the_example_that_the_tests_run() -> None:
     root = Path(__file__).resolve().parents[2]
     readme = (root / "README.md").read_text()
-    marker = "<!-- examples/test_with_kraft_cluster.py -->\n```python\n"
+    marker = "<!-- docs/examples/test_with_kraft_cluster.py -->\n```python\n"
     assert marker in readme
     shown = readme.split(marker, 1)[1].split("```\n", 1)[0]
-    assert shown == (root / "examples" / "test_with_kraft_cluster.py").read_text()
+    assert shown == (root / "docs" / "examples" / "test_with_kraft_cluster.py").read_text()
 
 
 def test_loading_the_plugin_starts_nothing_heavy() -> None:
