@@ -1,7 +1,7 @@
 """docker-compose.yml: a secured 3 controllers + 3 brokers from the repo's image, checked on the
 file as ``docker-compose config`` normalizes it (anchors merged, variables interpolated; no
 Docker engine needed) and, statically, against the configuration keys the nodes understand.
-``scripts/compose_check.py`` runs the file for real on a Docker engine.
+``tests/container/test_compose_cluster.py`` runs the file for real on a Docker engine.
 
 ``docker-compose`` is Debian's ``docker-compose`` package, which ``.ci/run`` installs; without
 it these tests fail rather than skip, so that a CI machine cannot pass them by accident."""
