@@ -89,7 +89,6 @@ ARG CREATED=unknown
 LABEL org.opencontainers.image.title="kraft-platform" \
       org.opencontainers.image.description="A Kafka-compatible streaming platform in Python: one node (broker, controller or both) per container" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.documentation="docs/INTERFACE.md" \
       org.opencontainers.image.version="$VERSION" \
       org.opencontainers.image.revision="$REVISION" \
       org.opencontainers.image.created="$CREATED" \

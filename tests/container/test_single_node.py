@@ -303,3 +303,18 @@ def test_with_user_and_no_write_access_the_container_says_what_to_do(
     assert "/var/lib/kraft is owned by" in done.stderr and "not writable by uid 4242" in done.stderr
     assert "without --user" in done.stderr and "chown -R 4242" in done.stderr
     assert not any(root_owned_dir.iterdir()), "stopped before the node wrote anything"
+
+
+def test_the_image_holds_only_what_runs(image: str) -> None:
+    """No compiler, no source tree, build directory, egg-info, wheel or C source of ours."""
+    script = (
+        "command -v gcc cc;"
+        " ls -d /src /wheels /tmp/wheels /tmp/lock /opt/kraft;"
+        " find / -xdev -path '*kafka_protocol*.c';"
+        " find / -xdev -name 'kraft_platform*.egg-info';"
+        " pip list | grep -i '^kraft-platform '"
+    )
+    done = docker(
+        "run", "--rm", "--network", "none", "--entrypoint", "sh", image, "-c", script, check=False
+    )
+    assert done.stdout.split() == ["kraft-platform", "0.1.0"], done.stdout
