@@ -9,7 +9,9 @@ import os
 
 import pytest
 
-from container.engine import REQUIRED_ENV, build_image, engine_problem
+from container.engine import IMAGE, REQUIRED_ENV, build_image, engine_problem
+
+_built_in_s: list[float] = []
 
 
 @pytest.fixture(scope="session")
@@ -20,5 +22,10 @@ def image() -> str:
         if os.environ.get(REQUIRED_ENV) == "1":
             pytest.fail(f"{REQUIRED_ENV}=1 but {problem}")
         pytest.skip(problem)
-    build_image()
-    return "kraft-platform:local"
+    _built_in_s.append(build_image())
+    return IMAGE
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for seconds in _built_in_s:  # what CI spends before the first container starts
+        terminalreporter.write_line(f"container tests: docker build {IMAGE} took {seconds:.0f} s")
