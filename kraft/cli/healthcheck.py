@@ -1,16 +1,19 @@
 """``kraft healthcheck``: does this node's REST API answer where the node is configured to serve it?
 
-    kraft healthcheck [--ready] [--config FILE] [--override key=value ...]
+    kraft healthcheck [--ready] [--config FILE] [--override key=value ...] [--pid N]
 
 The container's HEALTHCHECK (and docker-compose.yml's): it reads the configuration exactly as
 ``kraft server`` does (``--config``, ``KRAFT_*`` variables, ``--override``), so the probe follows
-``admin.listener`` -- its scheme, host and port -- wherever it is moved.  ``GET /v1/health`` must
-answer 200 with this node's ``node.id`` (an answer from another process on that port is not
-this node's health), and with ``--ready`` ``GET /v1/ready`` must answer 200 too (the node
-serves clients).  Over https the certificate is checked against the CA the node trusts
-(``admin.ssl.truststore.location``, else ``ssl.truststore.location``, else the CA that
-``security.autoconfigure`` generated); the host name is not, because the probe connects to
-the node's own loopback address, which a user's certificate need not name.
+``admin.listener`` -- its scheme, host and port -- wherever it is moved.  Given neither
+``--config`` nor ``--override``, it takes those the node was started with from the node's
+command line (``/proc/<pid>/cmdline``; ``--pid`` defaults to 1, the node in its container), so
+``docker run IMAGE --config FILE`` or ``--override admin.listener=...`` is followed too.
+``GET /v1/health`` must answer 200 with this node's ``node.id`` (an answer from another
+process on that port is not this node's health), and with ``--ready`` ``GET /v1/ready`` must
+answer 200 too (the node serves clients).  Over https the certificate is checked against the
+CA the node trusts (``admin.ssl.truststore.location``, else ``ssl.truststore.location``, else
+the CA that ``security.autoconfigure`` generated); the host name is not, because the probe
+connects to the node's own loopback address, which a user's certificate need not name.
 
 Exit status 0 healthy, 1 not (one line on stderr says why), as Docker's HEALTHCHECK reads it.
 """
@@ -45,14 +48,22 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--ready", action="store_true", help="also require GET /v1/ready (serving clients)"
     )
     parser.add_argument("--timeout", type=float, default=2.0, help="seconds per request")
+    parser.add_argument(
+        "--pid",
+        type=int,
+        default=1,
+        help="the `kraft server` process whose --config/--override to read when none are given"
+        " (default 1: the node in its container)",
+    )
     parser.set_defaults(func=cmd_healthcheck)
 
 
 def cmd_healthcheck(args: argparse.Namespace) -> int:
+    config, overrides = args.config, args.override or []
+    if config is None and not overrides and (node := node_options(args.pid)) is not None:
+        config, overrides = node.config, node.override or []
     try:
-        cfg = load_config(
-            Path(args.config) if args.config else None, parse_overrides(args.override or [])
-        )
+        cfg = load_config(Path(config) if config else None, parse_overrides(overrides))
         problem = probe(cfg, ready=args.ready, timeout_s=args.timeout)
     except ConfigError as exc:  # status 2 is reserved by Docker: unhealthy is 1
         problem = f"configuration error: {exc}"
@@ -60,6 +71,24 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
         return 0
     print(f"kraft healthcheck: {problem}", file=sys.stderr)
     return 1
+
+
+def node_options(pid: int) -> argparse.Namespace | None:
+    """The ``--config``/``--override`` options of process ``pid`` if it is ``kraft server``
+    (``kraft server ...`` or ``python -m kraft.cli server ...``), else None."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    argv = raw.decode(errors="replace").split("\0")[:-1]
+    for i, arg in enumerate(argv[:-1]):
+        if (Path(arg).name == "kraft" or arg == "kraft.cli") and argv[i + 1] == "server":
+            server = argparse.ArgumentParser(add_help=False)
+            server.add_argument("--config")
+            server.add_argument("--override", action="append")
+            options, _ = server.parse_known_args(argv[i + 2 :])
+            return options
+    return None
 
 
 def admin_url(cfg: NodeConfig) -> str:

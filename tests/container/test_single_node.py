@@ -80,6 +80,7 @@ def run_node(
     admin_port: int,
     *env: str,
     container_admin_port: int = 8080,
+    command: tuple[str, ...] = (),
 ) -> Node:
     """``docker run`` the image's default node, Kafka published on ``kafka_port`` and told
     to clients with KRAFT_ADVERTISED_ADDRESS; REST published on ``admin_port``."""
@@ -91,7 +92,7 @@ def run_node(
         "-e", f"KRAFT_ADVERTISED_ADDRESS=127.0.0.1:{kafka_port}",
         *(arg for item in env for arg in ("-e", item)),
         "-v", f"{volume}:/var/lib/kraft",
-        image,
+        image, *command,
     )  # fmt: skip
     return Node(name, kafka_port, admin_port)
 
@@ -190,7 +191,8 @@ def stopped(first: Secured, produced: list[str]) -> Stopped:
 def restarted(
     image: str, network: str, volume: str, first: Secured, stopped: Stopped
 ) -> Iterator[Secured]:
-    """A new container on the same volume, its REST API moved to 8443 inside."""
+    """A new container on the same volume, its REST API moved to 8443 inside by an option of
+    `kraft server` (the image's command line), which the HEALTHCHECK has to find there."""
     (admin_port,) = free_ports(1)
     node = run_node(
         image,
@@ -198,8 +200,8 @@ def restarted(
         volume,
         first.node.kafka_port,
         admin_port,
-        "KRAFT_ADMIN_LISTENER=https://0.0.0.0:8443",
         container_admin_port=8443,
+        command=("--override", "admin.listener=https://0.0.0.0:8443"),
     )
     try:
         yield Secured(node, first.password, first.ca)
@@ -249,11 +251,9 @@ def test_the_healthcheck_follows_a_moved_admin_port(restarted: Secured) -> None:
     assert rest(restarted.node, "/v1/ready", restarted.ca)[0] == 200  # 8443 in the container
     probe = docker("exec", restarted.node.container, "kraft", "healthcheck", check=False)
     assert probe.returncode == 0, probe.stderr
-    # the old port answers nothing: a probe of 8080 would call this node unhealthy
+    # the old port answers nothing: a probe of the image's 8080 would call this node unhealthy
     old = docker(
-        "exec", restarted.node.container,
-        "kraft", "healthcheck", "--override", "admin.listener=https://0.0.0.0:8080",
-        check=False,
+        "exec", restarted.node.container, "kraft", "healthcheck", "--pid", "0", check=False
     )  # fmt: skip
     assert old.returncode == 1 and "127.0.0.1:8080" in old.stderr
 

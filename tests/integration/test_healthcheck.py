@@ -47,6 +47,13 @@ def test_healthy_and_ready_at_the_configured_https_listener(server: Server) -> N
         assert (done.returncode, done.stderr) == (0, "")
 
 
+def test_without_options_it_reads_those_the_node_was_started_with(server: Server) -> None:
+    """As in a container, where the node is PID 1 and may have been given --override."""
+    assert server.proc is not None
+    done = healthcheck({}, "--ready", "--pid", str(server.proc.pid))
+    assert (done.returncode, done.stderr) == (0, "")
+
+
 def test_nothing_at_the_configured_port_is_unhealthy_and_says_where(server: Server) -> None:
     (moved,) = free_ports(1)
     settings = {**server.settings, "admin.listener": f"https://0.0.0.0:{moved}"}
