@@ -33,10 +33,27 @@ RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels 
 
 FROM python:3.11-slim
 
+# A single combined node by default, secured: SASL_SSL for Kafka clients on 9092 and HTTPS for
+# the REST API on 8080, on every interface; security.autoconfigure generates on the first start
+# what is not given (a CA and a certificate naming the advertised host, the super user "admin"
+# with its password printed once in `docker logs`; kraft/node/autoconfigure.py).  Give your
+# own (KRAFT_SSL_KEYSTORE_LOCATION, KRAFT_SASL_JAAS_CONFIG, ...) and nothing is generated;
+# compose files override all of these.  Published on another host port (-p 19092:9092)?
+# Tell clients so: -e KRAFT_ADVERTISED_ADDRESS=localhost:19092 (the certificate follows).
+# Everything that does not depend on the code comes before it: on a code change only the
+# wheel's layers are built again (each step costs a copy of the image on a vfs engine).
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    KRAFT_NODE_ID=1 \
+    KRAFT_PROCESS_ROLES=broker,controller \
+    KRAFT_LISTENERS=SASL_SSL://0.0.0.0:9092 \
+    KRAFT_ADVERTISED_ADDRESS=localhost:9092 \
+    KRAFT_ADMIN_LISTENER=https://0.0.0.0:8080 \
+    KRAFT_SECURITY_AUTOCONFIGURE=true \
+    KRAFT_LOG_DIRS=/var/lib/kraft/data \
+    KRAFT_METADATA_LOG_DIR=/var/lib/kraft/metadata
 
 # /etc/kraft/certs: where compose's one-shot `kraft certs create` writes the CA and the nodes'
 # certificates (a named volume mounted there starts out owned by kraft).
@@ -51,38 +68,25 @@ RUN pip install --require-hashes --no-deps -r /tmp/lock/build-requirements.txt \
     && pip install --require-hashes --no-deps --no-build-isolation -r /tmp/lock/requirements.txt \
     && pip uninstall -y setuptools \
     && rm -rf /tmp/lock
-
-COPY --from=builder /wheels /tmp/wheels
-RUN pip install --no-deps /tmp/wheels/kraft_platform-*.whl && rm -rf /tmp/wheels
 COPY docker/entrypoint.sh /usr/local/bin/kraft-entrypoint
-
-# A single combined node by default, secured: SASL_SSL for Kafka clients on 9092 and HTTPS for
-# the REST API on 8080, on every interface; security.autoconfigure generates on the first start
-# what is not given (a CA and a certificate naming the advertised host, the super user "admin"
-# with its password printed once in `docker logs`; kraft/node/autoconfigure.py).  Give your
-# own (KRAFT_SSL_KEYSTORE_LOCATION, KRAFT_SASL_JAAS_CONFIG, ...) and nothing is generated;
-# compose files override all of these.  Published on another host port (-p 19092:9092)?
-# Tell clients so: -e KRAFT_ADVERTISED_ADDRESS=localhost:19092 (the certificate follows).
-ENV KRAFT_NODE_ID=1 \
-    KRAFT_PROCESS_ROLES=broker,controller \
-    KRAFT_LISTENERS=SASL_SSL://0.0.0.0:9092 \
-    KRAFT_ADVERTISED_ADDRESS=localhost:9092 \
-    KRAFT_ADMIN_LISTENER=https://0.0.0.0:8080 \
-    KRAFT_SECURITY_AUTOCONFIGURE=true \
-    KRAFT_LOG_DIRS=/var/lib/kraft/data \
-    KRAFT_METADATA_LOG_DIR=/var/lib/kraft/metadata
 
 VOLUME ["/var/lib/kraft"]
 # What the default node binds: Kafka (SASL_SSL) and the REST API (HTTPS); a single combined
 # node's controller is in-process (no CONTROLLER listener, no Raft port).
 EXPOSE 9092 8080
-# The node's own configuration says where its REST API is (KRAFT_ADMIN_LISTENER, a --config
-# file, its scheme, host and port): `kraft healthcheck` reads it as `kraft server` does.
+# The node's own configuration says where its REST API is (KRAFT_ADMIN_LISTENER, the node's
+# --config/--override, its scheme, host and port): `kraft healthcheck` reads it as
+# `kraft server` does.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 CMD ["kraft", "healthcheck"]
 STOPSIGNAL SIGTERM
 # Starts as root only to hand a fresh bind mount to uid 10001, then runs as kraft (setpriv).
 ENTRYPOINT ["kraft-entrypoint", "kraft", "server"]
 
+# The code: the wheel from the builder, its dependencies already there.
+COPY --from=builder /wheels /tmp/wheels
+RUN pip install --no-deps /tmp/wheels/kraft_platform-*.whl && rm -rf /tmp/wheels
+
+# Last: build arguments change the cache of every RUN after them.
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG CREATED=unknown
