@@ -15,6 +15,8 @@
 # slim image has the Python headers; one whose Python is Debian's own (the stand-in base on
 # registry-less machines) gets python3-dev.
 FROM python:3.11-slim AS builder
+# Names the builder's (untagged) images, so that superseded ones can be found and removed.
+LABEL kraft-platform.stage=builder
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && (python -c "import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_path('include'), 'Python.h')))" \

@@ -88,6 +88,17 @@ def build_image() -> float:
     after = docker("image", "inspect", "-f", "{{.Id}}", IMAGE).stdout.strip()
     if before and before != after:  # superseded: on a vfs engine every image costs its size
         docker("rmi", before, check=False)
+    # the builder stage's images are untagged: keep the newest (the next build's cache) only
+    builders = docker(
+        "images",
+        "-q",
+        "--filter",
+        "dangling=true",
+        "--filter",
+        "label=kraft-platform.stage=builder",
+    ).stdout.split()
+    for superseded in builders[1:]:
+        docker("rmi", superseded, check=False)
     return time.monotonic() - started
 
 
