@@ -6,9 +6,12 @@
 #       --build-arg VERSION=0.1.0 --build-arg REVISION=$(git rev-parse HEAD) \
 #       --build-arg CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ) .
 #
-# Dependencies are pinned with their hashes in docker/requirements.txt (regenerate it after a
-# change to pyproject.toml's dependencies: see that file's header) and installed in a layer of
-# their own before any code is copied, so a code change rebuilds only the last layers.
+# Dependencies are pinned with their hashes in docker/requirements.txt and installed in a layer
+# of their own before any code is copied, so a code change rebuilds only the last layers.
+# After a change to pyproject.toml's dependencies, regenerate it (pip-tools 7.6 on Python 3.11,
+# against PyPI only) with the command in its header, and the builder's with:
+#   pip-compile --allow-unsafe --generate-hashes -o docker/build-requirements.txt \
+#       docker/build-requirements.in
 
 # Builder: compiles the record walk (kafka_protocol/_record_walk.c) into the project's wheel,
 # so that the final image carries no compiler, no sources and no build tree.  The official
