@@ -360,6 +360,9 @@ BROKER_CONFIGS: Final[Mapping[str, ConfigDef]] = _defs(
     ConfigDef("controller.listener.names", _T.LIST, "CONTROLLER"),
     ConfigDef("listeners", _T.LIST, "PLAINTEXT://:9092"),
     ConfigDef("advertised.listeners", _T.LIST, None),
+    # Ours (kraft/node/config.py): host:port advertised for the first client listener that
+    # advertised.listeners does not name (the image's KRAFT_ADVERTISED_ADDRESS).
+    ConfigDef("advertised.address", _T.STRING, None),
     # Named listeners and how they authenticate (broker/security/listener_config.py).
     ConfigDef(
         "listener.security.protocol.map",

@@ -5,6 +5,7 @@
     kraft dev --secure                                        TLS + SCRAM, generated CA/password
     kraft server [--config FILE] [--override key=value ...]   one node, exactly as a container runs
     kraft storage format --config FILE [--add-scram ...]      format a node (kafka-storage format)
+    kraft healthcheck [--ready] [--config FILE]               probe the node's configured REST API
     kraft topics|groups|transactions|produce|consume|...      admin commands over the REST API
     kraft --help                                              every command (one module each)
 
@@ -28,6 +29,7 @@ from kraft.cli import (
     cluster,
     elect,
     groups,
+    healthcheck,
     quotas,
     reassign,
     records,
@@ -206,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     # kraft dev's launcher: stop when that process dies, whatever killed it
     server.add_argument("--parent-pid", type=int, help=argparse.SUPPRESS)
     server.set_defaults(func=cmd_server)
+    healthcheck.add_parser(sub)
     storage.add_parser(sub)
 
     add_admin_commands(sub)

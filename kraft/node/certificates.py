@@ -138,6 +138,18 @@ def _subject_alternative_names(hosts: Iterable[str]) -> list[x509.GeneralName]:
     return names
 
 
+def certificate_hosts(path: Path) -> set[str]:
+    """The DNS names and IP addresses the first certificate in the PEM file ``path`` names."""
+    certificate = x509.load_pem_x509_certificate(path.read_bytes())
+    try:
+        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return set()
+    return {str(n) for n in names.get_values_for_type(x509.DNSName)} | {
+        str(a) for a in names.get_values_for_type(x509.IPAddress)
+    }
+
+
 def make_certificate(
     ca: CertificateAuthority,
     directory: Path | str,

@@ -102,6 +102,29 @@ def parse_listeners(value: str, key: str) -> list[Listener]:
     return listeners
 
 
+def _advertise_address(
+    address: str, listeners: list[Listener], by_name: dict[str, Listener], values: dict[str, str]
+) -> None:
+    """``advertised.address=host:port`` (ours; the container's one variable,
+    ``KRAFT_ADVERTISED_ADDRESS``): what clients are told for the first client listener that
+    ``advertised.listeners`` does not name.  A node without such a listener (a controller, or
+    every listener advertised explicitly) ignores it."""
+    m = re.fullmatch(r"(\[[^\]]*\]|[^:\s]+):(\d+)", address)
+    if m is None or int(m.group(2)) == 0:
+        raise ConfigError(
+            f"advertised.address={address!r} is not host:port (the address clients reach"
+            " this node at, e.g. localhost:19092 for docker run -p 19092:9092)"
+        )
+    controllers = {
+        n.strip().upper() for n in values.get("controller.listener.names", "CONTROLLER").split(",")
+    }
+    for x in listeners:
+        if x.name not in controllers and x.name not in by_name:
+            port = _port(int(m.group(2)), "advertised.address")
+            by_name[x.name] = Listener(x.name, m.group(1).strip("[]"), port)
+            return
+
+
 def _port(port: int, key: str) -> int:
     if not 0 <= port <= 65535:
         raise ConfigError(f"{key}: port {port} is outside 0-65535")
@@ -218,6 +241,8 @@ def _validate(values: dict[str, str], sources: dict[str, str]) -> NodeConfig:
         raise ConfigError(  # Kafka: a subset of the names of listeners
             f"advertised.listeners: {', '.join(unknown)} not among the names of listeners"
         )
+    if address := values.get("advertised.address", "").strip():
+        _advertise_address(address, listeners, by_name, values)
     for x in listeners:  # advertised defaults to listeners, 0.0.0.0 becomes loopback
         if x.name not in by_name:
             host = "127.0.0.1" if x.host in ("", "0.0.0.0", "::") else x.host

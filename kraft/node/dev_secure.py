@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Final
 
 from kraft.node.bootstrap_scram import BootstrapScram, write_bootstrap_scram
-from kraft.node.certificates import CertificateAuthority, load_ca, make_ca, make_certificate
+from kraft.node.certificates import (
+    CertificateAuthority,
+    certificate_hosts,
+    load_ca,
+    make_ca,
+    make_certificate,
+)
 
 ADMIN_USER: Final = "admin"
 NODE_USER: Final = "broker"  # what the nodes of a --secure cluster log in to each other as
@@ -161,7 +167,9 @@ def _keystore(
     hosts: Sequence[str] = ("127.0.0.1", "localhost"),
 ) -> Path:
     keystore = root / f"{name}.pem"
-    if keystore.exists():
+    # kept across restarts, re-issued by the same CA when the node is now advertised at a host
+    # its certificate does not name (docker run -e KRAFT_ADVERTISED_ADDRESS=...: a new host)
+    if keystore.exists() and set(hosts) <= certificate_hosts(keystore):
         return keystore
     return make_certificate(ca, root, name, list(dict.fromkeys(hosts)))
 

@@ -1,7 +1,7 @@
 """docker-compose.yml: a secured 3 controllers + 3 brokers from the repo's image, checked on the
 file as ``docker-compose config`` normalizes it (anchors merged, variables interpolated; no
 Docker engine needed) and, statically, against the configuration keys the nodes understand.
-``scripts/compose_check.py`` runs the file for real on a Docker engine.
+``tests/container/test_compose_cluster.py`` runs the file for real on a Docker engine.
 
 ``docker-compose`` is Debian's ``docker-compose`` package, which ``.ci/run`` installs; without
 it these tests fail rather than skip, so that a CI machine cannot pass them by accident."""
@@ -24,7 +24,7 @@ from metadata_log.configs import BROKER_CONFIGS
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
-INTERFACE = ROOT.parent / "shared" / "INTERFACE.md"
+INTERFACE = ROOT / "docs" / "INTERFACE.md"
 PASSWORD = "test-quorum-secret-0123456789"
 SECRETS = {
     "KRAFT_CONTROLLER_QUORUM_PASSWORD": PASSWORD,
@@ -161,7 +161,7 @@ def test_every_listener_is_sasl_ssl_with_scram(services: dict[str, Any]) -> None
 def test_the_certs_service_makes_a_certificate_per_node(services: dict[str, Any]) -> None:
     certs = services["certs"]
     made = certs["entrypoint"]
-    assert made[:3] == ["kraft", "certs", "create"]
+    assert made[:4] == ["kraft-entrypoint", "kraft", "certs", "create"]
     for name in (*CONTROLLERS, *BROKERS):
         assert any(arg.split("=")[0] == name for arg in made), name
     for name in (*CONTROLLERS, *BROKERS):  # host clients and the probes check 127.0.0.1
@@ -223,10 +223,18 @@ def test_nothing_is_published_beyond_the_hosts_loopback(services: dict[str, Any]
 
 
 def test_ready_healthchecks_over_https(services: dict[str, Any]) -> None:
-    for name, _ in nodes(services):
-        test = " ".join(services[name]["healthcheck"]["test"])
-        assert test.startswith("CMD ") and "https://127.0.0.1:8080/v1/ready" in test, name
-        assert "cafile='/etc/kraft/certs/ca.pem'" in test, name
+    """`kraft healthcheck --ready` reads the node's own admin listener (https) and truststore."""
+    for name, env in nodes(services):
+        assert services[name]["healthcheck"]["test"] == ["CMD", "kraft", "healthcheck", "--ready"]
+        assert env["KRAFT_ADMIN_LISTENER"].startswith("https://"), name
+        assert env["KRAFT_SSL_TRUSTSTORE_LOCATION"] == "/etc/kraft/certs/ca.pem", name
+
+
+def test_one_shot_commands_run_as_kraft_through_the_entrypoint(services: dict[str, Any]) -> None:
+    """The image starts as root: a command given instead of its entrypoint must pass through
+    kraft-entrypoint, or the files it writes (certificates, SCRAM users) are root's."""
+    for name in ("certs", *CONTROLLERS):
+        assert services[name]["entrypoint"][0] == "kraft-entrypoint", name
 
 
 def test_brokers_wait_for_healthy_controllers(services: dict[str, Any]) -> None:
