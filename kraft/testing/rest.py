@@ -7,7 +7,6 @@ base64-encoded: any bytes pass through unchanged.
 
 from __future__ import annotations
 
-import base64
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -16,6 +15,7 @@ from typing import Any, TypeVar
 
 from kafka_protocol.clock import monotonic_s
 from kraft.cli.admin_auth import AdminLogin
+from kraft.cli.records import b64, unb64
 from kraft.cli.rest_client import AdminClient, AdminError, Reply, topic_path
 
 Value = bytes | str | None
@@ -43,14 +43,6 @@ class Record:
 
 def as_bytes(value: Value) -> bytes | None:
     return value.encode() if isinstance(value, str) else value
-
-
-def b64(value: bytes | None) -> str | None:
-    return None if value is None else base64.b64encode(value).decode("ascii")
-
-
-def unb64(text: str | None) -> bytes | None:
-    return None if text is None else base64.b64decode(text)
 
 
 def record_body(item: Value | Record, key: Value, partition: int | None) -> dict[str, Any]:
