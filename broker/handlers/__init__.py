@@ -92,6 +92,9 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
         lambda: parts.image,
         lambda broker, listener: parts.endpoint_of(broker, parts.node.listener_for(listener)),
     )
+    markers = WriteTxnMarkersHandler(replicas, parts.coordinator)
+    # this broker's transaction coordinator writes the markers of partitions it leads directly
+    parts.transactions.markers.deliver_locally(markers.write)
     handlers = [
         ProduceHandler(
             replicas,
@@ -112,7 +115,7 @@ def build_handlers(parts: BrokerParts) -> list[ApiHandler]:
         ListOffsetsHandler(replicas).spec(),
         OffsetForLeaderEpochHandler(replicas).spec(),
         # markers on __consumer_offsets complete the group coordinator's pending offsets
-        WriteTxnMarkersHandler(replicas, parts.coordinator).spec(),
+        markers.spec(),
         DescribeProducersHandler(replicas).spec(),
         DeleteRecordsHandler(replicas, lambda: parts.image).spec(),
         *LogDirsHandlers(replicas).specs(),

@@ -9,7 +9,8 @@ UNKNOWN_TOPIC_OR_PARTITION, one it does not lead NOT_LEADER_OR_FOLLOWER, a marke
 what the partition has seen INVALID_PRODUCER_EPOCH or TRANSACTION_COORDINATOR_FENCED; the
 coordinator retries the retriable ones.  A marker that does not reach the ISR within
 :data:`MARKER_TIMEOUT_MS` answers REQUEST_TIMED_OUT (it may still commit; a retry writes a
-second marker, which closes nothing).
+second marker, which closes nothing).  For the partitions its own broker leads, the coordinator
+calls :meth:`WriteTxnMarkersHandler.write` in process instead, with the same answers.
 
 Once a marker is committed on a ``__consumer_offsets`` partition the group coordinator hears of
 it (``TransactionMarkerListener.complete_transaction``): the producer's transactional offsets
@@ -66,9 +67,16 @@ class WriteTxnMarkersHandler:
     async def handle(
         self, ctx: RequestContext, req: WriteTxnMarkersRequest
     ) -> WriteTxnMarkersResponse:
-        written = [self._write(marker) for marker in req.markers]  # all appended at once
+        return await self.write(req.markers)
+
+    async def write(
+        self, markers: list[WriteTxnMarkersRequest.WritableTxnMarker]
+    ) -> WriteTxnMarkersResponse:
+        """Every marker written and answered per partition: the request's work, also called in
+        process by this broker's own transaction coordinator for the partitions it leads."""
+        written = [self._write(marker) for marker in markers]  # all appended at once
         results = []
-        for marker, outcomes in zip(req.markers, written, strict=True):
+        for marker, outcomes in zip(markers, written, strict=True):
             errors = {tp: await self._settle(o) for tp, o in outcomes.items()}
             self._tell_group_coordinator(marker, errors)
             results.append(_result(marker.producer_id, errors))

@@ -124,7 +124,7 @@ class TransactionCoordinator(CoordinatorPartitions[TxnPartition]):
         self.config = config
         self._allocate = allocate_producer_id
         self.connections = connections
-        self.markers = MarkerChannel(connections, image)
+        self.markers = MarkerChannel(connections, image, node_id)
         self._loops: list[asyncio.Task[None]] = []
 
     # --- the shared machinery's hooks (broker/coordinator_partitions.py) ---------------------

@@ -1,5 +1,7 @@
 """Sending COMMIT/ABORT markers to partition leaders (Kafka's
-``TransactionMarkerChannelManager``), over :class:`~broker.transaction.remote.BrokerConnections`.
+``TransactionMarkerChannelManager``), over :class:`~broker.transaction.remote.BrokerConnections`;
+the markers of partitions this broker leads itself are written in process
+(:meth:`MarkerChannel.deliver_locally`), with no request encoded, sent to itself and decoded.
 
 :meth:`MarkerChannel.write` writes one transaction's markers: every round it groups the
 partitions still pending by their current leader (from the metadata image) and queues each
@@ -21,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from broker.kafka_client import Backoff, KafkaClientError
 from broker.transaction.remote import BrokerConnections
@@ -45,6 +47,8 @@ _GONE = frozenset({ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT})
 
 Marker = WriteTxnMarkersRequest.WritableTxnMarker
 Answers = dict[TopicPartition, ErrorCode]
+# the leader's side of WriteTxnMarkers, called in process (WriteTxnMarkersHandler.write)
+LocalWriter = Callable[[list[Marker]], Awaitable[WriteTxnMarkersResponse]]
 
 
 def _marker(
@@ -100,11 +104,24 @@ async def _answers_within(sends: list[asyncio.Future[Answers]], timeout_s: float
 class MarkerChannel:
     """Markers to partition leaders, batched per broker (see the module docstring)."""
 
-    def __init__(self, connections: BrokerConnections, image: Callable[[], ClusterImage]) -> None:
+    def __init__(
+        self,
+        connections: BrokerConnections,
+        image: Callable[[], ClusterImage],
+        node_id: int | None = None,
+    ) -> None:
         self.connections = connections
         self.image = image
+        self.node_id = node_id
+        self._local: LocalWriter | None = None
         self._queues: dict[int, list[tuple[Marker, asyncio.Future[Answers]]]] = defaultdict(list)
         self._senders: dict[int, asyncio.Task[None]] = {}
+
+    def deliver_locally(self, writer: LocalWriter) -> None:
+        """Markers for partitions this broker (``node_id``) leads go to ``writer`` -- the
+        WriteTxnMarkers handler's work -- in process, not over a connection to itself."""
+        assert self.node_id is not None, "deliver_locally needs the channel's node_id"
+        self._local = writer
 
     async def write(
         self,
@@ -203,13 +220,17 @@ class MarkerChannel:
         """Each (producer id, partition)'s answer (a request that failed answers each with
         why)."""
         asked = [(int(m.producer_id), tp) for m in markers for tp in _partitions_of(m)]
-        request = WriteTxnMarkersRequest(markers=markers)
-        try:
-            response = await self.connections.request(leader, request, WRITE_TXN_MARKERS_VERSION)
-        except (KafkaClientError, OSError, TimeoutError) as exc:
-            log.debug("WriteTxnMarkers to broker %d failed: %s", leader, exc or "timeout")
-            return dict.fromkeys(asked, ErrorCode.NETWORK_EXCEPTION)
-        assert isinstance(response, WriteTxnMarkersResponse)
+        if leader == self.node_id and self._local is not None:
+            response = await self._local(markers)
+        else:
+            request = WriteTxnMarkersRequest(markers=markers)
+            try:
+                answer = await self.connections.request(leader, request, WRITE_TXN_MARKERS_VERSION)
+            except (KafkaClientError, OSError, TimeoutError) as exc:
+                log.debug("WriteTxnMarkers to broker %d failed: %s", leader, exc or "timeout")
+                return dict.fromkeys(asked, ErrorCode.NETWORK_EXCEPTION)
+            assert isinstance(answer, WriteTxnMarkersResponse)
+            response = answer
         errors = dict.fromkeys(asked, ErrorCode.UNKNOWN_SERVER_ERROR)
         for result in response.markers:
             for topic in result.topics:

@@ -13,6 +13,9 @@ import random
 from typing import Final
 
 KAFKA_JITTER: Final = 0.2  # CommonClientConfigs.RETRY_BACKOFF_JITTER
+# jitter needs no random source of its own: seeding one from os.urandom for every Backoff (one
+# per marker round, per request retried) was a getrandom call each
+_JITTER_RANDOM: Final = random.Random()
 _MAX_EXPONENT: Final = 62  # 2**62 ms is for ever; keeps the float finite
 
 
@@ -40,7 +43,7 @@ class Backoff:
         self.initial = initial
         self.maximum = maximum
         self.jitter = jitter
-        self._random = rng if rng is not None else random.Random()
+        self._random = rng if rng is not None else _JITTER_RANDOM
         self._attempt = 0
 
     @property
