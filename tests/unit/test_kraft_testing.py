@@ -107,7 +107,10 @@ def test_a_port_in_use_is_skipped(tmp_path: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", pool.start))
         [port] = PortAllocator(pool, tmp_path, first_slice=0).take(1)
-    assert port == pool.start + 1
+    # the next free port of the same slice: not always start + 1, since the pool lies in the
+    # ephemeral range, where the client sockets of tests running beside this one (xdist) come
+    # and go
+    assert pool.start < port < pool.start + SLICE_PORTS
 
 
 def test_the_readme_shows_the_example_that_the_tests_run() -> None:
