@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from crash_stops import CrashStops
@@ -40,11 +41,33 @@ def pytest_configure(config: pytest.Config) -> None:
     _session_handler.__enter__()
 
 
+# What pytest-xdist workers (.ci/run runs two) hand to the controller, which alone reports and
+# decides the run's exit status: crash-stops outside any test, and docker build times.
+_from_workers: dict[str, list[Any]] = {"crash_stops_outside_tests": [], "container_build_s": []}
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    unclaimed = _outside_tests.take()
+    unclaimed = [v.line() for v in _outside_tests.take()]
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: its exit status is not the run's
+        workeroutput["crash_stops_outside_tests"] = unclaimed
+        return
+    unclaimed += _from_workers["crash_stops_outside_tests"]
     if unclaimed:
-        print(f"\ncrash-stop(s) outside any test: {[v.line() for v in unclaimed]}")
+        print(f"\ncrash-stop(s) outside any test: {unclaimed}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's, on the controller
+def pytest_testnodedown(node: Any, error: object) -> None:
+    output = getattr(node, "workeroutput", {})
+    for key, values in _from_workers.items():
+        values.extend(output.get(key, ()))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for seconds in _from_workers["container_build_s"]:  # tests/container/conftest.py's, by xdist
+        terminalreporter.write_line(f"container tests: docker build took {seconds:.0f} s")
 
 
 @pytest.fixture(autouse=True)

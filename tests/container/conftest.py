@@ -26,6 +26,13 @@ def image() -> str:
     return IMAGE
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: tests/conftest.py's controller reports it
+        workeroutput["container_build_s"] = list(_built_in_s)
+        _built_in_s.clear()
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for seconds in _built_in_s:  # what CI spends before the first container starts
         terminalreporter.write_line(f"container tests: docker build {IMAGE} took {seconds:.0f} s")
