@@ -8,6 +8,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from fake_controller import FakeController, broker_record, eventually, running, topic_records
@@ -22,8 +23,13 @@ INCARNATION = uuid.UUID(int=42)
 
 
 def lifecycle_of(
-    client: ControllerClient, follower: MetadataFollower, heartbeat_interval_ms: int
+    client: ControllerClient,
+    follower: MetadataFollower,
+    heartbeat_interval_ms: int,
+    rack: str | None = "r1",
+    **options: Any,
 ) -> BrokerLifecycle:
+    """Broker 1 of cluster-a with one PLAINTEXT listener; ``options`` go to BrokerLifecycle."""
     return BrokerLifecycle(
         client,
         follower,
@@ -31,8 +37,9 @@ def lifecycle_of(
         cluster_id="cluster-a",
         incarnation_id=INCARNATION,
         listeners=[("PLAINTEXT", "127.0.0.1", 9092)],
-        rack="r1",
+        rack=rack,
         heartbeat_interval_ms=heartbeat_interval_ms,
+        **options,
     )
 
 
@@ -243,16 +250,8 @@ def test_a_controller_that_leaves_heartbeats_unanswered_is_left(
         async with running(hung, other):
             client = ControllerClient([hung.address, other.address], "broker-1")
             follower = MetadataFollower(client, 1, lambda d, i: None)
-            lifecycle = BrokerLifecycle(
-                client,
-                follower,
-                1,
-                "cluster-a",
-                INCARNATION,
-                [("PLAINTEXT", "127.0.0.1", 9092)],
-                None,
-                heartbeat_interval_ms=20,
-                request_deadline_ms=100,
+            lifecycle = lifecycle_of(
+                client, follower, heartbeat_interval_ms=20, rack=None, request_deadline_ms=100
             )
             tasks = [asyncio.create_task(follower.run()), asyncio.create_task(lifecycle.run())]
             # Registered with the hung one, unknown to the other: registers there and unfences.
@@ -314,15 +313,11 @@ def test_the_session_lapses_before_a_session_timeout_after_the_last_answered_hea
         async with running(fake):
             client = ControllerClient([fake.address], "broker-1")
             follower = MetadataFollower(client, 1, lambda d, i: None)
-            lifecycle = BrokerLifecycle(
+            lifecycle = lifecycle_of(
                 client,
                 follower,
-                broker_id=1,
-                cluster_id="cluster-a",
-                incarnation_id=INCARNATION,
-                listeners=[("PLAINTEXT", "127.0.0.1", 9092)],
-                rack=None,
                 heartbeat_interval_ms=10,
+                rack=None,
                 request_deadline_ms=100,
                 session_timeout_ms=1000,
                 monotonic_clock_s=clock,
